@@ -1,0 +1,20 @@
+# One place for the commands people, the README and CI run.
+PYTHON ?= python3.11
+PIP ?= $(PYTHON) -m pip
+
+.PHONY: install test quickstart crd lint
+
+# torch first, pinned: on these machines 2.13.0 is a CPU wheel on disk; any other spec pulls a
+# multi-GB CUDA build. kubernetes<37 avoids a python-dateutil conflict with botocore.
+install:
+	$(PIP) install --quiet torch==2.13.0
+	$(PIP) install --quiet -e '.[test,operator,math]'
+
+test: install
+	$(PYTHON) -m pytest -q
+
+quickstart: install
+	hacrl run examples/quickstart.yaml
+
+crd:
+	hacrl crd

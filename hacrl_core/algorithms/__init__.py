@@ -1,0 +1,44 @@
+"""The HACPO core math and its baselines (DESIGN.md section 2): pure torch, no I/O."""
+
+from hacrl_core.algorithms.advantages import ADVANTAGE_MODES, group_advantages, group_baselines
+from hacrl_core.algorithms.capability import CapabilityTracker, capability_ratios
+from hacrl_core.algorithms.losses import (
+    clipped_surrogate_loss,
+    grpo_loss,
+    gspo_loss,
+    hacpo_loss,
+    k3_kl,
+    kl_penalty,
+    masked_mean,
+    sequence_log_ratio,
+    stepwise_lower_bound,
+)
+from hacrl_core.algorithms.registry import (
+    ALGORITHMS,
+    Algorithm,
+    PolicyLossInputs,
+    get_algorithm,
+    register_algorithm,
+)
+
+__all__ = [
+    "ADVANTAGE_MODES",
+    "ALGORITHMS",
+    "Algorithm",
+    "CapabilityTracker",
+    "PolicyLossInputs",
+    "capability_ratios",
+    "clipped_surrogate_loss",
+    "get_algorithm",
+    "group_advantages",
+    "group_baselines",
+    "grpo_loss",
+    "gspo_loss",
+    "hacpo_loss",
+    "k3_kl",
+    "kl_penalty",
+    "masked_mean",
+    "register_algorithm",
+    "sequence_log_ratio",
+    "stepwise_lower_bound",
+]

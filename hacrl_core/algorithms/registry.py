@@ -1,0 +1,132 @@
+"""Algorithms by name: what rows a learner trains on, how advantages are formed, which loss.
+
+The learner looks its algorithm up here from ``spec.algorithm.name``; there is no if/elif on
+the name anywhere else. Registering a different definition under a taken name raises, and an
+unknown name lists the valid ones (as verl's ``register_policy_loss``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+import torch
+
+from hacrl_core.algorithms.losses import grpo_loss, gspo_loss, hacpo_loss, masked_mean
+
+
+class LossSettings(Protocol):
+    """The knobs a policy loss reads (``hacrl_core.spec.AlgorithmSpec`` provides them)."""
+
+    effective_alpha: float  # alpha, or 0 when exponential importance sampling is ablated
+    delta: float
+    effective_delta_step: float  # delta_step, or 0 when stepwise clipping is ablated
+    own_clip_low: float
+    own_clip_high: float
+    grpo_clip_low: float
+    grpo_clip_high: float
+
+
+@dataclass
+class PolicyLossInputs:
+    """One mini-batch as the learner sees it, all rows already encoded in its own tokenizer.
+
+    logp_new: float[N, T] learner's per-token log-probs (with grad); response_mask: [N, T];
+    logp_old_mean: float[N] the sampling-side old log-prob per row (source's own tokens, mean);
+    logp_old: float[N, T] learner's own pre-update per-token log-probs (own rows; token-level
+    losses need them); advantages, discrepancy: float[N]; is_own: bool[N]; update_index: m.
+    """
+
+    logp_new: torch.Tensor
+    response_mask: torch.Tensor
+    logp_old_mean: torch.Tensor
+    logp_old: torch.Tensor
+    advantages: torch.Tensor
+    is_own: torch.Tensor
+    discrepancy: torch.Tensor
+    update_index: int
+
+
+PolicyLoss = Callable[[PolicyLossInputs, LossSettings], tuple[torch.Tensor, dict[str, float]]]
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """How one named algorithm trains a learner.
+
+    shares_rows: the learner also trains on the other agents' rows of the step.
+    advantage_mode: passed to ``group_advantages``.
+    cross_old_logprob: for shared rows, whose pre-update log-prob is the ratio's denominator:
+        "source" (the sampler's, importance sampling across policies, HACPO) or "learner" (the
+        learner's own, i.e. treat the row as if it were on-policy: naive sharing).
+    policy_loss: the loss.
+    """
+
+    name: str
+    shares_rows: bool
+    advantage_mode: str
+    cross_old_logprob: Literal["source", "learner"]
+    policy_loss: PolicyLoss
+
+
+ALGORITHMS: dict[str, Algorithm] = {}
+
+
+def register_algorithm(algorithm: Algorithm) -> Algorithm:
+    existing = ALGORITHMS.get(algorithm.name)
+    if existing is not None and existing != algorithm:
+        raise ValueError(f"algorithm {algorithm.name!r} is already registered with a different definition")
+    ALGORITHMS[algorithm.name] = algorithm
+    return algorithm
+
+
+def get_algorithm(name: str) -> Algorithm:
+    try:
+        return ALGORITHMS[name]
+    except KeyError:
+        raise ValueError(f"unknown algorithm {name!r}; valid algorithms: {', '.join(sorted(ALGORITHMS))}") from None
+
+
+def _row_mean(inputs: PolicyLossInputs) -> torch.Tensor:
+    return masked_mean(inputs.logp_new, inputs.response_mask, dim=-1)
+
+
+def hacpo_policy_loss(inputs: PolicyLossInputs, settings: LossSettings) -> tuple[torch.Tensor, dict[str, float]]:
+    return hacpo_loss(
+        _row_mean(inputs),
+        inputs.logp_old_mean,
+        inputs.advantages,
+        inputs.is_own,
+        inputs.discrepancy,
+        inputs.update_index,
+        alpha=settings.effective_alpha,
+        delta=settings.delta,
+        delta_step=settings.effective_delta_step,
+        own_clip=(settings.own_clip_low, settings.own_clip_high),
+    )
+
+
+def gspo_policy_loss(inputs: PolicyLossInputs, settings: LossSettings) -> tuple[torch.Tensor, dict[str, float]]:
+    return gspo_loss(
+        _row_mean(inputs),
+        inputs.logp_old_mean,
+        inputs.advantages,
+        clip=(settings.own_clip_low, settings.own_clip_high),
+    )
+
+
+def grpo_policy_loss(inputs: PolicyLossInputs, settings: LossSettings) -> tuple[torch.Tensor, dict[str, float]]:
+    return grpo_loss(
+        inputs.logp_new,
+        inputs.logp_old,
+        inputs.advantages,
+        inputs.response_mask,
+        clip=(settings.grpo_clip_low, settings.grpo_clip_high),
+    )
+
+
+register_algorithm(Algorithm("hacpo", True, "hacpo", "source", hacpo_policy_loss))
+register_algorithm(Algorithm("gspo", False, "gspo", "source", gspo_policy_loss))
+register_algorithm(Algorithm("grpo", False, "grpo", "source", grpo_policy_loss))
+register_algorithm(Algorithm("naive", True, "naive", "learner", gspo_policy_loss))

@@ -1,0 +1,89 @@
+"""The `hacrl` command line: validate, crd, run, worker, eval.
+
+Each sub-command is a thin wrapper over a library function; heavy imports (torch, transformers)
+happen inside the commands that need them so `hacrl validate` stays instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from hacrl_core.spec import SpecError, load_experiment
+
+    failed = 0
+    for path in args.specs:
+        try:
+            experiment = load_experiment(path)
+        except (SpecError, OSError) as error:
+            print(error, file=sys.stderr)
+            failed += 1
+            continue
+        spec = experiment.spec
+        print(
+            f"{path}: ok — experiment {experiment.name!r}, algorithm {spec.algorithm.name}, "
+            f"{len(spec.agents)} agents ({', '.join(a.name for a in spec.agents)}), {spec.algorithm.steps} steps"
+        )
+    return 1 if failed else 0
+
+
+def cmd_crd(args: argparse.Namespace) -> int:
+    from hacrl_core.crd import CRD_PATH, render_crd
+
+    text = render_crd()
+    if args.stdout:
+        sys.stdout.write(text)
+        return 0
+    target = Path(args.output) if args.output else CRD_PATH
+    if args.check:
+        current = target.read_text(encoding="utf-8") if target.exists() else ""
+        if current != text:
+            print(f"{target} is out of date with hacrl_core/spec.py; run `hacrl crd` to regenerate it", file=sys.stderr)
+            return 1
+        print(f"{target} is up to date")
+        return 0
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")
+    print(f"wrote {target}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hacrl", description="Train a team of heterogeneous LLM agents with HACPO.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    validate = commands.add_parser("validate", help="check experiment specs and print every problem with its field path")
+    validate.add_argument("specs", nargs="+", help="experiment YAML files")
+    validate.set_defaults(func=cmd_validate)
+
+    crd = commands.add_parser("crd", help="generate the HACRLExperiment CRD from the spec models")
+    crd.add_argument("--output", "-o", help="where to write it (default: the chart's crds/ folder)")
+    crd.add_argument("--check", action="store_true", help="fail if the file differs from the generated CRD")
+    crd.add_argument("--stdout", action="store_true", help="print the CRD instead of writing it")
+    crd.set_defaults(func=cmd_crd)
+
+    _add_runtime_commands(commands)
+    return parser
+
+
+def _add_runtime_commands(commands: argparse._SubParsersAction) -> None:
+    """Commands of the runtime (run, worker, eval), registered by their own module when present."""
+    try:
+        from hacrl_core.runtime.commands import register
+    except ImportError as error:
+        if error.name and not error.name.startswith("hacrl_core.runtime"):
+            raise
+        return
+    register(commands)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

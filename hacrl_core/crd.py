@@ -1,0 +1,139 @@
+"""Generate the `HACRLExperiment` CustomResourceDefinition from the pydantic spec.
+
+Kubernetes wants a *structural* OpenAPI v3 schema: no $ref, no anyOf for nullables, every
+object typed. Pydantic emits JSON Schema 2020-12; ``to_structural`` translates the subset the
+spec uses and fails loudly on anything else, so a new field type cannot slip in half-translated.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hacrl_core.spec import API_GROUP, API_VERSION, KIND, PLURAL, SHORT_NAME, ExperimentSpec
+from hacrl_core.status import ExperimentStatus
+
+CRD_PATH = Path("charts/hacrl-operator/crds/hacrlexperiments.hacrl.io.yaml")
+
+_KEPT = ("type", "description", "enum", "minimum", "maximum", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format")
+
+
+def to_structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """One JSON-Schema node as a structural OpenAPI v3 node (refs inlined, nullables flattened)."""
+    description = schema.get("description")
+    if "$ref" in schema:
+        node = to_structural(defs[schema["$ref"].rsplit("/", 1)[-1]], defs)
+        if description:
+            node["description"] = description
+        return node
+    if "anyOf" in schema:
+        options = [s for s in schema["anyOf"] if s.get("type") != "null"]
+        if len(options) != 1:
+            raise ValueError(f"cannot express anyOf with several non-null options structurally: {schema}")
+        node = to_structural(options[0], defs)
+        node["nullable"] = True
+        if description:
+            node["description"] = description
+        return node
+    if "const" in schema:
+        schema = {**schema, "enum": [schema["const"]]}
+        schema.setdefault("type", "string")
+
+    node: dict[str, Any] = {key: schema[key] for key in _KEPT if key in schema}
+    for exclusive, inclusive in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if exclusive in schema:
+            node[inclusive] = schema[exclusive]
+            node[exclusive] = True
+    kind = schema.get("type")
+    if kind == "object":
+        properties = schema.get("properties")
+        extra = schema.get("additionalProperties")
+        if properties:
+            node["properties"] = {name: to_structural(sub, defs) for name, sub in properties.items()}
+            if schema.get("required"):
+                node["required"] = list(schema["required"])
+        elif isinstance(extra, dict) and extra:
+            node["additionalProperties"] = to_structural(extra, defs)
+        else:
+            # Free-form Kubernetes objects (resources, affinity, pod overrides).
+            node["x-kubernetes-preserve-unknown-fields"] = True
+    elif kind == "array":
+        if "prefixItems" in schema:  # fixed-length tuples such as ratioBounds
+            item_types = {item.get("type") for item in schema["prefixItems"]}
+            if len(item_types) != 1:
+                raise ValueError(f"tuple with mixed item types is not structural: {schema}")
+            node["items"] = {"type": item_types.pop()}
+            node["minItems"] = node["maxItems"] = len(schema["prefixItems"])
+        elif "items" in schema:
+            node["items"] = to_structural(schema["items"], defs)
+        else:
+            raise ValueError(f"array without items is not structural: {schema}")
+    elif kind is None and "enum" not in node:
+        raise ValueError(f"schema node without a type is not structural: {schema}")
+    if kind is None and "enum" in node:
+        node["type"] = "integer" if all(isinstance(v, int) for v in node["enum"]) else "string"
+    return node
+
+
+def openapi_schema(model: type) -> dict[str, Any]:
+    schema = model.model_json_schema(by_alias=True, mode="validation")
+    return to_structural(schema, schema.get("$defs", {}))
+
+
+def build_crd() -> dict[str, Any]:
+    spec_schema = openapi_schema(ExperimentSpec)
+    status_schema = openapi_schema(ExperimentStatus)
+    # kopf keeps its own bookkeeping under status (kopf #574): do not let the server prune it.
+    status_schema["x-kubernetes-preserve-unknown-fields"] = True
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{PLURAL}.{API_GROUP}"},
+        "spec": {
+            "group": API_GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": KIND.lower(),
+                "shortNames": [SHORT_NAME],
+            },
+            "versions": [
+                {
+                    "name": API_VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": [
+                        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+                        {"name": "Step", "type": "integer", "jsonPath": ".status.step"},
+                        {"name": "Steps", "type": "integer", "jsonPath": ".spec.algorithm.steps"},
+                        {"name": "Agents", "type": "integer", "jsonPath": ".status.agents"},
+                        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                    ],
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": "A team of heterogeneous language-model agents trained together with HACPO.",
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": spec_schema,
+                                "status": status_schema,
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def render_crd() -> str:
+    header = "# Generated by `hacrl crd` from hacrl_core/spec.py; do not edit by hand.\n"
+    return header + yaml.safe_dump(build_crd(), sort_keys=False, width=120)

@@ -1,0 +1,353 @@
+"""The experiment spec: one typed document for `hacrl run` and for the `HACRLExperiment` CRD.
+
+Every field is documented once, here; the CRD's openAPIV3Schema, `hacrl validate` and the docs
+are generated from these models. Unknown fields are rejected (``extra="forbid"``): a setting that
+is accepted must be used. YAML keys are camelCase as in Kubernetes; Python attributes snake_case.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+API_GROUP = "hacrl.io"
+API_VERSION = "v1alpha1"
+KIND = "HACRLExperiment"
+PLURAL = "hacrlexperiments"
+SHORT_NAME = "hx"
+
+_NESTED_FIELD = re.compile(r"^([A-Za-z][\w\[\]\.]*): (.*)$", re.S)
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+ALGORITHM_NAMES = ("hacpo", "gspo", "grpo", "naive")
+REWARD_NAMES = ("exact", "numeric", "math")
+SHARED_ROW_ALGORITHMS = ("hacpo", "naive")
+
+
+class SpecModel(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=to_camel, populate_by_name=True, validate_default=True
+    )
+
+
+# Free-form Kubernetes objects (resources, affinity, pod overrides) are passed through as dicts:
+# the API server validates them, and copying their schemas here would drift.
+KubeObject = dict[str, Any]
+
+
+class RolloutSettings(SpecModel):
+    engine: Literal["hf", "vllm"] = Field("hf", description="Sampling engine: `hf` (transformers generate, CPU or GPU) or `vllm` (GPU).")
+    max_new_tokens: int = Field(512, ge=1, le=65536, description="Longest response sampled, in the agent's own tokens.")
+    temperature: float = Field(1.0, gt=0, le=10, description="Sampling temperature (the paper uses 1.0).")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass (the paper uses 1.0).")
+    batch_size: int = Field(64, ge=1, description="Prompts per generate call (hf engine).")
+    tensor_parallel_size: int = Field(1, ge=1, description="vLLM tensor parallelism (vllm engine only).")
+    gpu_memory_utilization: float = Field(0.85, gt=0, le=1, description="Fraction of GPU memory vLLM may take (vllm engine only).")
+
+
+class LearnerSettings(SpecModel):
+    backend: Literal["torch", "deepspeed"] = Field("torch", description="Training backend: plain `torch` or `deepspeed`.")
+    lr: float = Field(1e-6, gt=0, le=1, description="AdamW learning rate (paper: 1e-6).")
+    weight_decay: float = Field(0.01, ge=0, le=1, description="AdamW weight decay (paper: 0.01).")
+    grad_clip: float = Field(1.0, gt=0, description="Global gradient-norm clip (paper: 1.0).")
+    micro_batch_size: int = Field(16, ge=1, description="Rows per forward/backward; gradients accumulate up to the mini-batch.")
+    zero_stage: Literal[0, 1, 2, 3] = Field(0, description="DeepSpeed ZeRO stage (deepspeed backend only).")
+    dtype: Literal["float32", "bfloat16"] = Field("float32", description="Parameter dtype for training.")
+
+
+class RoleResources(SpecModel):
+    rollout: KubeObject = Field(default_factory=dict, description="Kubernetes ResourceRequirements of the rollout pod, e.g. `{limits: {nvidia.com/gpu: 1}}`.")
+    learner: KubeObject = Field(default_factory=dict, description="Kubernetes ResourceRequirements of the learner pod.")
+
+
+class RolePodTemplates(SpecModel):
+    rollout: KubeObject = Field(default_factory=dict, description="Pod spec fields merged into the rollout pod (strategic override of the generated pod spec).")
+    learner: KubeObject = Field(default_factory=dict, description="Pod spec fields merged into the learner pod.")
+
+
+class AgentSpec(SpecModel):
+    name: str = Field(description="Agent name: a DNS label (lower-case letters, digits, '-'), unique in the experiment; used in pod names and store keys.")
+    model: str = Field(description="Model: a local path, a hub id (`org/name`), an `s3://bucket/prefix`, or `tiny://<preset>?seed=N` (offline tiny model).")
+    rollout: RolloutSettings = Field(default_factory=RolloutSettings, description="Rollout worker settings.")
+    learner: LearnerSettings = Field(default_factory=LearnerSettings, description="Learner worker settings.")
+    resources: RoleResources = Field(default_factory=RoleResources, description="Per-role Kubernetes resources (operator only).")
+    pod_template: RolePodTemplates = Field(default_factory=RolePodTemplates, description="Per-role pod spec overrides (operator only).")
+
+    @field_validator("name")
+    @classmethod
+    def _dns_label(cls, value: str) -> str:
+        if len(value) > 40 or not _DNS_LABEL.match(value):
+            raise ValueError(
+                f"{value!r} is not a valid agent name: use at most 40 lower-case letters, digits and '-', "
+                "starting and ending with a letter or digit (e.g. 'qwen-small')"
+            )
+        return value
+
+    @field_validator("model")
+    @classmethod
+    def _model_uri(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("model must not be empty: give a local path, hub id, s3:// prefix or tiny://preset")
+        return value
+
+
+class Ablations(SpecModel):
+    capability_advantage: bool = Field(True, description="Mechanism 1: capability-weighted baseline in the advantage; off = plain mixed-group mean.")
+    discrepancy_coefficient: bool = Field(True, description="Mechanism 2: weight cross rows by omega(src, learner) = P_src / P_learner; off = 1.")
+    exponential_importance: bool = Field(True, description="Mechanism 3: s~ = c * stopgrad(c)^alpha; off = alpha 0.")
+    stepwise_clipping: bool = Field(True, description="Mechanism 4: the cross-ratio floor rises by deltaStep per update; off = fixed floor 1 - delta.")
+
+
+class AlgorithmSpec(SpecModel):
+    name: Literal["hacpo", "gspo", "grpo", "naive"] = Field("hacpo", description="`hacpo`; `gspo` and `grpo` (isolated agents); `naive` (shared rows, no mechanisms). GSPOx2 is `gspo` with groupSize doubled.")
+    group_size: int = Field(8, ge=2, le=1024, description="G: responses sampled per prompt per agent (paper: 8).")
+    prompts_per_step: int = Field(128, ge=1, le=1_000_000, description="B: prompts per training step, shared by all agents (paper: 128).")
+    mini_batch_prompts: int = Field(64, ge=1, description="Prompts per optimizer update; must divide promptsPerStep (paper: 64).")
+    epochs: int = Field(1, ge=1, le=100, description="Passes over a step's rows (paper: 1).")
+    steps: int = Field(100, ge=1, le=10_000_000, description="Training steps to run.")
+    seed: int = Field(0, ge=0, description="Seed of data order, sampling and initialisation.")
+    alpha: float = Field(1.0, ge=0, le=10, description="Exponent of the exponential importance weight (paper: 1.0).")
+    delta: float = Field(0.2, ge=0, lt=1, description="Initial cross-ratio floor is 1 - delta (paper: 0.2).")
+    delta_step: float = Field(0.025, ge=0, le=1, description="Floor increase per optimizer update within a step (paper: 0.025).")
+    capability_window: int = Field(5, ge=1, le=1000, description="K: steps in the capability moving average (paper: 5).")
+    capability_floor: float = Field(1e-8, gt=0, le=1, description="Lower bound of a capability estimate.")
+    ratio_bounds: tuple[float, float] = Field((0.1, 10.0), description="Clamp [low, high] of capability ratios omega (paper: [0.1, 10]).")
+    warmup_steps: int = Field(0, ge=0, description="Steps during which every capability ratio is 1.")
+    kl_coef: float = Field(0.0, ge=0, le=10, description="k3 KL penalty to the frozen reference on own rows (paper: 0.001); 0 disables it and skips loading the reference model.")
+    own_clip_low: float = Field(3e-4, ge=0, lt=1, description="GSPO clip below 1 of own rows' sequence ratio (paper: 3e-4).")
+    own_clip_high: float = Field(4e-4, ge=0, description="GSPO clip above 1 of own rows' sequence ratio (paper: 4e-4).")
+    grpo_clip_low: float = Field(0.2, ge=0, lt=1, description="GRPO token-ratio clip below 1 (grpo only).")
+    grpo_clip_high: float = Field(0.28, ge=0, description="GRPO token-ratio clip above 1, clip-higher (grpo only).")
+    ablations: Ablations = Field(default_factory=Ablations, description="Switch single HACPO mechanisms off (hacpo only).")
+
+    @field_validator("ratio_bounds")
+    @classmethod
+    def _bounds(cls, value: tuple[float, float]) -> tuple[float, float]:
+        low, high = value
+        if not 0 < low <= 1 <= high:
+            raise ValueError(f"must be [low, high] with 0 < low <= 1 <= high, got {list(value)}")
+        return value
+
+    @model_validator(mode="after")
+    def _batches(self) -> "AlgorithmSpec":
+        if self.mini_batch_prompts > self.prompts_per_step or self.prompts_per_step % self.mini_batch_prompts:
+            raise ValueError(
+                f"miniBatchPrompts ({self.mini_batch_prompts}) must divide promptsPerStep ({self.prompts_per_step}); "
+                "e.g. promptsPerStep 128 with miniBatchPrompts 64"
+            )
+        if self.name != "hacpo" and self.ablations != Ablations():
+            raise ValueError(f"ablations apply to hacpo only; remove them for algorithm {self.name!r}")
+        return self
+
+    @property
+    def updates_per_step(self) -> int:
+        return self.epochs * (self.prompts_per_step // self.mini_batch_prompts)
+
+    # The loss settings the algorithm registry reads, with the ablation switches applied once here.
+    @property
+    def effective_alpha(self) -> float:
+        return self.alpha if self.ablations.exponential_importance else 0.0
+
+    @property
+    def effective_delta_step(self) -> float:
+        return self.delta_step if self.ablations.stepwise_clipping else 0.0
+
+
+class DataSource(SpecModel):
+    source: str = Field(description="`builtin://arithmetic?difficulty=1-3&seed=0`, a .jsonl/.parquet path or URI.")
+    prompt_key: str = Field("prompt", description="Key of the prompt in each row (dotted for nested keys).")
+    answer_key: str = Field("answer", description="Key of the gold answer (dotted, e.g. `reward_model.ground_truth`).")
+
+
+class EvalSet(DataSource):
+    name: str = Field(description="Name of the eval set in metrics and reports.")
+    max_prompts: int = Field(256, ge=1, description="Prompts evaluated at most.")
+
+
+class DataSpec(SpecModel):
+    train: DataSource = Field(description="Training prompts.")
+    eval: list[EvalSet] = Field(default_factory=list, description="Held-out sets evaluated every `evaluation.everySteps`.")
+    template: str = Field("{question}", description="Prompt template; `{question}` is replaced by the row's prompt. Each agent then applies its own chat template.")
+    reward: Literal["exact", "numeric", "math"] = Field("math", description="Verifier: `exact`, `numeric` or `math` (Math-Verify).")
+
+    @field_validator("template")
+    @classmethod
+    def _has_question(cls, value: str) -> str:
+        if "{question}" not in value:
+            raise ValueError("template must contain '{question}' where the prompt goes")
+        return value
+
+
+class StoreSpec(SpecModel):
+    uri: str = Field("file://./runs", description="Trajectory store: `file://path` (default) or `s3://bucket/prefix`.")
+    endpoint: str | None = Field(None, description="S3 endpoint URL (MinIO, SeaweedFS); empty for AWS.")
+    region: str | None = Field(None, description="S3 region.")
+    credentials_secret: str | None = Field(None, description="Secret with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (operator; referenced, never copied).")
+
+    @field_validator("uri")
+    @classmethod
+    def _scheme(cls, value: str) -> str:
+        if "://" in value and not value.startswith(("file://", "s3://")):
+            raise ValueError(f"unsupported store {value!r}: use file://path or s3://bucket/prefix")
+        if value.startswith("s3://") and not value[len("s3://"):].strip("/"):
+            raise ValueError("s3 store needs a bucket: s3://bucket/prefix")
+        return value
+
+
+class CheckpointSpec(SpecModel):
+    every_steps: int = Field(1, ge=1, description="Checkpoint every N steps (and always at the last step).")
+    keep_last: int = Field(2, ge=1, description="Checkpoints kept per agent.")
+
+
+class EvaluationSpec(SpecModel):
+    every_steps: int = Field(0, ge=0, description="Evaluate every N steps during training; 0 only at the end.")
+    samples: int = Field(1, ge=1, le=1024, description="k samples per prompt: avg@k, pass@k (greedy when 1).")
+
+
+class MetricsSpec(SpecModel):
+    port: int = Field(9400, ge=0, le=65535, description="First Prometheus metrics port; each local worker takes the next free one (0 disables).")
+    bind_address: str = Field("127.0.0.1", description="Address the metrics endpoint binds (`0.0.0.0` in pods).")
+
+
+CleanupAction = Literal["keep", "delete-pods", "delete-store"]
+
+
+class CleanupSpec(SpecModel):
+    on_success: CleanupAction = Field("delete-pods", description="What to remove when the experiment succeeds.")
+    on_failure: CleanupAction = Field("keep", description="What to remove when it fails.")
+    ttl_seconds_after_finished: int | None = Field(None, ge=0, description="Delete the experiment this long after it finished.")
+
+
+class ImageSpec(SpecModel):
+    rollout: str | None = Field(None, description="Rollout image; the operator's default when empty.")
+    learner: str | None = Field(None, description="Learner image; the operator's default when empty.")
+    pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field("IfNotPresent", description="Image pull policy.")
+
+
+class SchedulingSpec(SpecModel):
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Node selector for every pod.")
+    tolerations: list[KubeObject] = Field(default_factory=list, description="Tolerations for every pod.")
+    affinity: KubeObject = Field(default_factory=dict, description="Affinity for every pod.")
+    priority_class_name: str | None = Field(None, description="PriorityClass of the pods.")
+    scheduler_name: str | None = Field(None, description="Scheduler of the pods (e.g. a gang scheduler).")
+
+
+class ExperimentSpec(SpecModel):
+    agents: list[AgentSpec] = Field(min_length=1, description="The agents trained together; at least 2 for hacpo and naive.")
+    algorithm: AlgorithmSpec = Field(default_factory=AlgorithmSpec, description="Algorithm and its hyper-parameters.")
+    data: DataSpec = Field(description="Training data, eval sets, template and reward.")
+    store: StoreSpec = Field(default_factory=StoreSpec, description="Where trajectories, weights and checkpoints live.")
+    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec, description="Checkpointing.")
+    evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec, description="Evaluation during and after training.")
+    metrics: MetricsSpec = Field(default_factory=MetricsSpec, description="Prometheus endpoints of the workers.")
+    images: ImageSpec = Field(default_factory=ImageSpec, description="Container images (operator only).")
+    scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec, description="Pod placement (operator only).")
+    suspend: bool = Field(False, description="True deletes the pods and keeps everything else; false resumes from checkpoints.")
+    restart_limit: int = Field(3, ge=0, le=1000, description="Pod restarts allowed per agent before the experiment fails.")
+    cleanup: CleanupSpec = Field(default_factory=CleanupSpec, description="Cleanup when finished.")
+
+    @model_validator(mode="after")
+    def _agents(self) -> "ExperimentSpec":
+        seen: set[str] = set()
+        for index, agent in enumerate(self.agents):
+            if agent.name in seen:
+                raise ValueError(f"agents[{index}].name: duplicate agent name {agent.name!r}; agent names must be unique")
+            seen.add(agent.name)
+        if self.algorithm.name in SHARED_ROW_ALGORITHMS and len(self.agents) < 2:
+            raise ValueError(
+                f"algorithm {self.algorithm.name!r} shares rollouts between agents and needs at least 2 agents, "
+                f"got {len(self.agents)}; add an agent or use gspo/grpo"
+            )
+        return self
+
+    def agent(self, name: str) -> AgentSpec:
+        for agent in self.agents:
+            if agent.name == name:
+                return agent
+        raise KeyError(f"no agent {name!r} in this experiment; agents: {', '.join(a.name for a in self.agents)}")
+
+    def agent_index(self, name: str) -> int:
+        return [a.name for a in self.agents].index(self.agent(name).name)
+
+
+class Metadata(SpecModel):
+    model_config = ConfigDict(extra="allow", alias_generator=to_camel, populate_by_name=True)
+    name: str = Field(description="Experiment name: a DNS label; the store prefix and pod name prefix.")
+    namespace: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _dns(cls, value: str) -> str:
+        if len(value) > 40 or not _DNS_LABEL.match(value):
+            raise ValueError(f"{value!r} is not a valid experiment name: at most 40 lower-case letters, digits and '-'")
+        return value
+
+
+class Experiment(SpecModel):
+    api_version: Literal["hacrl.io/v1alpha1"] = Field(f"{API_GROUP}/{API_VERSION}", alias="apiVersion")
+    kind: Literal["HACRLExperiment"] = KIND
+    metadata: Metadata
+    spec: ExperimentSpec
+    # The operator writes status; a manifest read back from the cluster may carry it.
+    status: dict[str, Any] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+
+class SpecError(ValueError):
+    """A spec that does not validate; ``errors`` holds one line per problem, each naming its field."""
+
+    def __init__(self, source: str, errors: list[str]) -> None:
+        self.source = source
+        self.errors = errors
+        super().__init__(f"{source}: invalid experiment spec\n" + "\n".join(f"  - {e}" for e in errors))
+
+
+def format_validation_error(error: ValidationError) -> list[str]:
+    """Pydantic errors as `field.path[0].sub: message` lines, paths in the YAML's own (camelCase) keys."""
+    lines = []
+    for item in error.errors():
+        path = ""
+        for part in item["loc"]:
+            path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+        message = item["msg"].removeprefix("Value error, ")
+        # Model-level validators name the nested field themselves ("agents[1].name: ..."): join it on.
+        nested = _NESTED_FIELD.match(message) if item["type"] == "value_error" else None
+        if nested:
+            path = f"{path}.{nested.group(1)}" if path else nested.group(1)
+            message = nested.group(2)
+        if item["type"] == "extra_forbidden":
+            message = "unknown field (check the spelling; see `hacrl crd` or docs/spec.md for the allowed fields)"
+        lines.append(f"{path or '<document>'}: {message}")
+    return lines
+
+
+def parse_experiment(document: Any, source: str = "<spec>") -> Experiment:
+    if not isinstance(document, dict):
+        raise SpecError(source, [f"<document>: expected a mapping with apiVersion, kind, metadata and spec, got {type(document).__name__}"])
+    try:
+        return Experiment.model_validate(document)
+    except ValidationError as error:
+        raise SpecError(source, format_validation_error(error)) from None
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    path = Path(path)
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        raise SpecError(str(path), [f"<document>: not valid YAML: {error}"]) from None
+    return parse_experiment(document, str(path))
+
+
+def dump_experiment(experiment: Experiment) -> str:
+    """The experiment as YAML with camelCase keys, defaults filled in (the rendered spec)."""
+    data = experiment.model_dump(mode="json", by_alias=True, exclude_none=True)
+    data.pop("status", None)
+    return yaml.safe_dump(data, sort_keys=False)

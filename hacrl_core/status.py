@@ -1,0 +1,45 @@
+"""The `HACRLExperiment` status the operator writes (and the CRD declares)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from hacrl_core.spec import SpecModel
+
+Phase = Literal["Pending", "Running", "Succeeded", "Failed", "Suspended"]
+
+
+class AgentProgress(SpecModel):
+    name: str = Field(description="Agent name.")
+    step: int = Field(0, description="Last step the agent's learner completed.")
+    weights_version: int = Field(0, description="Latest weights version published.")
+    reward: float | None = Field(None, description="Mean reward of the agent's rollouts at its last step.")
+    accuracy: float | None = Field(None, description="Last eval accuracy.")
+    capability: float | None = Field(None, description="Smoothed capability P of the agent.")
+    restarts: int = Field(0, description="Pods of this agent recreated after a failure.")
+    last_checkpoint: int | None = Field(None, description="Step of the latest checkpoint.")
+    rollout_pod: str | None = Field(None, description="Phase or waiting reason of the rollout pod.")
+    learner_pod: str | None = Field(None, description="Phase or waiting reason of the learner pod.")
+
+
+class Condition(SpecModel):
+    type: str = Field(description="Condition type, e.g. Ready, Progressing, Failed.")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: str = Field(description="CamelCase reason, e.g. Unschedulable, ImagePullBackOff, StoreUnreachable.")
+    message: str = Field("", description="Human-readable detail.")
+    last_transition_time: str = Field(description="RFC 3339 time the status last changed.")
+
+
+class ExperimentStatus(SpecModel):
+    phase: Phase = Field("Pending", description="Pending, Running, Succeeded, Failed or Suspended.")
+    step: int = Field(0, description="Steps completed by every agent (the slowest learner).")
+    steps: int = Field(0, description="Steps to run.")
+    agents: int = Field(0, description="Number of agents.")
+    agent_progress: list[AgentProgress] = Field(default_factory=list, description="Per-agent progress.")
+    conditions: list[Condition] = Field(default_factory=list, description="Standard conditions.")
+    message: str = Field("", description="Why the experiment is in its phase.")
+    start_time: str | None = Field(None, description="When the pods were first created.")
+    completion_time: str | None = Field(None, description="When the experiment finished.")
+    observed_generation: int | None = Field(None, description="Spec generation this status reflects.")

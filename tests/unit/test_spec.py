@@ -1,0 +1,124 @@
+"""The experiment spec: examples validate, bad specs are rejected with the field path named."""
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hacrl_core.spec import SpecError, dump_experiment, load_experiment, parse_experiment
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+
+MINIMAL = {
+    "apiVersion": "hacrl.io/v1alpha1",
+    "kind": "HACRLExperiment",
+    "metadata": {"name": "demo"},
+    "spec": {
+        "agents": [{"name": "small", "model": "tiny://llama-char"}, {"name": "big", "model": "tiny://qwen2-bpe"}],
+        "data": {"train": {"source": "builtin://arithmetic"}},
+    },
+}
+
+
+def with_change(path: str, value):
+    document = copy.deepcopy(MINIMAL)
+    node = document
+    keys = path.split(".")
+    for key in keys[:-1]:
+        node = node[int(key)] if key.isdigit() else node.setdefault(key, {})
+    last = keys[-1]
+    if value is DELETE:
+        del node[last]
+    elif last.isdigit():
+        node[int(last)] = value
+    else:
+        node[last] = value
+    return document
+
+
+DELETE = object()
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_every_example_validates(path):
+    experiment = load_experiment(path)
+    assert experiment.spec.agents
+
+
+def test_defaults_are_the_papers():
+    algorithm = parse_experiment(MINIMAL).spec.algorithm
+    assert (algorithm.name, algorithm.group_size, algorithm.prompts_per_step, algorithm.mini_batch_prompts) == ("hacpo", 8, 128, 64)
+    assert (algorithm.alpha, algorithm.delta, algorithm.delta_step, algorithm.capability_window) == (1.0, 0.2, 0.025, 5)
+    assert algorithm.ratio_bounds == (0.1, 10.0)
+    assert (algorithm.own_clip_low, algorithm.own_clip_high) == (3e-4, 4e-4)
+    assert algorithm.updates_per_step == 2
+
+
+def test_rendered_spec_round_trips():
+    experiment = parse_experiment(MINIMAL)
+    again = parse_experiment(yaml.safe_load(dump_experiment(experiment)))
+    assert again == experiment
+
+
+def test_ablation_switches_map_to_loss_settings():
+    document = with_change("spec.algorithm", {"ablations": {"exponentialImportance": False, "stepwiseClipping": False}})
+    algorithm = parse_experiment(document).spec.algorithm
+    assert algorithm.effective_alpha == 0.0 and algorithm.effective_delta_step == 0.0
+
+
+BAD_SPECS = [
+    ("spec.agents.1.name", "small", "spec.agents[1].name", "duplicate agent name 'small'"),
+    ("spec.agents.0.name", "Big_Model", "spec.agents[0].name", "not a valid agent name"),
+    ("spec.agents.0.model", "  ", "spec.agents[0].model", "must not be empty"),
+    ("spec.agents.0.colour", "red", "spec.agents[0].colour", "unknown field"),
+    ("spec.agents", [{"name": "solo", "model": "tiny://llama-char"}], "spec", "needs at least 2 agents"),
+    ("spec.agents", [], "spec.agents", "at least 1 item"),
+    ("spec.algorithm", {"name": "ppo"}, "spec.algorithm.name", "'hacpo', 'gspo', 'grpo' or 'naive'"),
+    ("spec.algorithm", {"groupSize": 1}, "spec.algorithm.groupSize", "greater than or equal to 2"),
+    ("spec.algorithm", {"groupSize": "eight"}, "spec.algorithm.groupSize", "valid integer"),
+    ("spec.algorithm", {"promptsPerStep": -4}, "spec.algorithm.promptsPerStep", "greater than or equal to 1"),
+    ("spec.algorithm", {"steps": 10**12}, "spec.algorithm.steps", "less than or equal to"),
+    ("spec.algorithm", {"promptsPerStep": 10, "miniBatchPrompts": 4}, "spec.algorithm", "must divide promptsPerStep"),
+    ("spec.algorithm", {"ratioBounds": [2, 10]}, "spec.algorithm.ratioBounds", "0 < low <= 1 <= high"),
+    ("spec.algorithm", {"delta": 1.5}, "spec.algorithm.delta", "less than 1"),
+    ("spec.algorithm", {"name": "gspo", "ablations": {"discrepancyCoefficient": False}}, "spec.algorithm", "ablations apply to hacpo only"),
+    ("spec.data.reward", "fuzzy", "spec.data.reward", "'exact', 'numeric' or 'math'"),
+    ("spec.data.template", "Solve it.", "spec.data.template", "{question}"),
+    ("spec.data.train", DELETE, "spec.data.train", "Field required"),
+    ("spec.store", {"uri": "gs://bucket"}, "spec.store.uri", "use file://path or s3://bucket/prefix"),
+    ("spec.store", {"uri": "s3://"}, "spec.store.uri", "needs a bucket"),
+    ("spec.agents.0.rollout", {"engine": "tgi"}, "spec.agents[0].rollout.engine", "'hf' or 'vllm'"),
+    ("spec.agents.0.learner", {"zeroStage": 4}, "spec.agents[0].learner.zeroStage", "0, 1, 2 or 3"),
+    ("metadata.name", "My Experiment", "metadata.name", "not a valid experiment name"),
+    ("kind", "RayJob", "kind", "'HACRLExperiment'"),
+]
+
+
+@pytest.mark.parametrize("path, value, field, message", BAD_SPECS, ids=[b[2] + ":" + b[3][:20] for b in BAD_SPECS])
+def test_bad_spec_is_rejected_with_field_path(path, value, field, message):
+    with pytest.raises(SpecError) as caught:
+        parse_experiment(with_change(path, value), "bad.yaml")
+    lines = [line for line in caught.value.errors if line.startswith(field + ":")]
+    assert lines, f"no error names {field}: {caught.value.errors}"
+    assert any(message in line for line in lines), caught.value.errors
+
+
+def test_not_a_mapping_is_rejected():
+    with pytest.raises(SpecError, match="expected a mapping"):
+        parse_experiment(["agents"])
+
+
+def test_hacrl_validate_cli_reports_every_problem(tmp_path):
+    bad = with_change("spec.algorithm", {"groupSize": 1, "delta": 2})
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(bad))
+    result = subprocess.run([sys.executable, "-m", "hacrl_core.cli", "validate", str(path)], capture_output=True, text=True)
+    assert result.returncode == 1
+    assert "spec.algorithm.groupSize" in result.stderr and "spec.algorithm.delta" in result.stderr
+    good = subprocess.run([sys.executable, "-m", "hacrl_core.cli", "validate", str(EXAMPLES[0])], capture_output=True, text=True)
+    assert good.returncode == 0, good.stderr
+    assert ": ok" in good.stdout
