@@ -1,0 +1,55 @@
+"""The record every prompt source yields, and the interface sources implement.
+
+A ``Problem`` is tokenizer-neutral: the question is plain text that each agent renders with its own
+template and chat template (``hacrl_core.data.templates``), and ``uid`` is the same for every
+agent, so trajectory rows of different agents for one prompt share the key (DESIGN.md section 3).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One prompt with its verifiable gold answer.
+
+    ``uid`` is stable across processes and machines (no ``hash()``, no wall clock); ``question``
+    is the raw question before any template; ``answer`` is the gold answer as text, checked by a
+    reward function (``hacrl_core.rewards``); ``difficulty`` is 0 when the source does not grade.
+    """
+
+    uid: str
+    question: str
+    answer: str
+    difficulty: int = 0
+
+
+class PromptSource(ABC):
+    """A finite, indexable, deterministic list of problems.
+
+    Readers load eagerly and drop malformed rows, counting each drop under a reason in
+    ``skipped`` (for example ``{"missing_answer": 3}``); they never raise on a bad row. Batching,
+    shuffling and resumption live in ``hacrl_core.data.datasets.iter_batches``, not here.
+    """
+
+    #: A short name for logs and metrics (a file name, or the ``builtin://`` URI).
+    name: str
+
+    def __init__(self) -> None:
+        self.skipped: dict[str, int] = {}
+
+    @abstractmethod
+    def __len__(self) -> int: ...
+
+    @abstractmethod
+    def __getitem__(self, index: int) -> Problem: ...
+
+    def __iter__(self) -> Iterator[Problem]:
+        for index in range(len(self)):
+            yield self[index]
+
+    def _skip(self, reason: str) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + 1

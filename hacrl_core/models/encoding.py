@@ -1,0 +1,100 @@
+"""Token ids of prompts and of rows for a learner, own or cross (DESIGN.md section 2, step 5).
+
+``encode_prompt`` is the one way a rendered prompt becomes ids, for the rollout worker and the
+learner alike (no special tokens added: the chat template already wrote any BOS), so a learner
+rebuilds exactly the prompt ids its rollout worker generated from.
+
+``encode_row_for(tokenizer, prompt_text, response_text, own_token_ids, finish_reason=...)``:
+
+- OWN row (``own_token_ids`` given): ``prompt ids + own_token_ids``, the sampler's response ids
+  unchanged (never a decode/re-encode round trip, which is not the identity for BPE);
+- CROSS row: ``prompt ids + ids of response_text`` encoded by THIS tokenizer with no special
+  tokens added and special-token strings in the text treated as plain text (a response that
+  literally contains ``<|eos|>`` must not end the learner's sequence early), then this
+  tokenizer's EOS when the source finished with ``"stop"``.
+
+Prompt and response are encoded separately and concatenated, so no token spans the boundary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+FINISH_REASONS = ("stop", "length")
+
+
+def encode_prompt(tokenizer: Any, prompt_text: str) -> list[int]:
+    """Ids of a rendered prompt (``hacrl_core.data.templates.render_prompt``), no specials added."""
+    return list(tokenizer(prompt_text, add_special_tokens=False)["input_ids"])
+
+
+def encode_text(tokenizer: Any, text: str) -> list[int]:
+    """Ids of free text with no special tokens added and special-token strings kept as text."""
+    return list(tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+
+
+def encode_row_for(
+    tokenizer: Any,
+    prompt_text: str,
+    response_text: str,
+    own_token_ids: Sequence[int] | None = None,
+    *,
+    finish_reason: str = "stop",
+    max_response_tokens: int | None = None,
+) -> tuple[list[int], list[int]]:
+    """``(input_ids, response_mask)`` of one row for the learner that owns ``tokenizer``.
+
+    Args:
+        tokenizer: the LEARNER's tokenizer.
+        prompt_text: the prompt rendered for this tokenizer (its own chat template).
+        response_text: the response as text (used for cross rows only).
+        own_token_ids: the stored response ids when the row is the learner's own; None for a
+            cross row.
+        finish_reason: ``"stop"`` (the source emitted its EOS: append ours) or ``"length"``
+            (truncated: no EOS). Ignored for own rows, whose ids already hold what was sampled.
+        max_response_tokens: cross rows only: keep at most this many response tokens (EOS
+            included); a cut response gets no EOS.
+
+    Returns:
+        ``input_ids`` (prompt then response) and ``response_mask`` (0 on prompt tokens, 1 on
+        response tokens), both lists of the same length.
+    """
+    if finish_reason not in FINISH_REASONS:
+        raise ValueError(f"finish_reason must be one of {', '.join(FINISH_REASONS)}, got {finish_reason!r}")
+    prompt_ids = encode_prompt(tokenizer, prompt_text)
+    if own_token_ids is not None:
+        response_ids = [int(token) for token in own_token_ids]
+    else:
+        response_ids = encode_text(tokenizer, response_text)
+        if finish_reason == "stop":
+            if tokenizer.eos_token_id is None:
+                raise ValueError("tokenizer has no eos_token_id; cannot mark a stopped cross row")
+            response_ids.append(int(tokenizer.eos_token_id))
+        if max_response_tokens is not None and len(response_ids) > max_response_tokens:
+            response_ids = response_ids[:max_response_tokens]
+    return prompt_ids + response_ids, [0] * len(prompt_ids) + [1] * len(response_ids)
+
+
+def collate(rows: Sequence[tuple[Sequence[int], Sequence[int]]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-pad ``(input_ids, response_mask)`` rows into tensors.
+
+    Returns ``input_ids`` long[N, T] (padding = ``pad_token_id``), ``attention_mask`` long[N, T]
+    (1 on real tokens) and ``response_mask`` long[N, T] (1 on response tokens, 0 on prompt and
+    padding), with T the longest row.
+    """
+    if not rows:
+        raise ValueError("collate needs at least one row")
+    width = max(len(ids) for ids, _ in rows)
+    input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    response_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for index, (ids, mask) in enumerate(rows):
+        if len(ids) != len(mask):
+            raise ValueError(f"row {index}: {len(ids)} ids but {len(mask)} mask entries")
+        input_ids[index, : len(ids)] = torch.tensor(list(ids), dtype=torch.long)
+        attention_mask[index, : len(ids)] = 1
+        response_mask[index, : len(mask)] = torch.tensor(list(mask), dtype=torch.long)
+    return input_ids, attention_mask, response_mask

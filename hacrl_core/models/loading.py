@@ -1,0 +1,76 @@
+"""Load and save a policy (causal LM + its tokenizer) as safetensors directories."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hacrl_core.models.tokenizers import load_tokenizer
+
+
+def load_policy(path: str | Path, *, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> tuple[Any, Any]:
+    """``(model, tokenizer)`` from a directory written by ``save_policy`` or ``save_pretrained``.
+
+    The model is an ``AutoModelForCausalLM`` in ``dtype`` on ``device``, in eval mode (call
+    ``.train()`` to train); the tokenizer is loaded with ``load_tokenizer``.
+    """
+    from transformers import AutoModelForCausalLM
+
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise ValueError(f"{path}: not a model directory (no config.json)")
+    with _no_progress_bars():
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+    model.to(device)
+    model.eval()
+    return model, load_tokenizer(path)
+
+
+@contextmanager
+def _no_progress_bars() -> Iterator[None]:
+    from transformers.utils import logging as hf_logging
+
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
+
+
+def save_pretrained_quietly(model: Any, tokenizer: Any, directory: str | Path) -> None:
+    """``save_pretrained`` of model (safetensors) and tokenizer into ``directory``, no progress bar."""
+    with _no_progress_bars():
+        model.save_pretrained(str(directory), safe_serialization=True)
+        tokenizer.save_pretrained(str(directory))
+
+
+def save_policy(model: Any, tokenizer: Any, path: str | Path) -> Path:
+    """Write model (safetensors) and tokenizer to ``path``, replacing it atomically.
+
+    The files are written to a sibling temporary directory which is then renamed to ``path``; a
+    reader never sees a half-written directory (an existing ``path`` is replaced).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{path.name}-", dir=path.parent))
+    try:
+        save_pretrained_quietly(model, tokenizer, tmp)
+        if path.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".old-{path.name}-", dir=path.parent))
+            os.rename(path, old / path.name)
+            os.rename(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return path

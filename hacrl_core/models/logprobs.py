@@ -1,0 +1,65 @@
+"""Per-token log-probabilities of given sequences under a causal LM (the learner's scorer).
+
+One implementation for pi_old, pi_new and the reference model alike, so the ratio
+``log pi_new - log pi_old`` is never the difference of two differently computed numbers.
+"""
+
+from __future__ import annotations
+
+import torch
+
+#: Rows whose logits are turned to float32 at once; bounds the float32 copy to CHUNK x T x V.
+LOGIT_CHUNK_ROWS = 8
+
+
+def sequence_logprobs(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    response_mask: torch.Tensor,
+) -> torch.Tensor:
+    """Log-probability of each response token given everything before it.
+
+    Args:
+        model: a causal LM returning ``.logits`` [N, T, V].
+        input_ids: long[N, T], prompt then response, padded on either side.
+        attention_mask: [N, T], 1 on real tokens, 0 on padding. Position ids are the count of
+            real tokens before each position, so left padding does not shift positions.
+        response_mask: [N, T], 1 on the tokens to score (response tokens), 0 elsewhere.
+
+    Returns:
+        float32[N, T] aligned with ``input_ids``: entry ``[n, t]`` is
+        ``log p(input_ids[n, t] | input_ids[n, :t])`` where ``response_mask[n, t]`` is 1 (and
+        ``t > 0``), and exactly 0 elsewhere. Computed as ``logits[:, :-1]`` gathered at
+        ``input_ids[:, 1:]`` minus ``logsumexp`` (``log_softmax``) in float32, whatever the
+        model's dtype. Differentiable with respect to the model parameters.
+    """
+    if input_ids.shape != attention_mask.shape or input_ids.shape != response_mask.shape:
+        raise ValueError(
+            f"input_ids {tuple(input_ids.shape)}, attention_mask {tuple(attention_mask.shape)} and "
+            f"response_mask {tuple(response_mask.shape)} must have the same shape [N, T]"
+        )
+    attention_mask = attention_mask.to(input_ids.device)
+    position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False).logits
+    targets = input_ids[:, 1:]
+    pieces = []
+    for start in range(0, logits.shape[0], LOGIT_CHUNK_ROWS):
+        chunk = logits[start : start + LOGIT_CHUNK_ROWS, :-1].float()
+        target = targets[start : start + LOGIT_CHUNK_ROWS].unsqueeze(-1)
+        pieces.append(chunk.gather(-1, target).squeeze(-1) - torch.logsumexp(chunk, dim=-1))
+    token_logprobs = torch.cat(pieces, dim=0)
+    mask = response_mask[:, 1:].to(token_logprobs.device).bool() & attention_mask[:, 1:].bool()
+    token_logprobs = torch.where(mask, token_logprobs, torch.zeros_like(token_logprobs))
+    return torch.cat([torch.zeros_like(token_logprobs[:, :1]), token_logprobs], dim=1)
+
+
+def masked_sum_and_count(values: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row ``(sum of values where mask, number of masked tokens)``, both float32[N].
+
+    Divide the two for the per-sequence mean log-prob of GSPO's ratio (DESIGN.md section 2,
+    step 6); keeping sum and count lets the store carry them and lengths stay in each
+    tokenizer's own space.
+    """
+    mask = mask.to(values.device).float()
+    return (values.float() * mask).sum(-1), mask.sum(-1)

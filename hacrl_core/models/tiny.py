@@ -1,0 +1,387 @@
+"""Tiny offline models (``tiny://<preset>``) with a short supervised warm start.
+
+Each preset fixes an architecture, a size and a tokenizer; presets differ in all three so that a
+two-agent experiment is heterogeneous in the ways HACPO cares about (DESIGN.md section 1):
+
+- ``llama-char``: Llama, character tokenizer, hidden 128, 3 layers, 4 heads (2 kv), 0.60M params;
+- ``qwen2-bpe``: Qwen2, byte-level BPE (384), hidden 96, 4 layers, 4 heads (2 kv), 0.37M params.
+
+Default warm starts (seed 0, difficulty 1-3, 300 held-out problems, greedy, 2 CPU threads):
+``llama-char`` 400 steps, 20-26 s, accuracy about 0.21 (0.37 / 0.14 / 0.06 at difficulty
+1 / 2 / 3); ``qwen2-bpe`` 300 steps, about 13 s, accuracy about 0.26 (0.43 / 0.22 / 0.06).
+
+``build_tiny_model`` initialises the model from ``seed`` and then trains it for ``warmup_steps``
+steps with teacher forcing on ``prompt + gold answer + EOS`` of the built-in arithmetic task (loss
+on the answer and EOS only), so that greedy accuracy on the held-out split starts clearly above 0
+and well below 100%: RL then has signal. More steps make a stronger agent, fewer a weaker one.
+
+The result is saved (safetensors, config, tokenizer, ``hacrl_tiny.json`` with the build record)
+under ``cache_dir/<key>/`` where ``key`` hashes every input of the build, written to a temporary
+directory and renamed into place, so concurrent builders never expose a partial model; a later
+call with the same inputs returns the cached directory without building. Builders on one machine
+take a lock file (``cache_dir/.<key>.lock``) so that only one of them builds.
+
+Same inputs, same weights: the build seeds every random draw, runs on CPU with a fixed number of
+threads (``BUILD_THREADS``) and restores the caller's RNG state and thread count afterwards.
+Bit-identical results across different CPUs or torch versions are not promised (the key includes
+the torch version); to share one initial model between machines, distribute the built directory.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import torch
+
+from hacrl_core.data.arithmetic import ArithmeticTask
+from hacrl_core.data.base import Problem
+from hacrl_core.data.datasets import parse_range
+from hacrl_core.data.templates import ARITHMETIC_TEMPLATE, render_prompt
+from hacrl_core.models.encoding import encode_prompt, encode_text
+from hacrl_core.models.tokenizers import build_bpe_tokenizer, build_char_tokenizer
+
+#: Bump when a change to this module changes what a build produces (invalidates caches).
+BUILD_VERSION = 1
+BUILD_THREADS = 2
+METADATA_FILE = "hacrl_tiny.json"
+DEFAULT_TASK = "builtin://arithmetic?difficulty=1-3&seed=0"
+#: Held-out problems scored after the warm start (recorded in the build record).
+EVAL_PROBLEMS = 100
+BPE_CORPUS_PROBLEMS = 2000
+
+
+@dataclass(frozen=True)
+class TinyPreset:
+    """Architecture, size, tokenizer and warm-start recipe of one ``tiny://`` preset."""
+
+    name: str
+    architecture: str  # "llama" | "qwen2"
+    tokenizer: str  # "char" | "bpe"
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    warmup_steps: int
+    learning_rate: float = 3e-3
+    batch_size: int = 64
+    bpe_vocab_size: int = 384
+    max_position_embeddings: int = 512
+
+
+PRESETS: dict[str, TinyPreset] = {
+    preset.name: preset
+    for preset in (
+        TinyPreset(
+            "llama-char",
+            "llama",
+            "char",
+            hidden_size=128,
+            intermediate_size=384,
+            num_layers=3,
+            num_heads=4,
+            num_kv_heads=2,
+            warmup_steps=400,
+        ),
+        TinyPreset(
+            "qwen2-bpe", "qwen2", "bpe", hidden_size=96, intermediate_size=192, num_layers=4, num_heads=4, num_kv_heads=2, warmup_steps=300
+        ),
+    )
+}
+
+#: Query parameters a ``tiny://`` URI may carry.
+URI_PARAMS = ("seed", "warmup_steps", "difficulty", "data_seed")
+
+
+def get_preset(name: str) -> TinyPreset:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown tiny preset {name!r}; valid: {', '.join(sorted(PRESETS))}") from None
+
+
+def parse_tiny_uri(uri: str) -> dict[str, Any]:
+    """``tiny://<preset>?seed=N&warmup_steps=N&difficulty=1-3&data_seed=N`` -> build arguments.
+
+    Returns ``{"preset", "seed", "warmup_steps", "task_spec"}`` (``warmup_steps`` None means the
+    preset's default). Unknown presets or parameters raise ``ValueError`` naming the valid ones.
+    """
+    parsed = urlparse(uri)
+    if parsed.scheme != "tiny":
+        raise ValueError(f"not a tiny:// URI: {uri!r}")
+    preset = get_preset(parsed.netloc).name
+    query = {key: values[-1] for key, values in parse_qs(parsed.query).items()}
+    unknown = sorted(set(query) - set(URI_PARAMS))
+    if unknown:
+        raise ValueError(f"{uri!r}: unknown parameter(s) {', '.join(unknown)}; valid: {', '.join(URI_PARAMS)}")
+    try:
+        seed = int(query.get("seed", "0"))
+        warmup_steps = int(query["warmup_steps"]) if "warmup_steps" in query else None
+        low, high = parse_range(query.get("difficulty", "1-3"))
+        data_seed = int(query.get("data_seed", "0"))
+    except ValueError as error:
+        raise ValueError(f"{uri!r}: {error}") from None
+    if warmup_steps is not None and warmup_steps < 0:
+        raise ValueError(f"{uri!r}: warmup_steps must be >= 0, got {warmup_steps}")
+    task_spec = f"builtin://arithmetic?difficulty={low}-{high}&seed={data_seed}"
+    return {"preset": preset, "seed": seed, "warmup_steps": warmup_steps, "task_spec": task_spec}
+
+
+def _task(task_spec: str, split: str) -> ArithmeticTask:
+    parsed = urlparse(task_spec)
+    if parsed.scheme != "builtin" or parsed.netloc != "arithmetic":
+        raise ValueError(f"tiny models warm-start on builtin://arithmetic only, got {task_spec!r}")
+    query = {key: values[-1] for key, values in parse_qs(parsed.query).items()}
+    unknown = sorted(set(query) - {"difficulty", "seed"})
+    if unknown:
+        raise ValueError(f"{task_spec!r}: unknown parameter(s) {', '.join(unknown)}; valid: difficulty, seed")
+    return ArithmeticTask(difficulty=parse_range(query.get("difficulty", "1-3")), seed=int(query.get("seed", "0")), split=split, size=10**9)
+
+
+def cache_key(preset: TinyPreset, seed: int, task_spec: str) -> str:
+    """Directory name of a build: preset name plus a hash of every input of the build."""
+    record = {
+        "build_version": BUILD_VERSION,
+        "preset": asdict(preset),
+        "seed": seed,
+        "task_spec": task_spec,
+        "torch": torch.__version__,
+    }
+    digest = hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:16]
+    return f"{preset.name}-{digest}"
+
+
+def build_tiny_model(
+    preset: str,
+    seed: int = 0,
+    cache_dir: str | Path = ".hacrl-cache/models",
+    warmup_steps: int | None = None,
+    task_spec: str | None = None,
+) -> Path:
+    """Directory of the tiny model ``preset`` built from ``seed`` (cached; see module docstring).
+
+    Args:
+        preset: a name from ``PRESETS``.
+        seed: initialisation and data-order seed.
+        cache_dir: where builds are kept; created if missing.
+        warmup_steps: supervised steps (None: the preset's default; 0: untrained).
+        task_spec: ``builtin://arithmetic?difficulty=lo-hi&seed=N`` to warm-start on
+            (default ``DEFAULT_TASK``).
+    """
+    spec = get_preset(preset)
+    if warmup_steps is not None:
+        spec = replace(spec, warmup_steps=int(warmup_steps))
+    task_spec = task_spec or DEFAULT_TASK
+    _task(task_spec, "train")  # validate before doing anything
+    cache_dir = Path(cache_dir)
+    target = cache_dir / cache_key(spec, seed, task_spec)
+    if (target / METADATA_FILE).is_file():
+        return target
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    # Processes on one machine (an agent's rollout and learner workers) wait for one build
+    # instead of each spending the CPU; the rename below stays the guarantee across machines.
+    with open(cache_dir / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / METADATA_FILE).is_file():
+            return target
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=cache_dir))
+        try:
+            _build_into(tmp, spec, seed, task_spec)
+            try:
+                os.rename(tmp, target)
+            except OSError:
+                if not (target / METADATA_FILE).is_file():  # not a lost race: a real failure
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _build_into(directory: Path, spec: TinyPreset, seed: int, task_spec: str) -> None:
+    started = time.perf_counter()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(BUILD_THREADS)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            train = _task(task_spec, "train")
+            tokenizer = _make_tokenizer(spec, train)
+            model = _make_model(spec, tokenizer)
+            losses = warm_start(
+                model, tokenizer, train, steps=spec.warmup_steps, batch_size=spec.batch_size, lr=spec.learning_rate, seed=seed
+            )
+            trained_s = time.perf_counter() - started
+            eval_problems = [_task(task_spec, "eval").problem(i) for i in range(EVAL_PROBLEMS)]
+            accuracy = greedy_accuracy(model, tokenizer, eval_problems)
+    finally:
+        torch.set_num_threads(threads)
+    from hacrl_core.models.loading import save_pretrained_quietly
+
+    save_pretrained_quietly(model, tokenizer, directory)
+    record = {
+        "preset": asdict(spec),
+        "seed": seed,
+        "task_spec": task_spec,
+        "build_version": BUILD_VERSION,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "final_loss": losses[-1] if losses else None,
+        "eval_accuracy": accuracy,
+        "eval_problems": len(eval_problems),
+        "warm_start_seconds": round(trained_s, 2),
+        "build_seconds": round(time.perf_counter() - started, 2),
+        "torch": torch.__version__,
+    }
+    (directory / METADATA_FILE).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+
+
+def _make_tokenizer(spec: TinyPreset, train: ArithmeticTask) -> Any:
+    if spec.tokenizer == "char":
+        return build_char_tokenizer()
+    if spec.tokenizer == "bpe":
+        corpus = [f"{p.question}{p.answer}" for p in (train.problem(i) for i in range(BPE_CORPUS_PROBLEMS))]
+        return build_bpe_tokenizer(corpus, vocab_size=spec.bpe_vocab_size)
+    raise ValueError(f"preset {spec.name}: unknown tokenizer kind {spec.tokenizer!r}; valid: char, bpe")
+
+
+def _make_model(spec: TinyPreset, tokenizer: Any) -> torch.nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    common = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_kv_heads,
+        max_position_embeddings=spec.max_position_embeddings,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    if spec.architecture == "llama":
+        model = LlamaForCausalLM(LlamaConfig(**common))
+    elif spec.architecture == "qwen2":
+        model = Qwen2ForCausalLM(Qwen2Config(**common))
+    else:
+        raise ValueError(f"preset {spec.name}: unknown architecture {spec.architecture!r}; valid: llama, qwen2")
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.bos_token_id = tokenizer.bos_token_id
+    return model
+
+
+def supervised_rows(
+    tokenizer: Any, problems: Sequence[Problem], template: str = ARITHMETIC_TEMPLATE
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded ``(input_ids, attention_mask, labels)`` of ``prompt + answer + EOS``.
+
+    ``labels`` is -100 on prompt and padding, so the loss covers the answer and EOS only.
+    """
+    rows = []
+    for problem in problems:
+        prompt = encode_prompt(tokenizer, render_prompt(tokenizer, problem.question, template))
+        answer = encode_text(tokenizer, problem.answer) + [tokenizer.eos_token_id]
+        rows.append((prompt + answer, [-100] * len(prompt) + answer))
+    width = max(len(ids) for ids, _ in rows)
+    input_ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    labels = torch.full((len(rows), width), -100, dtype=torch.long)
+    for index, (ids, target) in enumerate(rows):
+        input_ids[index, : len(ids)] = torch.tensor(ids)
+        attention_mask[index, : len(ids)] = 1
+        labels[index, : len(ids)] = torch.tensor(target)
+    return input_ids, attention_mask, labels
+
+
+def warm_start(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    task: ArithmeticTask,
+    *,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+) -> list[float]:
+    """Teacher-forced training on the task's train split; returns the loss of every step.
+
+    AdamW (betas 0.9/0.98, no weight decay), linear warm-up over the first 10% of steps then
+    cosine decay to 10% of ``lr``, gradient norm clipped to 1.0. Batch ``s`` holds problems
+    ``seed * 10**6 + s * batch_size + i`` of the split, so the data order follows ``seed`` too.
+    """
+    if steps == 0:
+        return []
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.0)
+    warmup = max(1, steps // 10)
+
+    def schedule(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, steps - warmup)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    offset = seed * 10**6
+    losses = []
+    for step in range(steps):
+        problems = [task.problem(offset + step * batch_size + i) for i in range(batch_size)]
+        input_ids, attention_mask, labels = supervised_rows(tokenizer, problems)
+        loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        losses.append(float(loss.detach()))
+    model.eval()
+    return losses
+
+
+@torch.no_grad()
+def generate_greedy(model: torch.nn.Module, tokenizer: Any, prompts: Sequence[str], max_new_tokens: int = 8) -> list[str]:
+    """Greedy completions (text, special tokens removed) of rendered ``prompts``, left-padded batch."""
+    encoded = [encode_prompt(tokenizer, prompt) for prompt in prompts]
+    width = max(len(ids) for ids in encoded)
+    pad = tokenizer.pad_token_id
+    input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in encoded], dtype=torch.long)
+    attention_mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in encoded], dtype=torch.long)
+    was_training = model.training
+    model.eval()
+    output = model.generate(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        pad_token_id=pad,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    model.train(was_training)
+    return tokenizer.batch_decode(output[:, width:], skip_special_tokens=True)
+
+
+def greedy_accuracy(model: torch.nn.Module, tokenizer: Any, problems: Sequence[Problem], template: str = ARITHMETIC_TEMPLATE) -> float:
+    """Share of ``problems`` whose greedy completion the ``exact`` reward accepts."""
+    from hacrl_core.rewards.simple import exact_reward
+
+    prompts = [render_prompt(tokenizer, problem.question, template) for problem in problems]
+    completions = generate_greedy(model, tokenizer, prompts)
+    return sum(exact_reward(text, problem.answer) for text, problem in zip(completions, problems, strict=True)) / len(problems)
+
+
+def read_build_record(path: str | Path) -> dict[str, Any]:
+    """The ``hacrl_tiny.json`` build record of a tiny model directory."""
+    return json.loads((Path(path) / METADATA_FILE).read_text())

@@ -1,0 +1,85 @@
+"""sequence_logprobs: golden per-row values, padding on either side, masks, dtype, gradients."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hacrl_core.models.logprobs import masked_sum_and_count, sequence_logprobs
+from hacrl_core.models.tiny import _make_model, get_preset
+
+ROWS = [([1, 20, 21, 22, 30, 31, 2], 4), ([1, 25, 26, 40, 2], 3), ([1, 27, 50, 51, 52, 53, 54, 55, 2], 2)]  # (ids, prompt length)
+
+
+@pytest.fixture(scope="module")
+def model(char_tokenizer):
+    torch.manual_seed(0)
+    return _make_model(get_preset("llama-char"), char_tokenizer).eval()
+
+
+def _reference(model, ids: list[int], prompt_len: int) -> torch.Tensor:
+    """Unpadded, one row at a time, float64 log_softmax: the definition."""
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ids])).logits[0].double()
+    logp = torch.log_softmax(logits[:-1], dim=-1).gather(-1, torch.tensor(ids[1:]).unsqueeze(-1)).squeeze(-1)
+    out = torch.zeros(len(ids), dtype=torch.float64)
+    out[prompt_len:] = logp[prompt_len - 1 :]
+    return out
+
+
+def _batch(rows, pad: int, left: bool):
+    width = max(len(ids) for ids, _ in rows)
+    input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    attention = torch.zeros_like(input_ids)
+    response = torch.zeros_like(input_ids)
+    for i, (ids, prompt_len) in enumerate(rows):
+        start = width - len(ids) if left else 0
+        input_ids[i, start : start + len(ids)] = torch.tensor(ids)
+        attention[i, start : start + len(ids)] = 1
+        response[i, start + prompt_len : start + len(ids)] = 1
+    return input_ids, attention, response
+
+
+@pytest.mark.parametrize("left", [False, True])
+def test_matches_the_unpadded_definition(model, char_tokenizer, left: bool) -> None:
+    input_ids, attention, response = _batch(ROWS, char_tokenizer.pad_token_id, left)
+    with torch.no_grad():
+        got = sequence_logprobs(model, input_ids, attention, response)
+    assert got.dtype == torch.float32 and got.shape == input_ids.shape
+    width = input_ids.shape[1]
+    for i, (ids, prompt_len) in enumerate(ROWS):
+        start = width - len(ids) if left else 0
+        expected = _reference(model, ids, prompt_len).float()
+        torch.testing.assert_close(got[i, start : start + len(ids)], expected, atol=2e-5, rtol=1e-5)
+        assert torch.all(got[i, :start] == 0) and torch.all(got[i, start + len(ids) :] == 0)
+
+
+def test_masked_positions_are_exactly_zero_whatever_the_ids(model, char_tokenizer) -> None:
+    input_ids, attention, response = _batch(ROWS, char_tokenizer.pad_token_id, left=False)
+    with torch.no_grad():
+        base = sequence_logprobs(model, input_ids, attention, response)
+        garbage = input_ids.clone()
+        garbage[attention == 0] = 50  # sentinel tokens in padding slots
+        assert torch.equal(sequence_logprobs(model, garbage, attention, response), base)
+    assert torch.all(base[response == 0] == 0)
+    assert torch.all(base[response == 1] < 0)
+
+
+def test_gradients_flow_and_bf16_models_give_float32(model, char_tokenizer) -> None:
+    input_ids, attention, response = _batch(ROWS, char_tokenizer.pad_token_id, left=False)
+    logp = sequence_logprobs(model, input_ids, attention, response)
+    total, count = masked_sum_and_count(logp, response)
+    assert count.tolist() == [3.0, 2.0, 7.0]
+    (total / count).sum().backward()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert grads and any(g.abs().sum() > 0 for g in grads)
+    model.zero_grad(set_to_none=True)
+    half = _make_model(get_preset("llama-char"), char_tokenizer).to(torch.bfloat16)
+    with torch.no_grad():
+        assert sequence_logprobs(half, input_ids, attention, response).dtype == torch.float32
+
+
+def test_shape_mismatch_is_rejected(model) -> None:
+    ids = torch.ones((2, 4), dtype=torch.long)
+    with pytest.raises(ValueError, match="must have the same shape"):
+        sequence_logprobs(model, ids, ids, torch.ones((2, 3)))
