@@ -1,0 +1,253 @@
+"""Pure builders of the objects the operator creates: manifest dicts, no I/O.
+
+Per experiment: one ConfigMap with the rendered spec; per agent: a rollout Pod and a learner Pod
+running the same worker entry points as `hacrl run` (DESIGN.md sections 1 and 4).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from hacrl_core.spec import API_GROUP, API_VERSION, KIND, Experiment, dump_experiment
+from hacrl_operator.config import OperatorConfig
+
+ROLES = ("rollout", "learner")
+
+LABEL_EXPERIMENT = f"{API_GROUP}/experiment"
+LABEL_AGENT = f"{API_GROUP}/agent"
+LABEL_ROLE = f"{API_GROUP}/role"
+
+SPEC_MOUNT = "/etc/hacrl"
+SPEC_FILE = "spec.yaml"
+SPEC_PATH = f"{SPEC_MOUNT}/{SPEC_FILE}"
+WORK_DIR = "/var/lib/hacrl"  # working directory: relative file:// stores land here
+CACHE_DIR = "/var/cache/hacrl"  # HF, torch and triton caches (root filesystem is read-only)
+
+# The only keys ever read from `spec.store.credentialsSecret` (by reference, never copied).
+CREDENTIAL_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+
+
+def configmap_name(experiment: str) -> str:
+    return f"{experiment}-spec"
+
+
+def pod_name(experiment: str, agent: str, role: str) -> str:
+    return f"{experiment}-{agent}-{role}"
+
+
+def experiment_labels(experiment: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "hacrl",
+        "app.kubernetes.io/managed-by": "hacrl-operator",
+        "app.kubernetes.io/instance": experiment,
+        LABEL_EXPERIMENT: experiment,
+    }
+
+
+def pod_labels(experiment: str, agent: str, role: str) -> dict[str, str]:
+    return {**experiment_labels(experiment), "app.kubernetes.io/component": role, LABEL_AGENT: agent, LABEL_ROLE: role}
+
+
+def owner_reference(body: dict[str, Any]) -> dict[str, Any]:
+    """The owner reference of a child of experiment ``body`` (garbage-collected with it)."""
+    metadata = body["metadata"]
+    return {
+        "apiVersion": f"{API_GROUP}/{API_VERSION}",
+        "kind": KIND,
+        "name": metadata["name"],
+        "uid": metadata["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def experiment_from_body(body: dict[str, Any]) -> dict[str, Any]:
+    """The document `parse_experiment` reads, from a custom resource's body.
+
+    Only name and namespace of the metadata are kept: uid, resourceVersion, annotations and
+    managed fields change all the time and are no part of the experiment.
+    """
+    metadata = body.get("metadata") or {}
+    return {
+        "apiVersion": body.get("apiVersion", f"{API_GROUP}/{API_VERSION}"),
+        "kind": body.get("kind", KIND),
+        "metadata": {k: metadata[k] for k in ("name", "namespace") if metadata.get(k) is not None},
+        "spec": body.get("spec"),
+    }
+
+
+def build_configmap(experiment: Experiment, owner: dict[str, Any]) -> dict[str, Any]:
+    name = experiment.name
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": configmap_name(name),
+            "namespace": owner["metadata"]["namespace"],
+            "labels": experiment_labels(name),
+            "ownerReferences": [owner_reference(owner)],
+        },
+        "data": {SPEC_FILE: dump_experiment(experiment)},
+    }
+
+
+def worker_env(experiment: Experiment, agent: str, role: str) -> list[dict[str, Any]]:
+    spec = experiment.spec
+    env: list[dict[str, Any]] = [
+        {"name": "HACRL_EXPERIMENT", "value": experiment.name},
+        {"name": "HACRL_AGENT", "value": agent},
+        {"name": "HACRL_ROLE", "value": role},
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "HACRL_METRICS_BIND", "value": "0.0.0.0"},
+        {"name": "HACRL_METRICS_PORT", "value": str(spec.metrics.port)},
+        {"name": "HOME", "value": "/tmp"},
+        {"name": "XDG_CACHE_HOME", "value": CACHE_DIR},
+        {"name": "HF_HOME", "value": f"{CACHE_DIR}/huggingface"},
+        {"name": "TORCH_EXTENSIONS_DIR", "value": f"{CACHE_DIR}/torch_extensions"},
+        {"name": "TRITON_CACHE_DIR", "value": f"{CACHE_DIR}/triton"},
+    ]
+    if spec.store.endpoint:
+        env.append({"name": "HACRL_S3_ENDPOINT", "value": spec.store.endpoint})
+    if spec.store.region:
+        env.append({"name": "AWS_REGION", "value": spec.store.region})
+    if spec.store.credentials_secret:
+        for key in CREDENTIAL_KEYS:
+            env.append({
+                "name": key,
+                "valueFrom": {"secretKeyRef": {"name": spec.store.credentials_secret, "key": key}},
+            })
+    return env
+
+
+def build_pod(
+    experiment: Experiment, agent: str, role: str, owner: dict[str, Any], config: OperatorConfig
+) -> dict[str, Any]:
+    """The Pod of ``role`` ("rollout" or "learner") of ``agent``.
+
+    Restarts are the operator's (``restartPolicy: Never``): a failed worker shows up as a Failed
+    pod, which the operator replaces and counts against ``spec.restartLimit``.
+    """
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+    spec = experiment.spec
+    agent_spec = spec.agent(agent)
+    name = experiment.name
+    port = spec.metrics.port
+    image = getattr(spec.images, role) or getattr(config, f"{role}_image")
+
+    container: dict[str, Any] = {
+        "name": role,
+        "image": image,
+        "imagePullPolicy": spec.images.pull_policy,
+        "command": ["hacrl", "worker", role, "--spec", SPEC_PATH, "--agent", agent],
+        "workingDir": WORK_DIR,
+        "env": worker_env(experiment, agent, role),
+        "securityContext": {
+            "runAsNonRoot": True,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "volumeMounts": [
+            {"name": "spec", "mountPath": SPEC_MOUNT, "readOnly": True},
+            {"name": "tmp", "mountPath": "/tmp"},
+            {"name": "cache", "mountPath": CACHE_DIR},
+            {"name": "work", "mountPath": WORK_DIR},
+            {"name": "dshm", "mountPath": "/dev/shm"},
+        ],
+    }
+    resources = getattr(agent_spec.resources, role)
+    if resources:  # requests/limits, e.g. {limits: {nvidia.com/gpu: 1}}
+        container["resources"] = copy.deepcopy(resources)
+    annotations: dict[str, str] = {}
+    if port:
+        container["ports"] = [{"name": "metrics", "containerPort": port, "protocol": "TCP"}]
+        annotations = {"prometheus.io/scrape": "true", "prometheus.io/port": str(port), "prometheus.io/path": "/metrics"}
+
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "enableServiceLinks": False,
+        "automountServiceAccountToken": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": config.run_as_user,
+            "runAsGroup": config.run_as_user,
+            "fsGroup": config.run_as_user,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container],
+        "volumes": [
+            {"name": "spec", "configMap": {"name": configmap_name(name), "items": [{"key": SPEC_FILE, "path": SPEC_FILE}]}},
+            {"name": "tmp", "emptyDir": {}},
+            {"name": "cache", "emptyDir": {}},
+            {"name": "work", "emptyDir": {}},
+            {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+        ],
+    }
+    scheduling = spec.scheduling
+    if scheduling.node_selector:
+        pod_spec["nodeSelector"] = dict(scheduling.node_selector)
+    if scheduling.tolerations:
+        pod_spec["tolerations"] = copy.deepcopy(scheduling.tolerations)
+    if scheduling.affinity:
+        pod_spec["affinity"] = copy.deepcopy(scheduling.affinity)
+    if scheduling.priority_class_name:
+        pod_spec["priorityClassName"] = scheduling.priority_class_name
+    if scheduling.scheduler_name:
+        pod_spec["schedulerName"] = scheduling.scheduler_name
+
+    override = getattr(agent_spec.pod_template, role)
+    if override:
+        pod_spec = merge_pod_spec(pod_spec, override)
+
+    metadata: dict[str, Any] = {
+        "name": pod_name(name, agent, role),
+        "namespace": owner["metadata"]["namespace"],
+        "labels": pod_labels(name, agent, role),
+        "ownerReferences": [owner_reference(owner)],
+    }
+    if annotations:
+        metadata["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+
+
+# Lists of named items are merged item by item (by "name"), as a strategic merge patch does;
+# other lists are replaced; a None value removes the key.
+_MERGE_BY_NAME = {"containers", "initContainers", "volumes", "volumeMounts", "env", "ports", "imagePullSecrets"}
+
+
+def merge_pod_spec(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """``override`` (a partial pod spec from ``spec.agents[].podTemplate.<role>``) merged into ``base``.
+
+    Dicts merge recursively; lists of named items (containers, volumes, env, volumeMounts, ports)
+    merge by ``name`` so an override can add a sidecar, a volume or one env var, or change one
+    field of the worker container (named after its role); a volume of the same name is replaced
+    (e.g. ``cache`` by a PersistentVolumeClaim); other lists replace; ``null`` deletes.
+    """
+    return _merge(copy.deepcopy(base), copy.deepcopy(override))
+
+
+def _merge(base: Any, override: Any, key: str | None = None) -> Any:
+    if isinstance(base, dict) and isinstance(override, dict):
+        for k, v in override.items():
+            if v is None:
+                base.pop(k, None)
+            elif k in base:
+                base[k] = _merge(base[k], v, k)
+            else:
+                base[k] = v
+        return base
+    if key in _MERGE_BY_NAME and isinstance(base, list) and isinstance(override, list):
+        merged = list(base)
+        index = {item.get("name"): i for i, item in enumerate(merged) if isinstance(item, dict)}
+        for item in override:
+            name = item.get("name") if isinstance(item, dict) else None
+            if name is not None and name in index:
+                # A volume's source is one-of (Kubernetes' retainKeys): the override replaces it.
+                merged[index[name]] = item if key == "volumes" else _merge(merged[index[name]], item)
+            else:
+                merged.append(item)
+        return merged
+    return override

@@ -1,0 +1,132 @@
+"""Operator settings, read once from the environment.
+
+Every setting has one environment variable; a bad value raises ``ConfigError`` naming the
+variable, the value and what is expected, so a crash-looping operator pod says what to fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping
+
+from hacrl_core import __version__ as _HACRL_VERSION
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_IMAGE = re.compile(r"^[^\s]+$")
+
+DEFAULT_ROLLOUT_IMAGE = f"ghcr.io/hacrl/hacrl-rollout:{_HACRL_VERSION}"
+DEFAULT_LEARNER_IMAGE = f"ghcr.io/hacrl/hacrl-learner:{_HACRL_VERSION}"
+
+FINALIZER = "hacrl.io/cleanup"
+
+
+class ConfigError(ValueError):
+    """A bad operator setting; the message names the environment variable and its value."""
+
+
+@dataclasses.dataclass(frozen=True)
+class OperatorConfig:
+    # Default images of the worker pods; `spec.images` of an experiment overrides them.
+    rollout_image: str = DEFAULT_ROLLOUT_IMAGE
+    learner_image: str = DEFAULT_LEARNER_IMAGE
+    # Namespaces watched; empty = all namespaces (HACRL_WATCH_NAMESPACES="" or "*").
+    namespaces: tuple[str, ...] = ()
+    # Port of the operator's own Prometheus metrics (0 disables them).
+    metrics_port: int = 8081
+    # Liveness endpoint served by kopf (`/healthz`); port 0 disables it.
+    health_port: int = 8080
+    # Seconds between two periodic reconciles of one experiment (progress heartbeats live in the
+    # store, which sends no events); pod events reconcile at once in between.
+    reconcile_interval: float = 10.0
+    # Watch-stream timeouts (kopf `settings.watching`): without them a watch whose TCP
+    # connection silently died is never re-established and the operator stalls.
+    watch_server_timeout: int = 300
+    watch_client_timeout: int = 330
+    watch_connect_timeout: int = 30
+    # Kubernetes API access: a kubeconfig file, else the in-cluster service account.
+    kubeconfig: str | None = None
+    # User and group the worker containers run as (non-root).
+    run_as_user: int = 1000
+
+    @property
+    def clusterwide(self) -> bool:
+        return not self.namespaces
+
+    def watches(self, namespace: str | None) -> bool:
+        return self.clusterwide or namespace in self.namespaces
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorConfig:
+        env = os.environ if env is None else env
+        defaults = cls()
+        server_timeout = _int(env, "HACRL_WATCH_SERVER_TIMEOUT", defaults.watch_server_timeout, low=1)
+        return cls(
+            rollout_image=_image(env, "HACRL_ROLLOUT_IMAGE", defaults.rollout_image),
+            learner_image=_image(env, "HACRL_LEARNER_IMAGE", defaults.learner_image),
+            namespaces=_namespaces(env, "HACRL_WATCH_NAMESPACES"),
+            metrics_port=_int(env, "HACRL_OPERATOR_METRICS_PORT", defaults.metrics_port, low=0, high=65535),
+            health_port=_int(env, "HACRL_OPERATOR_HEALTH_PORT", defaults.health_port, low=0, high=65535),
+            reconcile_interval=_seconds(env, "HACRL_RECONCILE_INTERVAL", defaults.reconcile_interval),
+            watch_server_timeout=server_timeout,
+            watch_client_timeout=_int(env, "HACRL_WATCH_CLIENT_TIMEOUT", server_timeout + 30, low=server_timeout + 1),
+            watch_connect_timeout=_int(env, "HACRL_WATCH_CONNECT_TIMEOUT", defaults.watch_connect_timeout, low=1),
+            kubeconfig=env.get("KUBECONFIG") or None,
+            run_as_user=_int(env, "HACRL_POD_RUN_AS_USER", defaults.run_as_user, low=1),
+        )
+
+
+def _raw(env: Mapping[str, str], name: str) -> str | None:
+    value = env.get(name)
+    return None if value is None or value.strip() == "" else value.strip()
+
+
+def _int(env: Mapping[str, str], name: str, default: int, *, low: int | None = None, high: int | None = None) -> int:
+    raw = _raw(env, name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not an integer (default {default})") from None
+    if (low is not None and value < low) or (high is not None and value > high):
+        bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise ConfigError(f"{name}={raw!r} is out of range: must be {bounds} (default {default})")
+    return value
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = _raw(env, name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number of seconds (default {default})") from None
+    if not value > 0:
+        raise ConfigError(f"{name}={raw!r} must be a positive number of seconds (default {default})")
+    return value
+
+
+def _image(env: Mapping[str, str], name: str, default: str) -> str:
+    raw = _raw(env, name)
+    if raw is None:
+        return default
+    if not _IMAGE.match(raw):
+        raise ConfigError(f"{name}={raw!r} is not a container image reference (e.g. {default})")
+    return raw
+
+
+def _namespaces(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    raw = _raw(env, name)
+    if raw is None or raw == "*":
+        return ()
+    names = tuple(dict.fromkeys(part.strip() for part in raw.split(",") if part.strip()))
+    bad = [n for n in names if len(n) > 63 or not _DNS_LABEL.match(n)]
+    if bad or not names:
+        raise ConfigError(
+            f"{name}={raw!r}: {', '.join(map(repr, bad)) or 'empty list'} is not a namespace name; "
+            "give a comma-separated list of namespaces, or leave it empty (or '*') for all namespaces"
+        )
+    return names

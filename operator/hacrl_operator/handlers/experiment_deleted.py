@@ -1,0 +1,50 @@
+"""An experiment is being deleted: delete its store prefix when its cleanup policy says so.
+
+Children (ConfigMap, pods) go by owner references (Kubernetes' garbage collector). The store is
+outside the cluster, so it needs a finalizer, which kopf adds only to experiments whose
+``spec.cleanup`` mentions ``delete-store`` (the ``when`` filter). The handler gives up after a
+few retries, so an unreachable store cannot block the deletion (and its namespace) forever; if
+the operator itself is gone, see docs/operator.md for removing the finalizer by hand.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from hacrl_core.spec import API_GROUP, API_VERSION, PLURAL
+from hacrl_operator.config import OperatorConfig
+from hacrl_operator.handlers.reconcile import Reconciler
+from hacrl_operator.status import cleanup_action
+
+
+def needs_store_cleanup(spec: Any) -> bool:
+    cleanup = (spec or {}).get("cleanup") or {}
+    return "delete-store" in (cleanup.get("onSuccess"), cleanup.get("onFailure"))
+
+
+def register_experiment_deleted(registry: kopf.OperatorRegistry, config: OperatorConfig, reconciler: Reconciler) -> None:
+    def wanted(namespace: str | None, spec: Any, **_: Any) -> bool:
+        return config.watches(namespace) and needs_store_cleanup(spec)
+
+    @kopf.on.delete(API_GROUP, API_VERSION, PLURAL, registry=registry, when=wanted, retries=5, backoff=5)
+    def experiment_deleted(body: Any, namespace: str, name: str, status: Any, logger: Any, **_: Any) -> None:
+        reconciler.forget(namespace, name)
+        body = dict(body)
+        experiment, errors = reconciler.parse(body)
+        if experiment is None:
+            logger.warning("experiment %s/%s has an invalid spec; its store is left alone: %s", namespace, name, errors)
+            return
+        phase = (status or {}).get("phase")
+        action = cleanup_action(experiment, phase)
+        if action != "delete-store":
+            return
+        for condition in (status or {}).get("conditions") or []:
+            if condition.get("type") == "CleanedUp" and condition.get("reason") == "StoreDeleted" and condition.get("status") == "True":
+                return
+        try:
+            deleted = reconciler.store(experiment).delete_experiment()
+        except Exception as error:
+            raise kopf.TemporaryError(f"cannot delete the store prefix of {name} in {experiment.spec.store.uri}: {error}", delay=5) from error
+        logger.info("deleted %s objects of %s from %s (cleanup policy %s, phase %s)", deleted, name, experiment.spec.store.uri, action, phase)

@@ -1,0 +1,85 @@
+"""Operator-wide activities: settings, login, metrics server, periodic ticker, liveness probe."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import kopf
+
+from hacrl_operator.config import FINALIZER, OperatorConfig
+from hacrl_operator.handlers.reconcile import Reconciler
+from hacrl_operator.handlers.ticker import Ticker
+from hacrl_operator.kube import Kube, load_configuration
+
+logger = logging.getLogger("hacrl_operator")
+
+
+def configure_settings(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
+    """The kopf settings, each with the reason it is set."""
+    # Watch timeouts: without them a watch stream whose connection died silently (a load
+    # balancer or NAT dropping idle TCP) is never re-opened and the operator stops seeing events
+    # while looking healthy. https://kopf.readthedocs.io/en/stable/configuration/#api-timeouts
+    settings.watching.server_timeout = config.watch_server_timeout
+    settings.watching.client_timeout = config.watch_client_timeout
+    settings.watching.connect_timeout = config.watch_connect_timeout
+    # Our own finalizer name (added only to experiments whose cleanup deletes the store).
+    settings.persistence.finalizer = FINALIZER
+    # kopf's bookkeeping in annotations of our group, so `status` holds only what the CRD
+    # declares and the operator writes (kopf's default also writes status.kopf).
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="hacrl.io")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="hacrl.io", key="last-handled-configuration")
+    # One replica (the chart runs one): no peering objects needed.
+    settings.peering.standalone = True
+    # The operator posts its own Events for every transition; kopf adds only warnings and errors
+    # (e.g. a handler that failed permanently on an invalid spec).
+    settings.posting.level = logging.WARNING
+
+
+def register_lifecycle(registry: kopf.OperatorRegistry, config: OperatorConfig, reconciler: Reconciler) -> None:
+    ticker = Ticker(reconciler, config.reconcile_interval)
+    started = {"at": 0.0}
+
+    @kopf.on.login(registry=registry)
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        configuration = load_configuration(config)
+        if reconciler.kube is not None:
+            reconciler.kube.close()
+        reconciler.kube = Kube(configuration)
+        header = configuration.get_api_key_with_prefix("BearerToken") or configuration.get_api_key_with_prefix("authorization")
+        parts = header.split(" ", 1) if header else []
+        scheme, token = (None, None) if not parts else (None, parts[0]) if len(parts) == 1 else (parts[0], parts[1])
+        return kopf.ConnectionInfo(
+            server=configuration.host,
+            ca_path=configuration.ssl_ca_cert,
+            insecure=not configuration.verify_ssl,
+            username=configuration.username or None,
+            password=configuration.password or None,
+            scheme=scheme,
+            token=token,
+            certificate_path=configuration.cert_file,
+            private_key_path=configuration.key_file,
+        )
+
+    @kopf.on.startup(registry=registry)
+    def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+        configure_settings(settings, config)
+        if config.metrics_port:
+            port = reconciler.metrics.serve(config.metrics_port)
+            logger.info("operator metrics on :%d/metrics", port)
+        ticker.start()
+        started["at"] = time.time()
+        scope = "all namespaces" if config.clusterwide else ", ".join(config.namespaces)
+        logger.info("hacrl operator started: watching %s, reconcile every %ss", scope, config.reconcile_interval)
+
+    @kopf.on.cleanup(registry=registry)
+    def cleanup(**_: Any) -> None:
+        ticker.stop()
+        reconciler.metrics.stop()
+        if reconciler.kube is not None:
+            reconciler.kube.close()
+
+    @kopf.on.probe(id="experiments", registry=registry)
+    def probe(**_: Any) -> dict[str, Any]:
+        return {"known": len(reconciler.known), "uptime_s": round(time.time() - started["at"], 1) if started["at"] else 0}

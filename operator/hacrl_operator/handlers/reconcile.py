@@ -1,0 +1,256 @@
+"""The one reconcile every trigger runs: observe, plan (pure, ``status.plan_reconcile``), act.
+
+Triggers: the experiment's create/resume/update handlers, its pods' events, and the periodic
+ticker (progress heartbeats live in the store, which sends no events). They all converge on
+``Reconciler.reconcile(namespace, name)``, serialised per experiment; a trigger arriving while
+another one already waits for that experiment is dropped (``coalesced``): the waiting reconcile
+reads the newest state anyway. Status is written with one merge patch, only when it changed, so
+a reconcile that finds nothing to do writes nothing (no requeue loop).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from hacrl_core.spec import Experiment, SpecError, parse_experiment
+from hacrl_operator import builders
+from hacrl_operator.config import OperatorConfig
+from hacrl_operator.kube import Kube, KubeError
+from hacrl_operator.metrics import OperatorMetrics
+from hacrl_operator.status import (
+    Event,
+    Observed,
+    Plan,
+    now_utc,
+    plan_reconcile,
+    rfc3339,
+    status_patch,
+)
+
+logger = logging.getLogger("hacrl_operator.reconcile")
+
+StoreOpener = Callable[[Experiment], Any]
+
+
+def open_store(experiment: Experiment) -> Any:
+    from hacrl_core.store import open_trajectory_store
+
+    store = experiment.spec.store
+    return open_trajectory_store(store.uri, experiment.name, endpoint=store.endpoint, region=store.region)
+
+
+@dataclasses.dataclass
+class Outcome:
+    outcome: str  # ok, invalid, gone, coalesced
+    phase: str | None = None
+    errors: list[str] | None = None
+    requeue_after: float | None = None
+
+
+class _Slot:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.waiting = False
+
+
+class Reconciler:
+    def __init__(self, config: OperatorConfig, metrics: OperatorMetrics, store_opener: StoreOpener = open_store) -> None:
+        self.config = config
+        self.metrics = metrics
+        self.kube: Kube | None = None
+        self.store_opener = store_opener
+        self._slots: dict[tuple[str, str], _Slot] = {}
+        self._guard = threading.Lock()
+        self._stores: dict[tuple[str, str, str | None, str | None], Any] = {}
+        self.known: set[tuple[str, str]] = set()  # experiments seen, for the periodic ticker
+
+    # -- serialisation -------------------------------------------------------------------------
+
+    def reconcile(self, namespace: str, name: str, *, trigger: str, coalesce: bool = False) -> Outcome:
+        with self._guard:
+            slot = self._slots.setdefault((namespace, name), _Slot())
+            if coalesce and slot.waiting:
+                self.metrics.reconciles.labels(trigger, "coalesced").inc()
+                return Outcome("coalesced")
+            slot.waiting = True
+        with slot.lock:
+            with self._guard:
+                slot.waiting = False
+            with self.metrics.track(trigger) as tracked:
+                outcome = self._reconcile(namespace, name)
+                tracked["outcome"] = outcome.outcome
+                return outcome
+
+    def forget(self, namespace: str, name: str) -> None:
+        with self._guard:
+            self._slots.pop((namespace, name), None)
+            self.known.discard((namespace, name))
+        self.metrics.set_phase(namespace, name, None)
+
+    # -- one reconcile -------------------------------------------------------------------------
+
+    def _reconcile(self, namespace: str, name: str) -> Outcome:
+        kube = self._kube()
+        body = kube.get_experiment(namespace, name)
+        if body is None or body.get("metadata", {}).get("deletionTimestamp"):
+            return Outcome("gone")
+        experiment, errors = self.parse(body)
+        status = dict(body.get("status") or {})
+        pods: list[dict[str, Any]] = []
+        progress: dict[str, dict[str, Any] | None] = {}
+        store_error = None
+        if experiment is not None:
+            pods = kube.list_pods(namespace, {builders.LABEL_EXPERIMENT: name})
+            if not _store_deleted(status):
+                progress, store_error = self.read_progress(experiment)
+        observed = Observed(
+            experiment=experiment, spec_errors=errors, status=status, pods=pods, progress=progress,
+            store_error=store_error, generation=body.get("metadata", {}).get("generation"), now=now_utc(),
+        )
+        plan = plan_reconcile(observed)
+        if experiment is not None:
+            self.execute(plan, experiment, body)
+        patch = status_patch(status, plan.status)
+        if patch:
+            kube.patch_experiment_status(namespace, name, patch)
+        for event in plan.events:
+            self.post_event(body, event)
+        phase = plan.status.get("phase")
+        self.metrics.set_phase(namespace, name, phase)
+        if plan.delete_experiment:
+            kube.delete_experiment(namespace, name)
+        return Outcome("invalid" if errors else "ok", phase=phase, errors=errors, requeue_after=plan.requeue_after)
+
+    @staticmethod
+    def parse(body: dict[str, Any]) -> tuple[Experiment | None, list[str] | None]:
+        metadata = body.get("metadata") or {}
+        try:
+            return parse_experiment(builders.experiment_from_body(body), f"{metadata.get('namespace')}/{metadata.get('name')}"), None
+        except SpecError as error:
+            return None, error.errors
+
+    def read_progress(self, experiment: Experiment) -> tuple[dict[str, dict[str, Any] | None], str | None]:
+        progress: dict[str, dict[str, Any] | None] = {}
+        try:
+            store = self.store(experiment)
+            for agent in experiment.spec.agents:
+                heartbeat = store.read_progress(agent.name)
+                progress[agent.name] = heartbeat if isinstance(heartbeat, dict) else None
+        except Exception as error:  # any store failure is reported as a condition, never raised
+            return progress, f"cannot read progress from {experiment.spec.store.uri}: {type(error).__name__}: {error}"
+        return progress, None
+
+    def store(self, experiment: Experiment) -> Any:
+        spec = experiment.spec.store
+        key = (spec.uri, experiment.name, spec.endpoint, spec.region)
+        with self._guard:
+            store = self._stores.get(key)
+        if store is None:
+            store = self.store_opener(experiment)
+            with self._guard:
+                self._stores[key] = store
+        return store
+
+    def execute(self, plan: Plan, experiment: Experiment, body: dict[str, Any]) -> None:
+        kube = self._kube()
+        namespace = body["metadata"]["namespace"]
+        if plan.ensure_configmap:
+            self.ensure_configmap(experiment, body, plan)
+        for pod in plan.delete_pods:
+            kube.delete_pod(namespace, pod)
+        created: list[str] = []
+        for agent, role in plan.create_pods:
+            manifest = builders.build_pod(experiment, agent, role, body, self.config)
+            name = manifest["metadata"]["name"]
+            try:
+                if kube.create(manifest):
+                    created.append(name)
+                    plan.set_pod_state(agent, role, "Pending")
+            except KubeError as error:
+                plan.set_pod_state(agent, role, "CreateFailed")
+                message = f"cannot create pod {name}: {error}"
+                _set_condition(plan, "Ready", "False", "PodCreateFailed", message)
+                plan.events.append(Event("Warning", "PodCreateFailed", message))
+                logger.warning("%s/%s: %s", namespace, experiment.name, message)
+        restarts = sum(1 for e in plan.events if e.reason in ("PodFailed", "PodLost"))
+        if restarts:
+            self.metrics.restarts.inc(restarts)
+        if created:
+            plan.events.append(Event("Normal", "PodsCreated", f"created {len(created)} pods: {', '.join(created)}"))
+        if plan.delete_store:
+            try:
+                deleted = self.store(experiment).delete_experiment()
+                plan.events.append(Event("Normal", "StoreDeleted", f"deleted {deleted} objects of {experiment.name} from {experiment.spec.store.uri}"))
+            except Exception as error:
+                message = f"cannot delete the store prefix: {type(error).__name__}: {error}"
+                _set_condition(plan, "CleanedUp", "False", "StoreUnreachable", message)
+                plan.events.append(Event("Warning", "StoreUnreachable", message))
+
+    def ensure_configmap(self, experiment: Experiment, body: dict[str, Any], plan: Plan) -> None:
+        kube = self._kube()
+        manifest = builders.build_configmap(experiment, body)
+        namespace, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
+        current = kube.get_configmap(namespace, name)
+        if current is None:
+            if kube.create(manifest):
+                plan.events.append(Event("Normal", "ConfigMapCreated", f"rendered spec in ConfigMap {name}"))
+        elif (current.get("data") or {}) != manifest["data"]:
+            kube.patch_configmap_data(namespace, name, manifest["data"])
+            plan.events.append(Event("Normal", "ConfigMapUpdated", f"rendered spec in ConfigMap {name} updated; pods created from now on use it"))
+
+    def post_event(self, body: dict[str, Any], event: Event) -> None:
+        """A core/v1 Event about the experiment (best effort: a failure is logged, never raised)."""
+        metadata = body.get("metadata") or {}
+        moment = rfc3339(now_utc())
+        manifest = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{metadata.get('name')}.{uuid.uuid4().hex[:16]}", "namespace": metadata.get("namespace")},
+            "involvedObject": {
+                "apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "name": metadata.get("name"),
+                "namespace": metadata.get("namespace"), "uid": metadata.get("uid"),
+            },
+            "type": event.type,
+            "reason": event.reason,
+            "message": event.message[:1024],
+            "source": {"component": "hacrl-operator"},
+            "reportingComponent": "hacrl.io/operator",
+            "reportingInstance": "hacrl-operator",
+            "firstTimestamp": moment,
+            "lastTimestamp": moment,
+            "count": 1,
+        }
+        log = logger.warning if event.type == "Warning" else logger.info
+        log("%s/%s: %s: %s", metadata.get("namespace"), metadata.get("name"), event.reason, event.message)
+        try:
+            self._kube().request("POST", f"/api/v1/namespaces/{metadata.get('namespace')}/events", body=manifest)
+        except KubeError as error:
+            logger.warning("cannot post event %s: %s", event.reason, error)
+
+    def _kube(self) -> Kube:
+        if self.kube is None:
+            raise RuntimeError("the Kubernetes client is not configured yet (login has not run)")
+        return self.kube
+
+
+def _store_deleted(status: dict[str, Any]) -> bool:
+    return any(
+        c.get("type") == "CleanedUp" and c.get("reason") == "StoreDeleted" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+
+
+def _set_condition(plan: Plan, type_: str, status: str, reason: str, message: str) -> None:
+    conditions = plan.status.setdefault("conditions", [])
+    for condition in conditions:
+        if condition["type"] == type_:
+            if condition["status"] != status:
+                condition["lastTransitionTime"] = rfc3339(now_utc())
+            condition.update(status=status, reason=reason, message=message)
+            return
+    conditions.append({"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": rfc3339(now_utc())})

@@ -1,0 +1,516 @@
+"""A Kubernetes API for the operator tests: kmock 0.8's emulator, with its gaps covered.
+
+``EmulatedCluster`` runs ``kmock.KubernetesEmulator`` on a local port in a background thread
+(its own event loop) and writes a kubeconfig for it; the REAL kubectl (/usr/bin/kubectl) and the
+operator (kopf via ``KopfRunner``, plus the kubernetes client) talk to it over HTTP.
+
+kmock 0.8 gaps covered here (DESIGN.md section 5), each in ``PatchedEmulator``:
+
+- no uid / resourceVersion / creationTimestamp / generation, no ``generateName`` (kopf's finalizer
+  patch and event posting need them): stamped on create, resourceVersion bumped on every write
+  (merge and JSON patches), generation on spec changes; a JSON patch whose ``test`` of the
+  resourceVersion fails answers 422 as Kubernetes does (kmock: 500, and kopf retries forever);
+- ``/api/v1/namespaces[/name]`` is misparsed (namespaces as objects fail): served by the harness;
+- ``?watch=True`` (capitalised, sent by kubernetes<37) is served as a list: the query is normalised;
+- lists lack kind/apiVersion (kubectl needs them): added;
+- core discovery ``/api/v1`` answers groupVersion "/v1" (kubectl cannot map Pod): fixed to "v1";
+  resources are declared with their real kind/singular/verbs/subresources;
+- ``/version/`` 404s: served;
+- no label or field selectors: equality-based ``labelSelector`` (``k=v``, ``k!=v``, ``k``, ``!k``)
+  and ``fieldSelector`` on metadata.name/namespace, in lists and watches;
+- no controllers: the garbage collector is emulated (children whose ownerReferences point at a
+  deleted object are deleted), new pods get ``status.phase: Pending``; nothing runs pods: tests
+  play kubelet by patching pod status with kubectl;
+- no schema validation and no ``kubectl get -w``: tests poll (``wait_for``) and never sleep-and-hope.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import itertools
+import json
+import logging
+import os
+import secrets
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import jsonpatch
+import kmock
+import yaml
+from kmock._internal import enums
+
+KUBECTL = os.environ.get("HACRL_TEST_KUBECTL", "/usr/bin/kubectl")
+REPO = Path(__file__).resolve().parents[2]
+CRD_FILE = REPO / "charts/hacrl-operator/crds/hacrlexperiments.hacrl.io.yaml"
+
+T = TypeVar("T")
+
+# Numbers measured by the tests (printed in the pytest summary by conftest.py).
+MEASUREMENTS: dict[str, list[float]] = {}
+
+
+def measure(name: str, seconds: float) -> None:
+    MEASUREMENTS.setdefault(name, []).append(seconds)
+
+_ALL_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+CORE_RESOURCES = {
+    "v1/pods": dict(kind="Pod", singular="pod", namespaced=True, shortnames={"po"}, subresources={"status"}),
+    "v1/configmaps": dict(kind="ConfigMap", singular="configmap", namespaced=True, shortnames={"cm"}),
+    "v1/events": dict(kind="Event", singular="event", namespaced=True, shortnames={"ev"}),
+    "v1/secrets": dict(kind="Secret", singular="secret", namespaced=True),
+    "v1/namespaces": dict(kind="Namespace", singular="namespace", namespaced=False, shortnames={"ns"}, subresources={"status"}),
+    "apiextensions.k8s.io/v1/customresourcedefinitions": dict(
+        kind="CustomResourceDefinition", singular="customresourcedefinition", namespaced=False, shortnames={"crd", "crds"}
+    ),
+}
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _selector_matches(selector: str | None, labels: dict[str, str]) -> bool:
+    for term in filter(None, (t.strip() for t in (selector or "").split(","))):
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            if labels.get(key.strip()) == value.strip():
+                return False
+        elif "=" in term:
+            key, value = term.split("==", 1) if "==" in term else term.split("=", 1)
+            if labels.get(key.strip()) != value.strip():
+                return False
+        elif term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+def _fields_match(selector: str | None, obj: dict[str, Any]) -> bool:
+    metadata = obj.get("metadata") or {}
+    fields = {"metadata.name": metadata.get("name"), "metadata.namespace": metadata.get("namespace")}
+    for term in filter(None, (t.strip() for t in (selector or "").split(","))):
+        negate = "!=" in term
+        key, value = term.split("!=" if negate else ("==" if "==" in term else "="), 1)
+        if key.strip() in fields and (fields[key.strip()] == value.strip()) == negate:
+            return False
+    return True
+
+
+class PatchedEmulator(kmock.KubernetesEmulator):
+    """kmock's Kubernetes emulator with the gaps listed in the module docstring covered."""
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        self.fallback["get /version/"] << self._serve_server_version
+        self._versions = itertools.count(1)
+        self._namespaces: dict[str, str] = {}
+
+    async def __call__(self, raw_request: Any) -> Any:
+        parts = raw_request.path.strip("/").split("/")
+        if parts[:3] == ["api", "v1", "namespaces"] and len(parts) <= 4:
+            return await self._serve_namespaces(raw_request, parts[3] if len(parts) == 4 else None)
+        query = raw_request.rel_url.query
+        if query.get("watch") in ("True", "1"):
+            raw_request = raw_request.clone(rel_url=raw_request.rel_url.update_query(watch="true"))
+        return await super().__call__(raw_request)
+
+    async def _serve_namespaces(self, raw_request: Any, name: str | None) -> Any:
+        """Namespaces as objects (kmock parses `/api/v1/namespaces[/x]` as a namespace prefix and fails)."""
+        from aiohttp import web
+
+        def namespace(n: str) -> dict[str, Any]:
+            return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n, "uid": self._namespaces.get(n, "")}, "status": {"phase": "Active"}}
+
+        if raw_request.method == "POST":
+            try:
+                body = await raw_request.json()
+            except ValueError:  # e.g. protobuf from typed kubectl commands; use `kubectl apply`
+                return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "UnsupportedMediaType", "code": 415, "message": "send JSON (kubectl apply -f)"}, status=415)
+            n = body.get("metadata", {}).get("name")
+            if n in self._namespaces:
+                return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "AlreadyExists", "code": 409, "message": f"namespaces {n!r} already exists"}, status=409)
+            self._namespaces[n] = str(uuid.uuid4())
+            return web.json_response(namespace(n), status=201)
+        if name is None and raw_request.query.get("watch") in ("true", "True", "1"):
+            # A watch: the known namespaces as ADDED, then an idle stream (namespaces never change here).
+            for (_r, ns, _n), obj in list(self._objects.items()):
+                if ns and not obj.deleted:
+                    self._namespaces.setdefault(ns, str(uuid.uuid4()))
+            response = web.StreamResponse(headers={"Content-Type": "application/json"})
+            await response.prepare(raw_request)
+            for n in sorted(self._namespaces):
+                await response.write(json.dumps({"type": "ADDED", "object": namespace(n)}).encode() + b"\n")
+            await asyncio.sleep(float(raw_request.query.get("timeoutSeconds") or 3600))
+            await response.write_eof()
+            return response
+        if name is None:
+            for (_r, ns, _n), obj in list(self._objects.items()):
+                if ns and not obj.deleted:
+                    self._namespaces.setdefault(ns, str(uuid.uuid4()))
+            names = set(self._namespaces)
+            return web.json_response({"kind": "NamespaceList", "apiVersion": "v1", "metadata": {"resourceVersion": "1"}, "items": [namespace(n) for n in sorted(names)]})
+        if name not in self._namespaces:
+            return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": f"namespaces {name!r} not found"}, status=404)
+        if raw_request.method == "DELETE":  # forgets the namespace; its objects stay (no namespace controller)
+            found = namespace(name)
+            del self._namespaces[name]
+            return web.json_response(found)
+        return web.json_response(namespace(name))  # GET, and PATCH (accepted, not applied)
+
+    async def _handle(self, request: Any) -> Any:
+        deleted_uids: list[str] = []
+        key = None
+        if request.resource is not None and isinstance(request.data, dict):
+            if request.action == enums.action.CREATE:
+                self._stamp_new(request)
+            elif request.action == enums.action.UPDATE and request.name is not None:
+                metadata = request.data.setdefault("metadata", {})
+                metadata["resourceVersion"] = str(next(self._versions))
+                key = (request.resource, request.namespace, request.name)
+                current = self._objects[key] if key in self._objects and not self._objects[key].deleted else None
+                if current is not None and request.subresource is None and "spec" in request.data:
+                    metadata["generation"] = int(current.get("metadata", {}).get("generation", 1)) + 1
+        elif request.resource is not None and request.action == enums.action.UPDATE and isinstance(request.data, list):
+            # A JSON patch (kopf's finalizer patches, with a `test` of resourceVersion): bump it too.
+            request.data.append({"op": "replace", "path": "/metadata/resourceVersion", "value": str(next(self._versions))})
+        if request.resource is not None and request.name is not None and request.action in (enums.action.DELETE, enums.action.UPDATE):
+            key = (request.resource, request.namespace, request.name)
+        live_before = key is not None and key in self._objects and not self._objects[key].deleted
+        uid = self._objects[key].get("metadata", {}).get("uid") if live_before else None
+        try:
+            return await super()._handle(request)
+        except jsonpatch.JsonPatchException as error:
+            # A failed `test` op (stale resourceVersion) is 422 in Kubernetes; kopf retries on it.
+            raise kmock.KubernetesError(status=422, reason="Invalid", message=str(error)) from None
+        finally:
+            if live_before and uid and self._objects[key].deleted:
+                deleted_uids.append(uid)
+            if deleted_uids:
+                await self._collect_garbage(deleted_uids)
+
+    def _stamp_new(self, request: Any) -> None:
+        data = request.data
+        metadata = data.setdefault("metadata", {})
+        if not metadata.get("name") and metadata.get("generateName"):
+            metadata["name"] = metadata["generateName"] + secrets.token_hex(3)
+        if request.namespace and not metadata.get("namespace"):
+            metadata["namespace"] = request.namespace
+        metadata.setdefault("uid", str(uuid.uuid4()))
+        metadata["resourceVersion"] = str(next(self._versions))
+        metadata.setdefault("creationTimestamp", _now())
+        metadata.setdefault("generation", 1)
+        if request.resource.plural == "pods" and request.resource.group == "":
+            data.setdefault("status", {"phase": "Pending"})
+
+    async def _collect_garbage(self, uids: list[str]) -> None:
+        """The garbage collector: delete, transitively, objects owned by a deleted uid."""
+        pending = list(uids)
+        while pending:
+            uid = pending.pop()
+            async with self._lock:
+                for (resource, _ns, _name), obj in list(self._objects.items()):
+                    if obj.deleted:
+                        continue
+                    owners = obj.get("metadata", {}).get("ownerReferences") or []
+                    if any(o.get("uid") == uid for o in owners):
+                        raw = obj.raw
+                        obj.delete()
+                        await self._buses[resource].put({"type": "DELETED", "object": raw})
+                        if raw.get("metadata", {}).get("uid"):
+                            pending.append(raw["metadata"]["uid"])
+
+    async def _serve_list(self, request: Any) -> Any:
+        result = await super()._serve_list(request)
+        resource = request.resource
+        info = self._resources[resource] if resource in self._resources else None
+        kind = (info.kind if info and info.kind else resource.plural.capitalize()) + "List"
+        labels = request.params.get("labelSelector")
+        fields = request.params.get("fieldSelector")
+        items = [
+            item for item in result["items"]
+            if _selector_matches(labels, (item.get("metadata") or {}).get("labels") or {}) and _fields_match(fields, item)
+        ]
+        return {
+            "kind": kind,
+            "apiVersion": "v1" if resource.group == "" else f"{resource.group}/{resource.version}",
+            "metadata": {"resourceVersion": str(next(self._versions))},
+            "items": items,
+        }
+
+    async def _serve_watch(self, request: Any) -> Any:
+        labels = request.params.get("labelSelector")
+        fields = request.params.get("fieldSelector")
+        async for event in super()._serve_watch(request):
+            if isinstance(event, dict) and "object" in event:
+                obj = event["object"]
+                if not (_selector_matches(labels, (obj.get("metadata") or {}).get("labels") or {}) and _fields_match(fields, obj)):
+                    continue
+            yield event
+
+    async def _serve_version(self, request: Any) -> Any:
+        result = await super()._serve_version(request)
+        if request.resource.group == "":
+            result["groupVersion"] = request.resource.version
+        for entry in result["resources"]:
+            if "/" in entry["name"]:  # subresources carry no short names (kubectl warns otherwise)
+                entry["shortNames"] = []
+                entry["categories"] = []
+            if not entry["verbs"]:
+                entry["verbs"] = list(_ALL_VERBS)
+            if entry["namespaced"] is None:
+                entry["namespaced"] = True
+        return result
+
+
+def register_resources(emulator: PatchedEmulator, crd_file: Path = CRD_FILE) -> dict[str, Any]:
+    """Declare the core resources and the CRD's resource (from the CRD file) for discovery."""
+    for key, info in CORE_RESOURCES.items():
+        emulator.resources[key] = kmock.ResourceInfo(verbs=set(_ALL_VERBS), **info)
+    crd = yaml.safe_load(crd_file.read_text(encoding="utf-8"))
+    spec = crd["spec"]
+    for version in spec["versions"]:
+        emulator.resources[f"{spec['group']}/{version['name']}/{spec['names']['plural']}"] = kmock.ResourceInfo(
+            kind=spec["names"]["kind"],
+            singular=spec["names"]["singular"],
+            shortnames=set(spec["names"].get("shortNames", [])),
+            namespaced=spec["scope"] == "Namespaced",
+            verbs=set(_ALL_VERBS),
+            subresources=set(version.get("subresources") or {}),
+        )
+    return crd
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for(predicate: Callable[[], T], *, timeout: float = 10.0, interval: float = 0.05, what: str = "condition") -> T:
+    """Poll ``predicate`` until it returns something truthy; fail with ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            last = predicate()
+        except AssertionError as error:
+            last = error
+        else:
+            if last:
+                return last
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {last!r}")
+        time.sleep(interval)
+
+
+class EmulatedCluster:
+    """kmock in a background thread + a kubeconfig + a kubectl runner."""
+
+    def __init__(self, workdir: Path, crd_file: Path = CRD_FILE) -> None:
+        self.workdir = workdir
+        self.crd_file = crd_file
+        self.kubeconfig = workdir / "kubeconfig"
+        self.cache_dir = workdir / "kube-cache"
+        self.emulator: PatchedEmulator | None = None
+        self.port = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._stopping: asyncio.Event | None = None
+        self._error: BaseException | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> EmulatedCluster:
+        self._thread = threading.Thread(target=self._run, name="kmock", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10) or self._error:
+            raise RuntimeError(f"kmock did not start: {self._error!r}")
+        self.kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "kmock", "cluster": {"server": f"http://127.0.0.1:{self.port}"}}],
+            "users": [{"name": "kmock", "user": {}}],
+            "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "kmock", "namespace": "default"}}],
+            "current-context": "kmock",
+        }))
+        self.kubectl("apply", "-f", str(self.crd_file))
+        return self
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(self._serve())
+        except BaseException as error:  # reported by start()
+            self._error = error
+            self._ready.set()
+        finally:
+            loop.close()
+
+    async def _serve(self) -> None:
+        self._stopping = asyncio.Event()
+        emulator = PatchedEmulator()
+        register_resources(emulator, self.crd_file)
+        async with emulator, kmock.Server(emulator) as server:
+            self.emulator = emulator
+            self.port = server.port
+            self._ready.set()
+            await self._stopping.wait()
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stopping is not None:
+            self._loop.call_soon_threadsafe(self._stopping.set)
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def server_errors(self) -> list[Exception]:
+        """Errors kmock itself hit while serving (a harness bug if not empty)."""
+        if self.emulator is None:
+            return []
+        return [e for e in self.emulator.errors if not isinstance(e, kmock.KubernetesError) or e.status >= 500]
+
+    # -- kubectl ----------------------------------------------------------------------------
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        command = [KUBECTL, "--kubeconfig", str(self.kubeconfig), "--cache-dir", str(self.cache_dir), "--request-timeout=10s", *args]
+        if args and args[0] in ("apply", "create"):
+            command.append("--validate=false")  # kmock serves no OpenAPI schema
+        result = subprocess.run(command, input=input, capture_output=True, text=True, timeout=timeout)
+        if check and result.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed ({result.returncode}): {result.stderr.strip()}")
+        return result
+
+    def get(self, kind: str, name: str | None = None, namespace: str | None = None, selector: str | None = None) -> Any:
+        """`kubectl get -o json`: one object (None when absent) or the list of items."""
+        args = ["get", kind] + ([name] if name else []) + (["-n", namespace] if namespace else []) + (["-l", selector] if selector else []) + ["-o", "json"]
+        result = self.kubectl(*args, check=False)
+        if result.returncode != 0:
+            if "NotFound" in result.stderr or "not found" in result.stderr:
+                return None
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
+        data = json.loads(result.stdout)
+        return data if name else data.get("items", [])
+
+    def patch_status(self, kind: str, name: str, namespace: str, status: dict[str, Any]) -> None:
+        self.kubectl("patch", kind, name, "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps({"status": status}))
+
+    def set_pod_phase(self, name: str, namespace: str, phase: str, **extra: Any) -> None:
+        """Play kubelet: set a pod's phase (and any other status fields)."""
+        self.patch_status("pod", name, namespace, {"phase": phase, **extra})
+
+
+class LogCapture(logging.Handler):
+    """Collects the operator's and kopf's log records to assert that no handler raised."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def errors(self, allowed: tuple[str, ...] = ()) -> list[str]:
+        messages = []
+        for record in self.records:
+            if record.levelno < logging.ERROR:
+                continue
+            text = record.getMessage()
+            if record.exc_info and record.exc_info[1] is not None:
+                text += f" [{type(record.exc_info[1]).__name__}: {record.exc_info[1]}]"
+            if not any(a in text for a in allowed):
+                messages.append(f"{record.name}: {text}")
+        return messages
+
+    def messages(self, contains: str) -> list[str]:
+        return [r.getMessage() for r in self.records if contains in r.getMessage()]
+
+
+@contextlib.contextmanager
+def capture_logs(*names: str) -> Iterator[LogCapture]:
+    capture = LogCapture()
+    loggers = [logging.getLogger(n) for n in names]
+    for logger in loggers:
+        logger.addHandler(capture)
+    try:
+        yield capture
+    finally:
+        for logger in loggers:
+            logger.removeHandler(capture)
+
+
+class OperatorHandle:
+    """A running operator: its KopfRunner, Reconciler, config and captured logs."""
+
+    def __init__(self, runner: Any, reconciler: Any, config: Any, logs: LogCapture, cluster: EmulatedCluster) -> None:
+        self.runner = runner
+        self.reconciler = reconciler
+        self.config = config
+        self.logs = logs
+        self.cluster = cluster
+        self.allowed_errors: tuple[str, ...] = ()
+
+    def expect_errors(self, *fragments: str) -> None:
+        """Log records at ERROR level containing one of ``fragments`` are expected (e.g. an invalid spec)."""
+        self.allowed_errors += fragments
+
+
+@contextlib.contextmanager
+def run_operator(cluster: EmulatedCluster, **env: str) -> Iterator[OperatorHandle]:
+    """The operator (all handlers of hacrl_operator) under ``kopf.testing.KopfRunner`` against ``cluster``.
+
+    On exit, asserts that kopf exited 0 with no exception, that no handler or reconcile logged an
+    error (except those declared with ``expect_errors``) and that kmock hit no internal error.
+    """
+    import kopf
+    from hacrl_operator.config import OperatorConfig
+    from hacrl_operator.handlers import register
+    from kopf.testing import KopfRunner
+
+    settings = {
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "HACRL_RECONCILE_INTERVAL": "0.2",
+        "HACRL_OPERATOR_METRICS_PORT": str(free_port()),
+        "HACRL_OPERATOR_HEALTH_PORT": str(free_port()),
+        "HACRL_ROLLOUT_IMAGE": "registry.test/hacrl-rollout:test",
+        "HACRL_LEARNER_IMAGE": "registry.test/hacrl-learner:test",
+        **env,
+    }
+    config = OperatorConfig.from_env(settings)
+    registry = kopf.OperatorRegistry()
+    reconciler = register(registry, config)
+    scope = ["--all-namespaces"] if config.clusterwide else [f"--namespace={n}" for n in config.namespaces]
+    args = ["run", "--standalone", *scope, f"--liveness=http://127.0.0.1:{config.health_port}/healthz"]
+    with capture_logs("kopf", "hacrl_operator") as logs:
+        runner = KopfRunner(args, registry=registry, timeout=30)
+        handle = OperatorHandle(runner, reconciler, config, logs, cluster)
+        with runner:
+            wait_for(lambda: reconciler.kube is not None and _healthy(config.health_port), timeout=15, what="operator start-up")
+            yield handle
+    assert runner.exit_code == 0, runner.output[-3000:]
+    assert runner.exception is None, runner.exception
+    errors = logs.errors(handle.allowed_errors)
+    assert not errors, "operator logged errors:\n" + "\n".join(errors)
+    assert not cluster.server_errors(), cluster.server_errors()
+
+
+def _healthy(port: int) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as response:
+            return response.status == 200
+    except OSError:
+        return False

@@ -1,0 +1,193 @@
+"""Unit: the pure manifest builders and the operator configuration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hacrl_operator import builders, rbac
+from hacrl_operator.config import ConfigError, OperatorConfig
+
+from hacrl_core.spec import parse_experiment
+
+REPO = Path(__file__).resolve().parents[2]
+OWNER = {"apiVersion": "hacrl.io/v1alpha1", "kind": "HACRLExperiment", "metadata": {"name": "quickstart", "namespace": "ns", "uid": "u-1"}}
+CONFIG = OperatorConfig(rollout_image="img/rollout:1", learner_image="img/learner:1")
+
+
+def experiment(**spec_changes: Any):
+    document = yaml.safe_load((REPO / "examples/quickstart.yaml").read_text())
+    document["spec"].update(spec_changes)
+    return parse_experiment(document)
+
+
+def container(pod: dict[str, Any]) -> dict[str, Any]:
+    return pod["spec"]["containers"][0]
+
+
+def env(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {e["name"]: e for e in container(pod)["env"]}
+
+
+def test_configmap_holds_the_rendered_spec_and_is_owned() -> None:
+    exp = experiment()
+    cm = builders.build_configmap(exp, OWNER)
+    assert cm["metadata"]["name"] == "quickstart-spec" and cm["metadata"]["namespace"] == "ns"
+    assert cm["metadata"]["ownerReferences"] == [{
+        "apiVersion": "hacrl.io/v1alpha1", "kind": "HACRLExperiment", "name": "quickstart", "uid": "u-1",
+        "controller": True, "blockOwnerDeletion": True,
+    }]
+    assert parse_experiment(yaml.safe_load(cm["data"]["spec.yaml"])).spec == exp.spec
+
+
+def test_experiment_from_body_drops_volatile_metadata() -> None:
+    body = {**OWNER, "metadata": {**OWNER["metadata"], "resourceVersion": "7", "annotations": {"a": "b"}}, "spec": {"x": 1}, "status": {}}
+    assert builders.experiment_from_body(body)["metadata"] == {"name": "quickstart", "namespace": "ns"}
+    assert "status" not in builders.experiment_from_body(body)
+
+
+@pytest.mark.parametrize("role", builders.ROLES)
+def test_pod_runs_the_worker_with_labels_owner_security_and_metrics(role: str) -> None:
+    pod = builders.build_pod(experiment(), "qwen-bpe", role, OWNER, CONFIG)
+    assert pod["metadata"]["name"] == f"quickstart-qwen-bpe-{role}"
+    labels = pod["metadata"]["labels"]
+    assert (labels["hacrl.io/experiment"], labels["hacrl.io/agent"], labels["hacrl.io/role"]) == ("quickstart", "qwen-bpe", role)
+    assert pod["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    c = container(pod)
+    assert c["command"] == ["hacrl", "worker", role, "--spec", "/etc/hacrl/spec.yaml", "--agent", "qwen-bpe"]
+    assert c["image"] == f"img/{role}:1"
+    assert pod["spec"]["restartPolicy"] == "Never"
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert c["securityContext"] == {
+        "runAsNonRoot": True, "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes[mounts["/etc/hacrl"]]["configMap"]["name"] == "quickstart-spec"
+    assert "emptyDir" in volumes[mounts["/tmp"]] and "emptyDir" in volumes[mounts["/var/cache/hacrl"]]
+    assert c["ports"] == [{"name": "metrics", "containerPort": 9400, "protocol": "TCP"}]
+    assert pod["metadata"]["annotations"] == {"prometheus.io/scrape": "true", "prometheus.io/port": "9400", "prometheus.io/path": "/metrics"}
+    assert env(pod)["HACRL_METRICS_BIND"]["value"] == "0.0.0.0" and env(pod)["HACRL_METRICS_PORT"]["value"] == "9400"
+    assert "resources" not in c and "AWS_ACCESS_KEY_ID" not in env(pod) and "HACRL_S3_ENDPOINT" not in env(pod)
+
+
+def test_metrics_port_zero_declares_no_port() -> None:
+    pod = builders.build_pod(experiment(metrics={"port": 0}), "qwen-bpe", "learner", OWNER, CONFIG)
+    assert "ports" not in container(pod) and "annotations" not in pod["metadata"]
+    assert env(pod)["HACRL_METRICS_PORT"]["value"] == "0"
+
+
+def test_store_settings_and_credentials_by_reference_only() -> None:
+    exp = experiment(store={"uri": "s3://b/p", "endpoint": "http://minio:9000", "region": "us-east-1", "credentialsSecret": "creds"})
+    variables = env(builders.build_pod(exp, "qwen-bpe", "rollout", OWNER, CONFIG))
+    assert variables["HACRL_S3_ENDPOINT"] == {"name": "HACRL_S3_ENDPOINT", "value": "http://minio:9000"}
+    assert variables["AWS_REGION"]["value"] == "us-east-1"
+    for key in builders.CREDENTIAL_KEYS:
+        assert variables[key] == {"name": key, "valueFrom": {"secretKeyRef": {"name": "creds", "key": key}}}
+
+
+def test_resources_scheduling_images_and_pod_template_override() -> None:
+    exp = experiment(
+        images={"rollout": "mine/rollout:2", "pullPolicy": "Always"},
+        scheduling={"nodeSelector": {"a": "b"}, "tolerations": [{"key": "k", "operator": "Exists"}],
+                    "affinity": {"podAntiAffinity": {}}, "priorityClassName": "high", "schedulerName": "volcano"},
+    )
+    exp.spec.agents[0].resources.rollout = {"limits": {"nvidia.com/gpu": 2}}
+    exp.spec.agents[0].pod_template.rollout = {
+        "containers": [{"name": "rollout", "env": [{"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"}]}, {"name": "sidecar", "image": "s"}],
+        "volumes": [{"name": "cache", "persistentVolumeClaim": {"claimName": "hf-cache"}}],
+        "enableServiceLinks": None,
+        "hostIPC": True,
+    }
+    pod = builders.build_pod(exp, "llama-char", "rollout", OWNER, CONFIG)
+    spec = pod["spec"]
+    assert container(pod)["resources"] == {"limits": {"nvidia.com/gpu": 2}}
+    assert container(pod)["image"] == "mine/rollout:2" and container(pod)["imagePullPolicy"] == "Always"
+    assert (spec["nodeSelector"], spec["priorityClassName"], spec["schedulerName"]) == ({"a": "b"}, "high", "volcano")
+    assert spec["tolerations"] == [{"key": "k", "operator": "Exists"}] and spec["affinity"] == {"podAntiAffinity": {}}
+    assert [c["name"] for c in spec["containers"]] == ["rollout", "sidecar"]
+    assert env(pod)["VLLM_LOGGING_LEVEL"]["value"] == "DEBUG" and "HACRL_AGENT" in env(pod)
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["cache"] == {"name": "cache", "persistentVolumeClaim": {"claimName": "hf-cache"}}
+    assert "enableServiceLinks" not in spec and spec["hostIPC"] is True
+    learner = builders.build_pod(exp, "llama-char", "learner", OWNER, CONFIG)
+    assert container(learner)["image"] == "img/learner:1" and "resources" not in container(learner)
+
+
+@pytest.mark.parametrize(
+    ("base", "override", "expected"),
+    [
+        ({"a": 1, "b": {"c": 1}}, {"b": {"d": 2}}, {"a": 1, "b": {"c": 1, "d": 2}}),
+        ({"a": 1}, {"a": None}, {}),
+        ({"tolerations": [1, 2]}, {"tolerations": [3]}, {"tolerations": [3]}),
+        ({"env": [{"name": "A", "value": "1"}]}, {"env": [{"name": "A", "value": "2"}, {"name": "B", "value": "3"}]},
+         {"env": [{"name": "A", "value": "2"}, {"name": "B", "value": "3"}]}),
+    ],
+)
+def test_merge_pod_spec(base: dict, override: dict, expected: dict) -> None:
+    assert builders.merge_pod_spec(base, override) == expected
+
+
+def test_build_pod_rejects_unknown_role_and_agent() -> None:
+    with pytest.raises(ValueError, match="role must be one of"):
+        builders.build_pod(experiment(), "qwen-bpe", "critic", OWNER, CONFIG)
+    with pytest.raises(KeyError, match="no agent 'nobody'"):
+        builders.build_pod(experiment(), "nobody", "learner", OWNER, CONFIG)
+
+
+# -- configuration ------------------------------------------------------------------------------
+
+
+def test_config_defaults_and_values() -> None:
+    assert OperatorConfig.from_env({}).clusterwide
+    config = OperatorConfig.from_env({
+        "HACRL_WATCH_NAMESPACES": "team-a, team-b", "HACRL_ROLLOUT_IMAGE": "r:1", "HACRL_RECONCILE_INTERVAL": "2.5",
+        "HACRL_WATCH_SERVER_TIMEOUT": "60",
+    })
+    assert config.namespaces == ("team-a", "team-b") and not config.clusterwide
+    assert config.watches("team-a") and not config.watches("other")
+    assert (config.rollout_image, config.reconcile_interval) == ("r:1", 2.5)
+    assert (config.watch_server_timeout, config.watch_client_timeout) == (60, 90)
+    assert OperatorConfig.from_env({"HACRL_WATCH_NAMESPACES": "*"}).clusterwide
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("HACRL_RECONCILE_INTERVAL", "soon", "HACRL_RECONCILE_INTERVAL='soon' is not a number"),
+        ("HACRL_RECONCILE_INTERVAL", "-1", "must be a positive number"),
+        ("HACRL_OPERATOR_METRICS_PORT", "70000", "HACRL_OPERATOR_METRICS_PORT='70000' is out of range"),
+        ("HACRL_WATCH_NAMESPACES", "Team_A", "HACRL_WATCH_NAMESPACES='Team_A': 'Team_A' is not a namespace name"),
+        ("HACRL_LEARNER_IMAGE", "a b", "HACRL_LEARNER_IMAGE='a b' is not a container image"),
+        ("HACRL_WATCH_CLIENT_TIMEOUT", "10", "HACRL_WATCH_CLIENT_TIMEOUT='10' is out of range"),
+    ],
+)
+def test_config_errors_name_the_variable_and_value(variable: str, value: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        OperatorConfig.from_env({variable: value})
+
+
+def test_python_m_hacrl_operator_reports_config_errors(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from hacrl_operator.__main__ import main
+
+    monkeypatch.setenv("HACRL_OPERATOR_HEALTH_PORT", "http")
+    assert main() == 2
+    assert "HACRL_OPERATOR_HEALTH_PORT='http' is not an integer" in capsys.readouterr().err
+
+
+# -- RBAC ---------------------------------------------------------------------------------------
+
+
+def test_rbac_lists_what_the_operator_uses_and_no_secrets() -> None:
+    permissions = {(group, resource): set(verbs) for group, resource, verbs in rbac.PERMISSIONS}
+    assert {"create", "delete", "list", "watch", "get"} <= permissions[("", "pods")]
+    assert {"get", "create", "patch"} <= permissions[("", "configmaps")]
+    assert {"patch"} <= permissions[("hacrl.io", "hacrlexperiments/status")]
+    assert {"list", "watch", "patch", "delete"} <= permissions[("hacrl.io", "hacrlexperiments")]
+    assert "create" in permissions[("", "events")]
+    assert ("", "secrets") not in permissions
+    assert all(r.scope in ("namespace", "cluster") for r in rbac.RULES)
+    assert rbac.as_policy_rules("cluster") and all(rule["verbs"] for rule in rbac.as_policy_rules())

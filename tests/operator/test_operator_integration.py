@@ -1,0 +1,455 @@
+"""Integration: kopf runs the operator against the kmock API server; the real kubectl drives it.
+
+Nothing runs pods in the emulator: the tests play kubelet by patching pod status with kubectl,
+and play the learner by writing `progress/<agent>.json` heartbeats to a file:// store.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from harness import (
+    REPO,
+    EmulatedCluster,
+    OperatorHandle,
+    measure,
+    run_operator,
+    wait_for,
+)
+
+from hacrl_core.spec import parse_experiment
+from hacrl_core.store import open_trajectory_store
+
+NS = "hx-test"
+QUICKSTART = REPO / "examples/quickstart.yaml"
+AGENTS = ("llama-char", "qwen-bpe")
+
+
+def create_namespace(cluster: EmulatedCluster, name: str = NS) -> None:
+    cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}))
+
+
+def quickstart(**spec_changes: Any) -> dict[str, Any]:
+    document = yaml.safe_load(QUICKSTART.read_text())
+    document["spec"].update(spec_changes)
+    return document
+
+
+def apply(cluster: EmulatedCluster, document: dict[str, Any], namespace: str = NS) -> None:
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(document))
+
+
+def pods_of(cluster: EmulatedCluster, experiment: str = "quickstart", namespace: str = NS) -> dict[str, dict[str, Any]]:
+    return {p["metadata"]["name"]: p for p in cluster.get("pods", namespace=namespace, selector=f"hacrl.io/experiment={experiment}")}
+
+
+def status_of(cluster: EmulatedCluster, name: str = "quickstart", namespace: str = NS) -> dict[str, Any]:
+    body = cluster.get("hx", name, namespace)
+    return (body or {}).get("status") or {}
+
+
+def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next((c for c in status.get("conditions") or [] if c["type"] == type_), {})
+
+
+def agent(status: dict[str, Any], name: str) -> dict[str, Any]:
+    return next((a for a in status.get("agentProgress") or [] if a["name"] == name), {})
+
+
+def event_reasons(cluster: EmulatedCluster, namespace: str = NS) -> list[str]:
+    return [e["reason"] for e in cluster.get("events", namespace=namespace)]
+
+
+def run_all_pods(cluster: EmulatedCluster, experiment: str = "quickstart", namespace: str = NS) -> None:
+    for name, pod in pods_of(cluster, experiment, namespace).items():
+        if pod["status"].get("phase") == "Pending":
+            cluster.set_pod_phase(name, namespace, "Running")
+
+
+def store_uri(tmp_path: Path) -> str:
+    return f"file://{tmp_path / 'store'}"
+
+
+def start_running(cluster: EmulatedCluster, document: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    create_namespace(cluster)
+    apply(cluster, document)
+    pods = wait_for(lambda: len(pods_of(cluster)) == 4 and pods_of(cluster), what="4 pods")
+    run_all_pods(cluster)
+    wait_for(lambda: status_of(cluster).get("phase") == "Running", what="phase Running")
+    return pods
+
+
+# -- 1. create ----------------------------------------------------------------------------------
+
+
+def test_quickstart_creates_configmap_and_labelled_owned_pods(cluster: EmulatedCluster, op: OperatorHandle) -> None:
+    create_namespace(cluster)
+    start = time.monotonic()
+    cluster.kubectl("apply", "-n", NS, "-f", str(QUICKSTART))
+    pods = wait_for(lambda: len(pods_of(cluster)) == 4 and pods_of(cluster), what="4 pods")
+    measure("create-to-4-pods (kubectl apply -> pods listed)", time.monotonic() - start)
+
+    body = cluster.get("hx", "quickstart", NS)
+    uid = body["metadata"]["uid"]
+    configmap = cluster.get("configmap", "quickstart-spec", NS)
+    assert configmap["metadata"]["ownerReferences"][0]["uid"] == uid
+    rendered = parse_experiment(yaml.safe_load(configmap["data"]["spec.yaml"]))
+    assert rendered.spec == parse_experiment(yaml.safe_load(QUICKSTART.read_text())).spec
+
+    assert sorted(pods) == sorted(f"quickstart-{a}-{r}" for a in AGENTS for r in ("rollout", "learner"))
+    for name, pod in pods.items():
+        labels = pod["metadata"]["labels"]
+        role, agent_name = labels["hacrl.io/role"], labels["hacrl.io/agent"]
+        assert labels["hacrl.io/experiment"] == "quickstart" and name == f"quickstart-{agent_name}-{role}"
+        owner = pod["metadata"]["ownerReferences"][0]
+        assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == ("HACRLExperiment", "quickstart", uid, True)
+        (container,) = pod["spec"]["containers"]
+        assert container["command"] == ["hacrl", "worker", role, "--spec", "/etc/hacrl/spec.yaml", "--agent", agent_name]
+        assert container["image"] == f"registry.test/hacrl-{role}:test"
+        assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+        assert pod["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        security = container["securityContext"]
+        assert security["allowPrivilegeEscalation"] is False and security["readOnlyRootFilesystem"] is True
+        assert security["capabilities"] == {"drop": ["ALL"]}
+        assert {m["mountPath"] for m in container["volumeMounts"]} >= {"/etc/hacrl", "/tmp", "/var/cache/hacrl"}
+        assert container["ports"] == [{"name": "metrics", "containerPort": 9400, "protocol": "TCP"}]
+        assert pod["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["HACRL_METRICS_BIND"] == "0.0.0.0" and env["HACRL_METRICS_PORT"] == "9400"
+
+    status = wait_for(lambda: status_of(cluster).get("agentProgress") and status_of(cluster), what="status")
+    assert status["phase"] == "Pending" and status["steps"] == 12 and status["agents"] == 2
+    assert condition(status, "Ready")["reason"] == "PodsPending"
+
+    start = time.monotonic()
+    run_all_pods(cluster)
+    status = wait_for(lambda: status_of(cluster).get("phase") == "Running" and status_of(cluster), what="phase Running")
+    measure("pods-running-to-status-Running", time.monotonic() - start)
+    assert condition(status, "Ready")["status"] == "True"
+    assert agent(status, "qwen-bpe")["learnerPod"] == "Running"
+    reasons = event_reasons(cluster)
+    assert {"ConfigMapCreated", "PodsCreated", "Pending", "Running", "FileStore"} <= set(reasons), reasons
+    assert "quickstart" in cluster.kubectl("get", "hx", "-n", NS).stdout
+
+
+def test_store_credentials_by_reference_resources_and_scheduling(cluster: EmulatedCluster, op: OperatorHandle) -> None:
+    document = quickstart(
+        store={"uri": "s3://hacrl-bucket/runs", "endpoint": "http://127.0.0.1:9", "region": "eu-west-1", "credentialsSecret": "s3-creds"},
+        images={"learner": "registry.test/custom-learner:1", "pullPolicy": "Always"},
+        scheduling={
+            "nodeSelector": {"gpu": "h100"},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "priorityClassName": "training",
+            "schedulerName": "volcano",
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}},
+        },
+    )
+    document["spec"]["agents"][0]["resources"] = {"learner": {"limits": {"nvidia.com/gpu": 1, "memory": "16Gi"}}}
+    document["spec"]["agents"][0]["podTemplate"] = {
+        "learner": {"containers": [{"name": "learner", "env": [{"name": "NCCL_DEBUG", "value": "INFO"}]}], "serviceAccountName": "trainer"}
+    }
+    create_namespace(cluster)
+    apply(cluster, document)
+    pods = wait_for(lambda: len(pods_of(cluster)) == 4 and pods_of(cluster), what="4 pods")
+    learner = pods["quickstart-llama-char-learner"]
+    (container,) = learner["spec"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        assert env[key] == {"name": key, "valueFrom": {"secretKeyRef": {"name": "s3-creds", "key": key}}}
+    assert env["HACRL_S3_ENDPOINT"]["value"] == "http://127.0.0.1:9" and env["AWS_REGION"]["value"] == "eu-west-1"
+    assert env["NCCL_DEBUG"]["value"] == "INFO" and env["HACRL_METRICS_BIND"]["value"] == "0.0.0.0"
+    assert container["resources"] == {"limits": {"nvidia.com/gpu": 1, "memory": "16Gi"}}
+    assert container["image"] == "registry.test/custom-learner:1" and container["imagePullPolicy"] == "Always"
+    spec = learner["spec"]
+    assert spec["serviceAccountName"] == "trainer"
+    assert spec["nodeSelector"] == {"gpu": "h100"} and spec["priorityClassName"] == "training" and spec["schedulerName"] == "volcano"
+    assert spec["tolerations"][0]["key"] == "nvidia.com/gpu" and "nodeAffinity" in spec["affinity"]
+    rollout = pods["quickstart-llama-char-rollout"]
+    assert rollout["spec"]["containers"][0]["image"] == "registry.test/hacrl-rollout:test"
+    assert "resources" not in rollout["spec"]["containers"][0] and "serviceAccountName" not in rollout["spec"]
+    # The operator has no S3 credentials here: the store is unreachable, and the status says so.
+    status = wait_for(lambda: condition(status_of(cluster), "StoreReachable").get("status") == "False" and status_of(cluster), what="StoreReachable False")
+    assert condition(status, "StoreReachable")["reason"] == "StoreUnreachable"
+    assert "s3://hacrl-bucket/runs" in condition(status, "StoreReachable")["message"]
+    assert "StoreUnreachable" in event_reasons(cluster)
+    # No secret value is ever inline: nothing in any pod carries a literal credential.
+    assert "AWS_SECRET_ACCESS_KEY\", \"value\"" not in json.dumps(pods)
+
+
+# -- 2. status reasons ------------------------------------------------------------------------------
+
+
+def test_pod_waiting_reasons_become_conditions_and_warnings(cluster: EmulatedCluster, op: OperatorHandle) -> None:
+    create_namespace(cluster)
+    apply(cluster, quickstart())
+    wait_for(lambda: len(pods_of(cluster)) == 4, what="4 pods")
+    cluster.set_pod_phase("quickstart-qwen-bpe-rollout", NS, "Pending", containerStatuses=[
+        {"name": "rollout", "ready": False, "restartCount": 0, "image": "x", "imageID": "",
+         "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image \"x\""}}}
+    ])
+    status = wait_for(lambda: condition(status_of(cluster), "Ready").get("reason") == "ImagePullBackOff" and status_of(cluster), what="ImagePullBackOff")
+    assert "quickstart-qwen-bpe-rollout" in condition(status, "Ready")["message"]
+    assert agent(status, "qwen-bpe")["rolloutPod"] == "ImagePullBackOff"
+    cluster.set_pod_phase("quickstart-qwen-bpe-rollout", NS, "Pending", containerStatuses=None, conditions=[
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes have nvidia.com/gpu"}
+    ])
+    wait_for(lambda: condition(status_of(cluster), "Ready").get("reason") == "Unschedulable", what="Unschedulable")
+    warnings = {e["reason"] for e in cluster.get("events", namespace=NS) if e["type"] == "Warning"}
+    assert {"ImagePullBackOff", "Unschedulable"} <= warnings
+
+
+def test_invalid_spec_fails_with_the_field_path_then_recovers_when_fixed(cluster: EmulatedCluster, op: OperatorHandle) -> None:
+    op.expect_errors("invalid experiment spec")
+    document = quickstart()
+    document["spec"]["algorithm"]["groupSize"] = 1
+    create_namespace(cluster)
+    apply(cluster, document)
+    status = wait_for(lambda: status_of(cluster).get("phase") == "Failed" and status_of(cluster), what="phase Failed")
+    failed = condition(status, "Failed")
+    assert failed["reason"] == "InvalidSpec" and "spec.algorithm.groupSize" in failed["message"]
+    events = wait_for(lambda: [e for e in cluster.get("events", namespace=NS) if "spec.algorithm.groupSize" in e["message"]], what="an Event naming the field")
+    assert any(e["type"] == "Warning" for e in events)
+    assert pods_of(cluster) == {}
+    cluster.kubectl("patch", "hx", "quickstart", "-n", NS, "--type=merge", "-p", json.dumps({"spec": {"algorithm": {"groupSize": 8}}}))
+    wait_for(lambda: len(pods_of(cluster)) == 4, what="pods after the fix")
+    status = wait_for(lambda: status_of(cluster).get("phase") == "Pending" and status_of(cluster), what="phase Pending after the fix")
+    assert not condition(status, "Failed")
+
+
+# -- 3. failure domains -----------------------------------------------------------------------
+
+
+def test_failed_pod_recreated_for_its_agent_only_up_to_the_restart_limit(cluster: EmulatedCluster, op: OperatorHandle) -> None:
+    pods = start_running(cluster, quickstart(restartLimit=2))
+    uids = {name: p["metadata"]["uid"] for name, p in pods.items()}
+    failing = "quickstart-llama-char-learner"
+
+    start = time.monotonic()
+    cluster.set_pod_phase(failing, NS, "Failed", containerStatuses=[
+        {"name": "learner", "ready": False, "restartCount": 0, "image": "x", "imageID": "", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}
+    ])
+    wait_for(lambda: (pods_of(cluster).get(failing) or {}).get("metadata", {}).get("uid") not in (None, uids[failing]), what="failed pod recreated")
+    measure("pod-failed-to-recreated", time.monotonic() - start)
+    now = pods_of(cluster)
+    for name in uids:
+        if not name.startswith("quickstart-llama-char"):
+            assert now[name]["metadata"]["uid"] == uids[name], f"{name} of the other agent was touched"
+    assert now["quickstart-llama-char-rollout"]["metadata"]["uid"] == uids["quickstart-llama-char-rollout"]
+    status = wait_for(lambda: agent(status_of(cluster), "llama-char").get("restarts") == 1 and status_of(cluster), what="restarts 1")
+    assert agent(status, "qwen-bpe")["restarts"] == 0
+    failed_events = [e for e in cluster.get("events", namespace=NS) if e["reason"] == "PodFailed"]
+    assert failed_events and "OOMKilled" in failed_events[0]["message"]
+
+    # Deleting a pod by hand is healed the same way (and counts).
+    before = pods_of(cluster)["quickstart-llama-char-rollout"]["metadata"]["uid"]
+    cluster.set_pod_phase("quickstart-llama-char-learner", NS, "Running")
+    wait_for(lambda: agent(status_of(cluster), "llama-char").get("learnerPod") == "Running", what="recreated learner running")
+    cluster.kubectl("delete", "pod", "quickstart-llama-char-rollout", "-n", NS, "--wait=false")
+    wait_for(lambda: (pods_of(cluster).get("quickstart-llama-char-rollout") or {}).get("metadata", {}).get("uid") not in (None, before), what="deleted pod recreated")
+    wait_for(lambda: agent(status_of(cluster), "llama-char").get("restarts") == 2, what="restarts 2")
+    assert "PodLost" in event_reasons(cluster)
+
+    # The third failure exceeds restartLimit 2: the experiment fails with the reason.
+    cluster.set_pod_phase("quickstart-llama-char-rollout", NS, "Failed")
+    status = wait_for(lambda: status_of(cluster).get("phase") == "Failed" and status_of(cluster), what="phase Failed")
+    assert condition(status, "Failed")["reason"] == "RestartLimitExceeded"
+    assert "llama-char" in condition(status, "Failed")["message"] and "restartLimit 2" in condition(status, "Failed")["message"]
+    assert status.get("completionTime")
+    assert agent(status, "llama-char")["restarts"] == 2
+    # cleanup.onFailure defaults to keep: the failed pod stays for its logs.
+    assert pods_of(cluster)["quickstart-llama-char-rollout"]["status"]["phase"] == "Failed"
+
+
+# -- 4. suspend / resume ----------------------------------------------------------------------
+
+
+def test_suspend_deletes_pods_keeps_the_rest_and_resume_recreates_them(cluster: EmulatedCluster, op: OperatorHandle) -> None:
+    start_running(cluster, quickstart())
+    cluster.kubectl("patch", "hx", "quickstart", "-n", NS, "--type=merge", "-p", '{"spec":{"suspend":true}}')
+    wait_for(lambda: pods_of(cluster) == {}, what="pods deleted")
+    status = wait_for(lambda: status_of(cluster).get("phase") == "Suspended" and status_of(cluster), what="phase Suspended")
+    assert condition(status, "Suspended")["status"] == "True"
+    assert cluster.get("configmap", "quickstart-spec", NS) is not None
+
+    # Idempotent and quiet: several reconcile intervals pass without another status write.
+    version = cluster.get("hx", "quickstart", NS)["metadata"]["resourceVersion"]
+    reconciles = lambda: sum(s.value for m in op.reconciler.metrics.registry.collect() for s in m.samples if s.name == "hacrl_operator_reconciles_total" and s.labels["handler"] == "periodic")
+    before = reconciles()
+    wait_for(lambda: reconciles() >= before + 3, timeout=5, what="3 periodic reconciles")
+    assert cluster.get("hx", "quickstart", NS)["metadata"]["resourceVersion"] == version
+    assert pods_of(cluster) == {}
+
+    cluster.kubectl("patch", "hx", "quickstart", "-n", NS, "--type=merge", "-p", '{"spec":{"suspend":false}}')
+    wait_for(lambda: len(pods_of(cluster)) == 4, what="pods recreated on resume")
+    run_all_pods(cluster)
+    status = wait_for(lambda: status_of(cluster).get("phase") == "Running" and status_of(cluster), what="Running after resume")
+    assert [a["restarts"] for a in status["agentProgress"]] == [0, 0]
+    assert condition(status, "Suspended")["reason"] == "Resumed"
+    assert {"Suspended", "PodsDeleted"} <= set(event_reasons(cluster))
+
+
+# -- 5. progress and completion ---------------------------------------------------------------
+
+
+def heartbeat(name: str, step: int, steps: int = 12, **extra: Any) -> dict[str, Any]:
+    return {
+        "agent": name, "step": step, "steps": steps, "weights_version": step, "reward": 0.25 + step / 100,
+        "accuracy": None, "capability": 0.5, "last_checkpoint": step - step % 4 if step >= 4 else None,
+        "done": step >= steps, "time": time.time(), **extra,
+    }
+
+
+def test_progress_heartbeats_update_status(cluster: EmulatedCluster, op: OperatorHandle, tmp_path: Path) -> None:
+    uri = store_uri(tmp_path)
+    start_running(cluster, quickstart(store={"uri": uri}))
+    store = open_trajectory_store(uri, "quickstart")
+    start = time.monotonic()
+    store.write_progress("llama-char", heartbeat("llama-char", 5))
+    store.write_progress("qwen-bpe", heartbeat("qwen-bpe", 4))
+    status = wait_for(lambda: status_of(cluster).get("step") == 4 and status_of(cluster), what="step 4")
+    measure("heartbeat-to-status (reconcile interval 0.2s)", time.monotonic() - start)
+    llama = agent(status, "llama-char")
+    assert (llama["step"], llama["weightsVersion"], llama["lastCheckpoint"], llama["capability"]) == (5, 5, 4, 0.5)
+    assert llama["reward"] == pytest.approx(0.30)
+    assert status["message"] == "step 4 of 12" and status["phase"] == "Running"
+    assert condition(status, "StoreReachable")["status"] == "True"
+
+
+@pytest.mark.parametrize("policy", ["delete-pods", "delete-store"])
+def test_completion_succeeds_and_applies_the_cleanup_policy(cluster: EmulatedCluster, op: OperatorHandle, tmp_path: Path, policy: str) -> None:
+    uri = store_uri(tmp_path)
+    start_running(cluster, quickstart(store={"uri": uri}, cleanup={"onSuccess": policy}))
+    store = open_trajectory_store(uri, "quickstart")
+    store.write_progress("llama-char", heartbeat("llama-char", 12))
+    status = wait_for(lambda: agent(status_of(cluster), "llama-char").get("step") == 12 and status_of(cluster), what="llama-char done")
+    assert status["phase"] == "Running"
+    # The other learner finishes by exiting 0 (pod Succeeded) without a final heartbeat.
+    cluster.set_pod_phase("quickstart-qwen-bpe-learner", NS, "Succeeded")
+    status = wait_for(lambda: status_of(cluster).get("phase") == "Succeeded" and status_of(cluster), what="phase Succeeded")
+    assert status["step"] == 12 and status.get("completionTime")
+    assert condition(status, "Succeeded")["reason"] == "AllAgentsFinished"
+    wait_for(lambda: pods_of(cluster) == {}, what="pods deleted by the cleanup policy")
+    assert cluster.get("configmap", "quickstart-spec", NS) is not None
+    cleaned = wait_for(lambda: condition(status_of(cluster), "CleanedUp"), what="CleanedUp condition")
+    assert cleaned["reason"] == ("StoreDeleted" if policy == "delete-store" else "PodsDeleted")
+    assert (store.read_progress("llama-char") is None) == (policy == "delete-store")
+    assert "Succeeded" in event_reasons(cluster)
+
+
+def test_ttl_after_finished_deletes_the_experiment_and_children(cluster: EmulatedCluster, op: OperatorHandle, tmp_path: Path) -> None:
+    uri = store_uri(tmp_path)
+    start_running(cluster, quickstart(store={"uri": uri}, cleanup={"onSuccess": "keep", "ttlSecondsAfterFinished": 1}))
+    store = open_trajectory_store(uri, "quickstart")
+    for name in AGENTS:
+        store.write_progress(name, heartbeat(name, 12))
+    wait_for(lambda: status_of(cluster).get("phase") == "Succeeded", what="Succeeded")
+    assert len(pods_of(cluster)) == 4  # keep
+    wait_for(lambda: cluster.get("hx", "quickstart", NS) is None, timeout=10, what="experiment deleted after its TTL")
+    wait_for(lambda: pods_of(cluster) == {} and cluster.get("configmap", "quickstart-spec", NS) is None, what="children garbage-collected")
+    assert store.read_progress("llama-char") is not None  # keep: the store stays
+
+
+# -- 6. deletion -------------------------------------------------------------------------------
+
+
+def test_delete_runs_the_finalizer_only_when_the_policy_deletes_the_store(cluster: EmulatedCluster, op: OperatorHandle, tmp_path: Path) -> None:
+    uri = store_uri(tmp_path)
+    create_namespace(cluster)
+    kept = copy.deepcopy(quickstart(store={"uri": uri}))
+    kept["metadata"]["name"] = "kept"
+    apply(cluster, kept)
+    apply(cluster, quickstart(store={"uri": uri}, cleanup={"onFailure": "delete-store"}))
+    wait_for(lambda: len(pods_of(cluster)) == 4 and len(pods_of(cluster, "kept")) == 4, what="pods of both")
+    store = open_trajectory_store(uri, "quickstart")
+    other = open_trajectory_store(uri, "kept")
+    store.write_progress("llama-char", heartbeat("llama-char", 3))
+    other.write_progress("llama-char", heartbeat("llama-char", 3))
+    body = wait_for(lambda: (cluster.get("hx", "quickstart", NS)["metadata"].get("finalizers") or None) and cluster.get("hx", "quickstart", NS), what="finalizer")
+    assert body["metadata"]["finalizers"] == ["hacrl.io/cleanup"]
+    assert not cluster.get("hx", "kept", NS)["metadata"].get("finalizers")
+
+    start = time.monotonic()
+    cluster.kubectl("delete", "hx", "quickstart", "-n", NS, "--timeout=20s")
+    measure("kubectl delete (finalizer: store prefix deleted)", time.monotonic() - start)
+    assert cluster.get("hx", "quickstart", NS) is None
+    assert store.read_progress("llama-char") is None  # deleted before it finished: onFailure applies
+    wait_for(lambda: pods_of(cluster) == {} and cluster.get("configmap", "quickstart-spec", NS) is None, what="children garbage-collected")
+    cluster.kubectl("delete", "hx", "kept", "-n", NS, "--timeout=20s")
+    assert other.read_progress("llama-char") is not None
+    assert len(pods_of(cluster, "kept")) == 0
+
+
+# -- 7. operator hygiene -----------------------------------------------------------------------
+
+
+def test_metrics_and_liveness_endpoints(cluster: EmulatedCluster, op: OperatorHandle) -> None:
+    create_namespace(cluster)
+    apply(cluster, quickstart())
+    wait_for(lambda: status_of(cluster).get("phase") == "Pending", what="Pending")
+    with urllib.request.urlopen(f"http://127.0.0.1:{op.config.health_port}/healthz", timeout=5) as response:
+        assert response.status == 200
+        assert "experiments" in json.loads(response.read())
+
+    def scrape() -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{op.config.metrics_port}/metrics", timeout=5) as response:
+            return response.read().decode()
+
+    text = wait_for(lambda: 'hacrl_operator_experiments{phase="Pending"} 1.0' in scrape() and scrape(), what="phase gauge")
+    assert 'hacrl_operator_reconciles_total{handler="create",outcome="ok"} 1.0' in text
+    assert 'hacrl_operator_reconcile_seconds_bucket{handler="create"' in text
+    assert "hacrl_operator_errors_total" in text or "hacrl_operator_errors" in text
+
+
+def test_watch_namespaces_limits_the_scope(cluster: EmulatedCluster) -> None:
+    create_namespace(cluster, "watched")
+    create_namespace(cluster, "ignored")
+    with run_operator(cluster, HACRL_WATCH_NAMESPACES="watched") as handle:
+        assert handle.config.namespaces == ("watched",)
+        apply(cluster, quickstart(), namespace="ignored")
+        apply(cluster, quickstart(), namespace="watched")
+        wait_for(lambda: len(pods_of(cluster, namespace="watched")) == 4, what="pods in the watched namespace")
+        # The ignored one gets a few reconcile intervals to (wrongly) react.
+        wait_for(lambda: handle.reconciler.metrics.reconciles.labels("periodic", "ok")._value.get() >= 3, timeout=5, what="periodic reconciles")
+        assert pods_of(cluster, namespace="ignored") == {}
+        assert not status_of(cluster, namespace="ignored")
+
+
+def test_python_m_hacrl_operator_as_a_process(cluster: EmulatedCluster, tmp_path: Path) -> None:
+    """The deployed entry point: settings from the environment, SIGTERM stops it cleanly."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from harness import free_port
+
+    health = free_port()
+    env = {
+        **os.environ, "KUBECONFIG": str(cluster.kubeconfig), "HACRL_WATCH_NAMESPACES": NS, "HACRL_RECONCILE_INTERVAL": "0.5",
+        "HACRL_OPERATOR_METRICS_PORT": str(free_port()), "HACRL_OPERATOR_HEALTH_PORT": str(health),
+        # The source tree first: independent of how (or whether) the package is pip-installed.
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "operator"), os.environ.get("PYTHONPATH", "")]),
+    }
+    log = (tmp_path / "operator.log").open("w")
+    process = subprocess.Popen([sys.executable, "-m", "hacrl_operator"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
+    try:
+        create_namespace(cluster)
+        apply(cluster, quickstart())
+        pods = wait_for(lambda: len(pods_of(cluster)) == 4 and pods_of(cluster), timeout=30, what="pods from the operator process")
+        assert pods["quickstart-qwen-bpe-learner"]["spec"]["containers"][0]["image"].startswith("ghcr.io/hacrl/hacrl-learner:")
+        with urllib.request.urlopen(f"http://127.0.0.1:{health}/healthz", timeout=5) as response:
+            assert response.status == 200
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=30)
+        log.close()
+    output = (tmp_path / "operator.log").read_text()
+    assert code == 0, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]

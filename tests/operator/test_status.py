@@ -1,0 +1,252 @@
+"""Unit: pod states and heartbeats -> phase, conditions, actions and events (table-driven)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hacrl_operator.status import Observed, plan_reconcile, status_patch, summarize_pod
+
+from hacrl_core.spec import parse_experiment
+
+REPO = Path(__file__).resolve().parents[2]
+NOW = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)
+AGENTS = ("llama-char", "qwen-bpe")
+
+
+def experiment(**spec_changes: Any):
+    document = yaml.safe_load((REPO / "examples/quickstart.yaml").read_text())
+    document["spec"].update(spec_changes)
+    return parse_experiment(document)
+
+
+def pod(agent: str, role: str, phase: str = "Running", *, waiting: str | None = None, terminated: dict | None = None,
+        unschedulable: bool = False, terminating: bool = False) -> dict[str, Any]:
+    status: dict[str, Any] = {"phase": phase}
+    if waiting or terminated:
+        state = {"waiting": {"reason": waiting, "message": "detail"}} if waiting else {"terminated": terminated}
+        status["containerStatuses"] = [{"name": role, "state": state}]
+    if unschedulable:
+        status["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes"}]
+    metadata: dict[str, Any] = {"name": f"quickstart-{agent}-{role}", "labels": {"hacrl.io/agent": agent, "hacrl.io/role": role, "hacrl.io/experiment": "quickstart"}}
+    if terminating:
+        metadata["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return {"metadata": metadata, "status": status}
+
+
+def all_pods(phase: str = "Running") -> list[dict[str, Any]]:
+    return [pod(a, r, phase) for a in AGENTS for r in ("rollout", "learner")]
+
+
+def progress_entry(name: str, *, restarts: int = 0, state: str | None = "Running", step: int = 0) -> dict[str, Any]:
+    return {"name": name, "step": step, "weightsVersion": 0, "restarts": restarts, "rolloutPod": state, "learnerPod": state}
+
+
+def running_status(**changes: Any) -> dict[str, Any]:
+    status = {"phase": "Running", "agentProgress": [progress_entry(a) for a in AGENTS], "startTime": "2026-01-01T11:00:00Z",
+              "conditions": [{"type": "Ready", "status": "True", "reason": "AllPodsRunning", "message": "", "lastTransitionTime": "2026-01-01T11:00:00Z"}]}
+    status.update(changes)
+    return status
+
+
+def plan(exp=None, status=None, pods=(), progress=None, **kw: Any):
+    return plan_reconcile(Observed(experiment=exp or experiment(), status=status or {}, pods=list(pods), progress=progress or {}, now=NOW, **kw))
+
+
+def cond(p, type_: str) -> dict[str, Any]:
+    return next((c for c in p.status["conditions"] if c["type"] == type_), {})
+
+
+# -- pod summaries ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("manifest", "phase", "reason"),
+    [
+        (pod("a", "learner", "Running"), "Running", None),
+        (pod("a", "learner", "Pending"), "Pending", "PodsPending"),
+        (pod("a", "learner", "Pending", unschedulable=True), "Pending", "Unschedulable"),
+        (pod("a", "learner", "Pending", waiting="ImagePullBackOff"), "Pending", "ImagePullBackOff"),
+        (pod("a", "learner", "Pending", waiting="ErrImagePull"), "Pending", "ImagePullBackOff"),
+        (pod("a", "learner", "Running", waiting="CrashLoopBackOff"), "Running", "CrashLoop"),
+        (pod("a", "learner", "Pending", waiting="CreateContainerConfigError"), "Pending", "CreateContainerConfigError"),
+        (pod("a", "learner", "Failed", terminated={"exitCode": 137, "reason": "OOMKilled"}), "Failed", None),
+        (pod("a", "learner", "Succeeded"), "Succeeded", None),
+    ],
+)
+def test_summarize_pod(manifest: dict, phase: str, reason: str | None) -> None:
+    view = summarize_pod(manifest)
+    assert (view.phase, view.reason) == (phase, reason)
+    assert view.state == (reason or phase)
+
+
+def test_summarize_pod_failure_message_and_foreign_pods() -> None:
+    view = summarize_pod(pod("a", "learner", "Failed", terminated={"exitCode": 137, "reason": "OOMKilled"}))
+    assert view.message == "learner exited with code 137 (OOMKilled)"
+    assert summarize_pod({"metadata": {"name": "x", "labels": {}}}) is None
+
+
+# -- phase and conditions from pod states (table) ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pods", "old_phase", "phase", "ready", "reason"),
+    [
+        ([], None, "Pending", "False", "PodsPending"),
+        (all_pods("Pending"), "Pending", "Pending", "False", "PodsPending"),
+        (all_pods("Running"), "Pending", "Running", "True", "AllPodsRunning"),
+        (all_pods()[:3] + [pod("qwen-bpe", "learner", "Pending", waiting="ImagePullBackOff")], "Pending", "Pending", "False", "ImagePullBackOff"),
+        (all_pods()[:3] + [pod("qwen-bpe", "learner", "Pending", unschedulable=True)], "Pending", "Pending", "False", "Unschedulable"),
+        (all_pods()[:3] + [pod("qwen-bpe", "learner", "Running", waiting="CrashLoopBackOff")], "Running", "Running", "False", "CrashLoop"),
+        (all_pods()[:3] + [pod("qwen-bpe", "learner", "Failed")], "Running", "Running", "False", "Restarting"),
+        (all_pods()[:3] + [pod("qwen-bpe", "learner", terminating=True)], "Running", "Running", "False", "Restarting"),
+    ],
+)
+def test_phase_and_ready_condition(pods: list, old_phase: str | None, phase: str, ready: str, reason: str) -> None:
+    old = running_status(phase=old_phase) if old_phase else {}
+    p = plan(status=old, pods=pods)
+    assert p.status["phase"] == phase
+    assert (cond(p, "Ready")["status"], cond(p, "Ready")["reason"]) == (ready, reason)
+
+
+def test_first_reconcile_creates_every_pod_and_configmap() -> None:
+    p = plan()
+    assert p.ensure_configmap and sorted(p.create_pods) == sorted((a, r) for a in AGENTS for r in ("rollout", "learner"))
+    assert p.status["startTime"] == "2026-01-01T12:00:00Z" and p.status["steps"] == 12 and p.status["agents"] == 2
+    assert [a["restarts"] for a in p.status["agentProgress"]] == [0, 0]
+    assert {e.reason for e in p.events} >= {"Pending", "FileStore"}
+
+
+def test_failed_pod_is_replaced_and_counted_for_its_agent_only() -> None:
+    pods = [pod("llama-char", "learner", "Failed", terminated={"exitCode": 1, "reason": "Error"})] + all_pods()[:1] + all_pods()[2:]
+    p = plan(status=running_status(), pods=pods)
+    assert p.delete_pods == ["quickstart-llama-char-learner"] and p.create_pods == [("llama-char", "learner")]
+    llama, qwen = p.status["agentProgress"]
+    assert (llama["restarts"], llama["learnerPod"], qwen["restarts"]) == (1, "Restarting", 0)
+    assert [e.reason for e in p.events if e.type == "Warning"] == ["PodFailed"]
+
+
+@pytest.mark.parametrize(
+    ("previous_state", "restarts"),
+    [("Running", 1), ("Pending", 1), ("Restarting", 0), (None, 0), ("CreateFailed", 0)],
+)
+def test_missing_pod_counts_as_restart_only_if_it_existed(previous_state: str | None, restarts: int) -> None:
+    old = running_status()
+    old["agentProgress"][0]["learnerPod"] = previous_state
+    pods = [p for p in all_pods() if p["metadata"]["name"] != "quickstart-llama-char-learner"]
+    p = plan(status=old, pods=pods)
+    assert p.create_pods == [("llama-char", "learner")]
+    assert p.status["agentProgress"][0]["restarts"] == restarts
+
+
+def test_restart_limit_exceeded_fails_without_restarting_anything() -> None:
+    old = running_status()
+    old["agentProgress"][0]["restarts"] = 3
+    old["agentProgress"][1]["restarts"] = 0
+    pods = [pod("llama-char", "rollout", "Failed"), pod("qwen-bpe", "learner", "Failed")] + [pod("llama-char", "learner"), pod("qwen-bpe", "rollout")]
+    p = plan(status=old, pods=pods)
+    assert p.status["phase"] == "Failed" and p.create_pods == [] and p.delete_pods == []
+    assert cond(p, "Failed")["reason"] == "RestartLimitExceeded" and "agent llama-char rollout pod" in cond(p, "Failed")["message"]
+    assert [a["restarts"] for a in p.status["agentProgress"]] == [3, 0]  # no restart happened in the failing pass
+    assert p.status["completionTime"] == "2026-01-01T12:00:00Z"
+    assert ("Warning", "Failed") in [(e.type, e.reason) for e in p.events]
+    assert cond(p, "CleanedUp")["reason"] == "Kept"
+
+
+def test_restart_limit_zero_fails_on_the_first_failure() -> None:
+    p = plan(exp=experiment(restartLimit=0), status=running_status(), pods=all_pods()[1:] + [pod("llama-char", "rollout", "Failed")])
+    assert p.status["phase"] == "Failed"
+
+
+def test_suspend_deletes_pods_and_resume_recreates_without_counting() -> None:
+    p = plan(exp=experiment(suspend=True), status=running_status(), pods=all_pods())
+    assert p.status["phase"] == "Suspended" and len(p.delete_pods) == 4 and not p.create_pods and not p.ensure_configmap
+    assert cond(p, "Suspended")["status"] == "True"
+    assert all(a["rolloutPod"] is None and a["learnerPod"] is None for a in p.status["agentProgress"])
+    again = plan(exp=experiment(suspend=True), status=p.status, pods=[])
+    assert status_patch(p.status, again.status) is None and not again.events and not again.delete_pods
+    resumed = plan(status=p.status, pods=[])
+    assert len(resumed.create_pods) == 4 and [a["restarts"] for a in resumed.status["agentProgress"]] == [0, 0]
+    assert cond(resumed, "Suspended")["reason"] == "Resumed" and resumed.status["phase"] == "Pending"
+
+
+def test_heartbeats_fill_agent_progress_and_step_is_the_slowest() -> None:
+    progress = {
+        "llama-char": {"agent": "llama-char", "step": 7, "steps": 12, "weights_version": 7, "reward": 0.5, "accuracy": 0.4,
+                       "capability": 0.6, "last_checkpoint": 4, "done": False, "time": 1.0},
+        "qwen-bpe": {"agent": "qwen-bpe", "step": 5, "steps": 12, "weights_version": 5, "reward": None, "accuracy": None,
+                     "capability": None, "last_checkpoint": None, "done": False, "time": 1.0},
+    }
+    p = plan(status=running_status(), pods=all_pods(), progress=progress)
+    llama = p.status["agentProgress"][0]
+    assert (llama["step"], llama["weightsVersion"], llama["reward"], llama["accuracy"], llama["capability"], llama["lastCheckpoint"]) == (7, 7, 0.5, 0.4, 0.6, 4)
+    assert p.status["step"] == 5 and p.status["message"] == "step 5 of 12"
+    # A store that does not answer keeps the last numbers and says why.
+    later = plan(status=p.status, pods=all_pods(), store_error="cannot read progress: timeout")
+    assert later.status["step"] == 5 and cond(later, "StoreReachable")["reason"] == "StoreUnreachable"
+    assert ("Warning", "StoreUnreachable") in [(e.type, e.reason) for e in later.events]
+
+
+@pytest.mark.parametrize(
+    ("policy", "deletes_pods", "deletes_store", "reason"),
+    [("keep", False, False, "Kept"), ("delete-pods", True, False, "PodsDeleted"), ("delete-store", True, True, "StoreDeleted")],
+)
+def test_completion_applies_the_on_success_policy(policy: str, deletes_pods: bool, deletes_store: bool, reason: str) -> None:
+    progress = {a: {"step": 12, "done": True} for a in AGENTS}
+    p = plan(exp=experiment(cleanup={"onSuccess": policy}), status=running_status(), pods=all_pods(), progress=progress)
+    assert p.status["phase"] == "Succeeded" and p.status["step"] == 12 and not p.create_pods
+    assert bool(p.delete_pods) == deletes_pods and p.delete_store == deletes_store
+    assert cond(p, "CleanedUp")["reason"] == reason and cond(p, "Succeeded")["status"] == "True"
+    # Once applied, the store is not deleted again.
+    again = plan(exp=experiment(cleanup={"onSuccess": policy}), status=p.status, pods=[] if deletes_pods else all_pods(), progress={})
+    assert not again.delete_store and again.status["phase"] == "Succeeded"
+    assert status_patch(p.status, again.status) is None
+
+
+def test_learner_pod_succeeded_completes_the_agent() -> None:
+    pods = [pod(a, "learner", "Succeeded") for a in AGENTS] + [pod(a, "rollout", "Running") for a in AGENTS]
+    p = plan(status=running_status(), pods=pods)
+    assert p.status["phase"] == "Succeeded" and p.status["step"] == 12
+
+
+def test_ttl_after_finished() -> None:
+    done = running_status(phase="Succeeded", completionTime="2026-01-01T11:59:00Z")
+    exp = experiment(cleanup={"ttlSecondsAfterFinished": 120})
+    p = plan(exp=exp, status=done)
+    assert not p.delete_experiment and p.requeue_after == 60
+    p = plan(exp=experiment(cleanup={"ttlSecondsAfterFinished": 30}), status=done)
+    assert p.delete_experiment
+
+
+def test_invalid_spec_fails_with_field_paths_and_recovers() -> None:
+    p = plan_reconcile(Observed(experiment=None, spec_errors=["spec.algorithm.groupSize: Input should be greater than or equal to 2"], now=NOW))
+    assert p.status["phase"] == "Failed" and not p.create_pods
+    assert cond(p, "Failed")["reason"] == "InvalidSpec" and "spec.algorithm.groupSize" in cond(p, "Failed")["message"]
+    assert [(e.type, e.reason) for e in p.events] == [("Warning", "Failed")]
+    fixed = plan(status=p.status)
+    assert fixed.status["phase"] == "Pending" and len(fixed.create_pods) == 4 and not cond(fixed, "Failed")
+
+
+def test_orphan_pods_of_removed_agents_are_deleted() -> None:
+    p = plan(status=running_status(), pods=all_pods() + [pod("gone", "learner")])
+    assert p.delete_pods == ["quickstart-gone-learner"]
+
+
+def test_last_transition_time_moves_only_with_the_status() -> None:
+    old = running_status()
+    pods = all_pods()[:3] + [pod("qwen-bpe", "learner", "Pending", waiting="ImagePullBackOff")]
+    first = plan(status=old, pods=pods)
+    assert cond(first, "Ready")["lastTransitionTime"] == "2026-01-01T12:00:00Z"
+    later = plan_reconcile(Observed(experiment=experiment(), status=first.status, pods=pods[:3] + [pod("qwen-bpe", "learner", "Pending", unschedulable=True)],
+                                    now=NOW + dt.timedelta(minutes=5)))
+    assert cond(later, "Ready")["reason"] == "Unschedulable"
+    assert cond(later, "Ready")["lastTransitionTime"] == "2026-01-01T12:00:00Z"
+
+
+def test_status_patch_only_when_changed_and_removes_vanished_keys() -> None:
+    assert status_patch({"phase": "Running", "kopf": {"x": 1}}, {"phase": "Running"}) is None
+    assert status_patch({"phase": "Running", "completionTime": "t"}, {"phase": "Pending", "completionTime": None}) == {"phase": "Pending", "completionTime": None}
+    assert status_patch({}, {"agentProgress": [{"name": "a", "reward": None}]}) == {"agentProgress": [{"name": "a"}]}
