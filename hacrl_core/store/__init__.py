@@ -1,0 +1,64 @@
+"""The trajectory store (DESIGN.md section 3): object stores, commit markers, Parquet rows.
+
+- ``objects``: the ``ObjectStore`` interface, ``open_object_store(uri)``; backends in
+  ``file_store`` (``file://``) and ``s3_store`` (``s3://``, boto3).
+- ``commit``: objects and directories visible only when complete (marker/manifest + sha256).
+- ``trajectories``: tokenizer-neutral rollout and score rows in Parquet.
+- ``layout`` + ``trajectory_store``: one experiment's keys and ``TrajectoryStore``.
+"""
+
+from hacrl_core.store.commit import (
+    dir_committed,
+    get_committed,
+    get_dir,
+    is_committed,
+    list_committed_dirs,
+    put_committed,
+    put_dir,
+)
+from hacrl_core.store.errors import (
+    CorruptObject,
+    ObjectNotFound,
+    StoreError,
+    StoreUnavailable,
+)
+from hacrl_core.store.file_store import FileObjectStore
+from hacrl_core.store.objects import ObjectStore, open_object_store
+from hacrl_core.store.retry import RetryPolicy
+from hacrl_core.store.s3_store import S3ObjectStore
+from hacrl_core.store.trajectories import (
+    ROLLOUT_SCHEMA,
+    SCORE_SCHEMA,
+    rollouts_from_parquet,
+    rollouts_to_parquet,
+    scores_from_parquet,
+    scores_to_parquet,
+)
+from hacrl_core.store.trajectory_store import TrajectoryStore, open_trajectory_store
+
+__all__ = [
+    "ROLLOUT_SCHEMA",
+    "SCORE_SCHEMA",
+    "CorruptObject",
+    "FileObjectStore",
+    "ObjectNotFound",
+    "ObjectStore",
+    "RetryPolicy",
+    "S3ObjectStore",
+    "StoreError",
+    "StoreUnavailable",
+    "TrajectoryStore",
+    "dir_committed",
+    "get_committed",
+    "get_dir",
+    "is_committed",
+    "list_committed_dirs",
+    "open_object_store",
+    "open_trajectory_store",
+    "put_committed",
+    "put_dir",
+    "rollouts_from_parquet",
+    "rollouts_to_parquet",
+    "scores_from_parquet",
+    "scores_to_parquet",
+]

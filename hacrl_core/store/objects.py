@@ -1,0 +1,95 @@
+"""The object-store interface and how a store URI picks a backend.
+
+Two backends implement ``ObjectStore``: ``FileObjectStore`` (``file://`` or a plain path; the
+default, embedded store) and ``S3ObjectStore`` (``s3://bucket/prefix``). Keys are relative
+``/``-separated paths (``keys.check_key``); ``list`` and ``delete_prefix`` match by string prefix
+as S3 does. Besides the five methods of the interface both backends offer ``put_file`` and
+``get_file``, which stream a local file, and ``commit.put_dir``/``get_dir`` use them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+from urllib.parse import unquote, urlsplit
+
+from hacrl_core.store.file_store import FileObjectStore
+from hacrl_core.store.retry import RetryPolicy
+from hacrl_core.store.s3_store import S3ObjectStore
+
+ALLOWED_SCHEMES = ("file://", "s3://")
+
+
+@runtime_checkable
+class ObjectStore(Protocol):
+    """A flat namespace of immutable-once-written byte objects."""
+
+    def put(self, key: str, data: bytes) -> None:
+        """Store ``data`` under ``key`` atomically, replacing any previous object."""
+        ...
+
+    def get(self, key: str) -> bytes:
+        """The bytes under ``key``; raises ``ObjectNotFound`` if there are none."""
+        ...
+
+    def exists(self, key: str) -> bool: ...
+
+    def list(self, prefix: str = "") -> list[str]:
+        """Every key starting with ``prefix`` (full keys, sorted)."""
+        ...
+
+    def delete_prefix(self, prefix: str) -> int:
+        """Delete every key starting with ``prefix`` (non-empty); returns how many."""
+        ...
+
+    def put_file(self, key: str, local_path: Path | str) -> None: ...
+
+    def get_file(self, key: str, local_path: Path | str) -> None: ...
+
+
+def open_object_store(
+    uri: str,
+    *,
+    endpoint: str | None = None,
+    region: str | None = None,
+    retry: RetryPolicy | None = None,
+    connect_timeout: float = 5.0,
+) -> ObjectStore:
+    """The store a URI names: ``file:///abs/path``, ``file://rel/path``, a plain path, or
+    ``s3://bucket[/prefix]``.
+
+    ``endpoint``/``region``/``retry``/``connect_timeout`` apply to ``s3://`` only (see
+    ``s3_store`` for the environment variables they default to).
+    """
+    if not uri:
+        raise ValueError(
+            f"store URI must be non-empty; allowed: {', '.join(ALLOWED_SCHEMES)} or a path"
+        )
+    parts = urlsplit(uri)
+    scheme = parts.scheme.lower()
+    if "://" not in uri:
+        return FileObjectStore(Path(uri))
+    if scheme == "file":
+        # file:///abs/path and file://localhost/abs/path are absolute; file://./runs and
+        # file://runs are relative to the working directory (the spec's default is file://./runs).
+        rest = unquote(uri[len("file://") :])
+        if rest.startswith("localhost/"):
+            rest = rest[len("localhost") :]
+        if not rest:
+            raise ValueError(f"file store URI {uri!r} has no path; use file:///absolute/path")
+        return FileObjectStore(Path(rest))
+    if scheme == "s3":
+        if not parts.netloc:
+            raise ValueError(f"s3 store URI {uri!r} has no bucket; use s3://bucket/prefix")
+        return S3ObjectStore(
+            parts.netloc,
+            unquote(parts.path),
+            endpoint=endpoint,
+            region=region,
+            retry=retry,
+            connect_timeout=connect_timeout,
+        )
+    raise ValueError(
+        f"unknown store scheme {parts.scheme!r} in {uri!r}; allowed: "
+        f"{', '.join(ALLOWED_SCHEMES)} or a plain path"
+    )

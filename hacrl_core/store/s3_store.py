@@ -1,0 +1,426 @@
+"""Object store on S3 or an S3-compatible server (MinIO, SeaweedFS, AWS) through boto3.
+
+Configuration comes from arguments or the environment, never from a spec or URI:
+
+- endpoint: ``endpoint=`` argument, else ``HACRL_S3_ENDPOINT``, else ``AWS_ENDPOINT_URL``, else
+  AWS's own endpoint for the region;
+- region: ``region=`` argument, else ``AWS_REGION``, else ``AWS_DEFAULT_REGION``, else
+  ``us-east-1``;
+- credentials: boto3's standard chain (``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` /
+  ``AWS_SESSION_TOKEN``, ``AWS_PROFILE``, web identity for IRSA). They are never logged.
+
+Addressing is path-style (MinIO and SeaweedFS need it). botocore's own retries are switched
+off; transient failures (connection errors, timeouts, HTTP 5xx and 429, SlowDown/throttling
+codes) are retried here with ``retry.RetryPolicy``, and ``retries`` counts the retries made.
+A missing bucket, refused credentials, or an endpoint still failing after the last attempt
+raise ``StoreUnavailable`` naming the endpoint, the bucket and the fix.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+from collections.abc import Callable
+from contextlib import closing
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import boto3
+from boto3.s3.transfer import TransferConfig
+from botocore.config import Config
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    HTTPClientError,
+    IncompleteReadError,
+    NoCredentialsError,
+    PartialCredentialsError,
+    SSLError,
+)
+from botocore.exceptions import (
+    ConnectionError as BotoConnectionError,
+)
+
+from hacrl_core.store.errors import ObjectNotFound, StoreError, StoreUnavailable
+from hacrl_core.store.file_store import atomic_write
+from hacrl_core.store.keys import check_key, check_prefix
+from hacrl_core.store.retry import RetryPolicy, call_with_retry
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+ENDPOINT_ENV_VARS = ("HACRL_S3_ENDPOINT", "AWS_ENDPOINT_URL")
+REGION_ENV_VARS = ("AWS_REGION", "AWS_DEFAULT_REGION")
+DEFAULT_REGION = "us-east-1"
+
+# Error codes worth retrying (AWS S3, MinIO, SeaweedFS, Ceph spellings).
+TRANSIENT_CODES = frozenset(
+    {
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "RequestThrottled",
+        "TooManyRequests",
+        "TooManyRequestsException",
+        "RequestLimitExceeded",
+        "BandwidthLimitExceeded",
+        "RequestTimeout",
+        "InternalError",
+        "ServiceUnavailable",
+        "ServerBusy",
+        "XMinioServerNotInitialized",
+    }
+)
+ACCESS_CODES = frozenset(
+    {
+        "AccessDenied",
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "ExpiredToken",
+        "InvalidToken",
+        "AllAccessDisabled",
+        "AccountProblem",
+    }
+)
+_MULTIPART_THRESHOLD = 64 * 1024 * 1024
+
+
+def resolve_endpoint(endpoint: str | None = None) -> str | None:
+    """The endpoint URL to use: the argument, else the first set of ``ENDPOINT_ENV_VARS``."""
+    if endpoint:
+        return endpoint
+    for name in ENDPOINT_ENV_VARS:
+        if os.environ.get(name):
+            return os.environ[name]
+    return None
+
+
+def resolve_region(region: str | None = None) -> str:
+    """The region to use: the argument, else the first set of ``REGION_ENV_VARS``, else us-east-1."""
+    if region:
+        return region
+    for name in REGION_ENV_VARS:
+        if os.environ.get(name):
+            return os.environ[name]
+    return DEFAULT_REGION
+
+
+def make_s3_client(
+    *,
+    endpoint: str | None = None,
+    region: str | None = None,
+    connect_timeout: float = 5.0,
+    read_timeout: float = 60.0,
+) -> Any:
+    """A boto3 S3 client with path-style addressing and botocore's retries disabled."""
+    config = Config(
+        region_name=resolve_region(region),
+        connect_timeout=connect_timeout,
+        read_timeout=read_timeout,
+        retries={"total_max_attempts": 1, "mode": "standard"},
+        s3={"addressing_style": "path"},
+        # Only send/verify checksums S3 requires; we verify sha256 ourselves, and older
+        # S3-compatible servers reject the newer default CRC headers.
+        request_checksum_calculation="when_required",
+        response_checksum_validation="when_required",
+    )
+    # A fresh session per client: boto3's default session is not thread-safe.
+    client = boto3.session.Session().client(
+        "s3", endpoint_url=resolve_endpoint(endpoint), config=config
+    )
+    client.meta.events.register("before-send.s3", _drop_expect_for_empty_body)
+    return client
+
+
+def _drop_expect_for_empty_body(request: Any, **_: Any) -> None:
+    """Send empty file-like bodies without ``Expect: 100-continue``.
+
+    botocore adds the header to every PUT with a file-like body (e.g. ``upload_fileobj`` of an
+    empty file). SeaweedFS 4.x answers such an empty upload without a ``100 Continue`` in a way
+    that desynchronises the kept-alive connection: the *next* request on it times out. The
+    header is unsigned (SigV4 skips ``expect``), so dropping it here is safe.
+    """
+    if request.headers.get("Content-Length") == "0" and "Expect" in request.headers:
+        del request.headers["Expect"]
+
+
+def _redact(url: str) -> str:
+    """``url`` without any ``user:password@`` part."""
+    parts = urlsplit(url)
+    if parts.username or parts.password:
+        host = parts.hostname or ""
+        netloc = f"{host}:{parts.port}" if parts.port else host
+        return urlunsplit(parts._replace(netloc=netloc))
+    return url
+
+
+def _boto_cause(exc: BaseException) -> BaseException:
+    """The ClientError/BotoCoreError behind ``exc`` (boto3's transfer wrappers hide it)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, (ClientError, BotoCoreError)):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return exc
+
+
+def _code_status(exc: BaseException) -> tuple[str, int]:
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        return str(error.get("Code", "")), int(status or 0)
+    return "", 0
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True if retrying ``exc`` may succeed: connection trouble, timeouts, 5xx, 429, throttling."""
+    exc = _boto_cause(exc)
+    if isinstance(exc, SSLError):
+        return False
+    if isinstance(exc, (BotoConnectionError, HTTPClientError, IncompleteReadError)):
+        return True
+    if isinstance(exc, ClientError):
+        code, status = _code_status(exc)
+        return code in TRANSIENT_CODES or status >= 500 or status == 429
+    return False
+
+
+class S3ObjectStore:
+    """``ObjectStore`` over ``s3://<bucket>/<prefix>``; keys are relative to ``prefix``.
+
+    client: a boto3 S3 client; built with ``make_s3_client(endpoint=, region=,
+    connect_timeout=, read_timeout=)`` when None.
+    retry: how transient failures are retried (default ``RetryPolicy()``: 5 attempts).
+    """
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        client: Any | None = None,
+        *,
+        endpoint: str | None = None,
+        region: str | None = None,
+        retry: RetryPolicy | None = None,
+        connect_timeout: float = 5.0,
+        read_timeout: float = 60.0,
+    ) -> None:
+        if not bucket or "/" in bucket:
+            raise ValueError(f"bucket must be a non-empty name without '/', got {bucket!r}")
+        prefix = prefix.strip("/")
+        if prefix:
+            check_key(prefix)
+        self.bucket = bucket
+        self.prefix = prefix
+        self.client = client or make_s3_client(
+            endpoint=endpoint,
+            region=region,
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+        )
+        self.retry_policy = retry or RetryPolicy()
+        self.retries = 0  # transient failures retried so far (metric store/retries)
+        self._rng = random.Random()
+        self._bucket_checked = False
+
+    def __repr__(self) -> str:
+        return f"S3ObjectStore({self.uri!r}, endpoint={self.endpoint!r})"
+
+    @property
+    def uri(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
+
+    @property
+    def endpoint(self) -> str:
+        return _redact(str(self.client.meta.endpoint_url))
+
+    # -- ObjectStore -----------------------------------------------------------------------
+
+    def put(self, key: str, data: bytes) -> None:
+        full = self._full(key)
+        self._call(
+            "put", key, lambda: self.client.put_object(Bucket=self.bucket, Key=full, Body=data)
+        )
+
+    def put_file(self, key: str, local_path: Path | str) -> None:
+        """Upload the local file ``local_path`` as ``key`` (multipart above 64 MiB), streaming."""
+        full = self._full(key)
+        transfer = TransferConfig(multipart_threshold=_MULTIPART_THRESHOLD)
+
+        def upload() -> None:
+            with open(local_path, "rb") as f:
+                self.client.upload_fileobj(f, self.bucket, full, Config=transfer)
+
+        self._call("put", key, upload)
+
+    def get(self, key: str) -> bytes:
+        full = self._full(key)
+
+        def download() -> bytes:
+            response = self.client.get_object(Bucket=self.bucket, Key=full)
+            with closing(response["Body"]) as body:
+                return body.read()
+
+        return self._call("get", key, download)
+
+    def get_file(self, key: str, local_path: Path | str) -> None:
+        """Download ``key`` to ``local_path`` (written atomically), streaming."""
+        full = self._full(key)
+        transfer = TransferConfig(multipart_threshold=_MULTIPART_THRESHOLD)
+
+        def download() -> None:
+            try:
+                atomic_write(
+                    Path(local_path),
+                    lambda f: self.client.download_fileobj(self.bucket, full, f, Config=transfer),
+                )
+            except ClientError as exc:
+                if _code_status(exc)[1] == 404:  # HeadObject: no body, so no NoSuchKey code
+                    raise ObjectNotFound(key, self.uri) from None
+                raise
+
+        try:
+            self._call("get", key, download)
+        except ObjectNotFound:
+            self._check_bucket()
+            raise
+
+    def exists(self, key: str) -> bool:
+        full = self._full(key)
+
+        def head() -> bool:
+            try:
+                self.client.head_object(Bucket=self.bucket, Key=full)
+            except ClientError as exc:
+                if _code_status(exc)[1] == 404:
+                    return False
+                raise
+            return True
+
+        found = self._call("exists", key, head)
+        if not found:
+            self._check_bucket()  # HEAD cannot tell a missing key from a missing bucket
+        return found
+
+    def list(self, prefix: str = "") -> list[str]:
+        check_prefix(prefix)
+        full_prefix = f"{self.prefix}/{prefix}" if self.prefix else prefix
+        strip = len(self.prefix) + 1 if self.prefix else 0
+
+        def list_all() -> list[str]:
+            paginator = self.client.get_paginator("list_objects_v2")
+            keys = []
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=full_prefix):
+                keys.extend(obj["Key"][strip:] for obj in page.get("Contents", []))
+            return keys
+
+        return sorted(self._call("list", prefix, list_all))
+
+    def delete_prefix(self, prefix: str) -> int:
+        if not prefix:
+            raise ValueError("refusing to delete the whole store: pass a non-empty prefix")
+        keys = self.list(prefix)
+        for start in range(0, len(keys), 1000):  # DeleteObjects takes at most 1000 keys
+            batch = [{"Key": self._full(k)} for k in keys[start : start + 1000]]
+
+            def delete(batch: list[dict[str, str]] = batch) -> None:
+                response = self.client.delete_objects(
+                    Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True}
+                )
+                errors = response.get("Errors") or []
+                if errors:
+                    first = errors[0]
+                    raise StoreError(
+                        f"could not delete {len(errors)} object(s) under {prefix!r} in "
+                        f"{self.uri} at {self.endpoint}, e.g. {first.get('Key')!r}: "
+                        f"{first.get('Code')} {first.get('Message')}"
+                    )
+
+            self._call("delete", prefix, delete)
+        return len(keys)
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _full(self, key: str) -> str:
+        check_key(key)
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _check_bucket(self) -> None:
+        """Raise StoreUnavailable if the bucket is missing or refused; checked once per store."""
+        if self._bucket_checked:
+            return
+        self._call("head_bucket", "", lambda: self.client.head_bucket(Bucket=self.bucket))
+        self._bucket_checked = True
+
+    def _on_retry(self, op: str, key: str) -> Callable[[int, BaseException, float], None]:
+        def report(retry_index: int, exc: BaseException, delay: float) -> None:
+            self.retries += 1
+            code, status = _code_status(_boto_cause(exc))
+            what = f"{code} (HTTP {status})" if code else type(_boto_cause(exc)).__name__
+            log.warning(
+                "store: %s %r on %s failed with %s; retry %d/%d in %.2fs",
+                op, key, self.endpoint, what, retry_index + 1,
+                self.retry_policy.attempts - 1, delay,
+            )  # fmt: skip
+
+        return report
+
+    def _call(self, op: str, key: str, fn: Callable[[], T]) -> T:
+        try:
+            return call_with_retry(
+                fn,
+                policy=self.retry_policy,
+                is_transient=is_transient,
+                on_retry=self._on_retry(op, key),
+                rng=self._rng,
+            )
+        except StoreError:
+            raise
+        except Exception as exc:
+            translated = self._translate(exc, op, key)
+            if translated is None:
+                raise
+            raise translated from exc
+
+    def _translate(self, exc: BaseException, op: str, key: str) -> StoreError | None:
+        cause = _boto_cause(exc)
+        where = f"bucket {self.bucket!r} at S3 endpoint {self.endpoint}"
+        code, status = _code_status(cause)
+        if isinstance(cause, (NoCredentialsError, PartialCredentialsError)):
+            return StoreUnavailable(
+                f"no usable S3 credentials for {where}: set AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE / a web identity) in the environment"
+            )
+        if is_transient(cause):
+            attempts = self.retry_policy.attempts
+            if isinstance(cause, ClientError):
+                return StoreUnavailable(
+                    f"S3 {op} of {key!r} kept failing with {code} (HTTP {status}) on {where} "
+                    f"after {attempts} attempts: the server is overloaded or down; retry later "
+                    "or check the server's health"
+                )
+            return StoreUnavailable(
+                f"S3 endpoint {self.endpoint} unreachable ({type(cause).__name__}) for bucket "
+                f"{self.bucket!r} after {attempts} attempts: check HACRL_S3_ENDPOINT (or "
+                "AWS_ENDPOINT_URL) and that the server is running and reachable"
+            )
+        if code == "NoSuchBucket" or (op == "head_bucket" and status == 404):
+            return StoreUnavailable(
+                f"{where} does not exist: create the bucket (e.g. `aws --endpoint-url "
+                f"{self.endpoint} s3 mb s3://{self.bucket}`) or fix the store URI"
+            )
+        if code in ACCESS_CODES or status == 403:
+            return StoreUnavailable(
+                f"access denied ({code or status}) to {where}: check AWS_ACCESS_KEY_ID / "
+                "AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN) and the bucket policy"
+            )
+        if code == "NoSuchKey":
+            return ObjectNotFound(key, self.uri)
+        if isinstance(cause, ClientError):
+            message = cause.response.get("Error", {}).get("Message", "")
+            return StoreError(
+                f"S3 {op} of {key!r} on {where} failed: {code} (HTTP {status}) {message}"
+            )
+        return None

@@ -1,0 +1,212 @@
+"""One experiment's view of the trajectory store: the layout of ``layout.py`` over an ObjectStore.
+
+Shards (rollouts, scores, metrics, spec) are committed objects and weights/checkpoints are
+committed directories (``commit.py``), so a reader never sees a partial write, and writing the
+same shard again replaces it: there is never a second copy. Readers take ``wait=`` seconds and
+raise TimeoutError naming the experiment, step and agent. Progress heartbeats are overwritten
+every step with a plain atomic put.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from hacrl_core.store import layout
+from hacrl_core.store.commit import (
+    get_committed,
+    get_dir,
+    is_committed,
+    list_committed_dirs,
+    manifest_key,
+    put_committed,
+    put_dir,
+)
+from hacrl_core.store.errors import CorruptObject, ObjectNotFound
+from hacrl_core.store.objects import ObjectStore, open_object_store
+from hacrl_core.store.trajectories import (
+    rollouts_from_parquet,
+    rollouts_to_parquet,
+    scores_from_parquet,
+    scores_to_parquet,
+)
+
+T = TypeVar("T")
+
+
+class TrajectoryStore:
+    """Reads and writes experiment ``experiment`` in ``objects``."""
+
+    def __init__(self, objects: ObjectStore, experiment: str) -> None:
+        self.objects = objects
+        self.experiment = layout.check_name("experiment", experiment)
+
+    def __repr__(self) -> str:
+        return f"TrajectoryStore({self.objects!r}, {self.experiment!r})"
+
+    def _waiting(self, what: str, read: Callable[[], T]) -> T:
+        try:
+            return read()
+        except TimeoutError as exc:
+            raise TimeoutError(f"experiment {self.experiment!r}: {what}: {exc}") from None
+
+    def _check_rows(self, rows: list[dict[str, Any]], step: int, agent: str) -> None:
+        expected = {"experiment": self.experiment, "step": step, "source_agent": agent}
+        for index, row in enumerate(rows):
+            for name, value in expected.items():
+                if name in row and row[name] != value:
+                    raise ValueError(
+                        f"row {index} has {name}={row[name]!r} but is written as {name}={value!r}"
+                    )
+
+    # -- spec ------------------------------------------------------------------------------
+
+    def put_spec(self, text: str) -> str:
+        key = layout.spec_key(self.experiment)
+        put_committed(self.objects, key, text.encode("utf-8"))
+        return key
+
+    def get_spec(self, *, wait: float = 0.0) -> str:
+        key = layout.spec_key(self.experiment)
+        data = self._waiting("spec.yaml", lambda: get_committed(self.objects, key, wait=wait))
+        return data.decode("utf-8")
+
+    # -- per-step shards -------------------------------------------------------------------
+
+    def write_rollouts(self, step: int, agent: str, rows: list[dict[str, Any]]) -> str:
+        key = layout.rollouts_key(self.experiment, step, agent)
+        self._check_rows(rows, step, agent)
+        put_committed(self.objects, key, rollouts_to_parquet(rows))
+        return key
+
+    def read_rollouts(self, step: int, agent: str, *, wait: float = 0.0) -> list[dict[str, Any]]:
+        key = layout.rollouts_key(self.experiment, step, agent)
+        what = f"rollouts of step {step} from agent {agent!r}"
+        return rollouts_from_parquet(
+            self._waiting(what, lambda: get_committed(self.objects, key, wait=wait))
+        )
+
+    def rollouts_ready(self, step: int, agent: str) -> bool:
+        return is_committed(self.objects, layout.rollouts_key(self.experiment, step, agent))
+
+    def write_scores(self, step: int, agent: str, rows: list[dict[str, Any]]) -> str:
+        key = layout.scores_key(self.experiment, step, agent)
+        self._check_rows(rows, step, agent)
+        put_committed(self.objects, key, scores_to_parquet(rows))
+        return key
+
+    def read_scores(self, step: int, agent: str, *, wait: float = 0.0) -> list[dict[str, Any]]:
+        key = layout.scores_key(self.experiment, step, agent)
+        what = f"scores of step {step} from agent {agent!r}"
+        return scores_from_parquet(
+            self._waiting(what, lambda: get_committed(self.objects, key, wait=wait))
+        )
+
+    def scores_ready(self, step: int, agent: str) -> bool:
+        return is_committed(self.objects, layout.scores_key(self.experiment, step, agent))
+
+    def write_metrics(self, step: int, agent: str, metrics: dict[str, Any]) -> str:
+        key = layout.metrics_key(self.experiment, step, agent)
+        put_committed(self.objects, key, json.dumps(metrics, sort_keys=True).encode())
+        return key
+
+    def read_metrics(self, step: int, agent: str, *, wait: float = 0.0) -> dict[str, Any]:
+        key = layout.metrics_key(self.experiment, step, agent)
+        what = f"metrics of step {step} from agent {agent!r}"
+        return json.loads(self._waiting(what, lambda: get_committed(self.objects, key, wait=wait)))
+
+    def metrics_ready(self, step: int, agent: str) -> bool:
+        return is_committed(self.objects, layout.metrics_key(self.experiment, step, agent))
+
+    def list_steps(self) -> list[int]:
+        """Steps with at least one object (complete or not), ascending."""
+        root = layout.steps_prefix(self.experiment) + "/"
+        steps = {
+            layout.parse_index(key[len(root) :].split("/", 1)[0]) for key in self.objects.list(root)
+        }
+        return sorted(s for s in steps if s is not None)
+
+    # -- weights and checkpoints (committed directories) -----------------------------------
+
+    def publish_weights(self, agent: str, version: int, local_dir: Path | str) -> str:
+        prefix = layout.weights_prefix(self.experiment, agent, version)
+        put_dir(self.objects, prefix, local_dir)
+        return prefix
+
+    def fetch_weights(
+        self, agent: str, version: int, local_dir: Path | str, *, wait: float = 0.0
+    ) -> dict[str, Any]:
+        prefix = layout.weights_prefix(self.experiment, agent, version)
+        what = f"weights version {version} of agent {agent!r}"
+        return self._waiting(what, lambda: get_dir(self.objects, prefix, local_dir, wait=wait))
+
+    def latest_weights_version(self, agent: str) -> int | None:
+        return _latest(
+            list_committed_dirs(self.objects, layout.weights_root(self.experiment, agent))
+        )
+
+    def save_checkpoint(self, agent: str, step: int, local_dir: Path | str) -> str:
+        prefix = layout.checkpoint_prefix(self.experiment, agent, step)
+        put_dir(self.objects, prefix, local_dir)
+        return prefix
+
+    def load_checkpoint(
+        self, agent: str, step: int, local_dir: Path | str, *, wait: float = 0.0
+    ) -> dict[str, Any]:
+        prefix = layout.checkpoint_prefix(self.experiment, agent, step)
+        what = f"checkpoint of step {step} of agent {agent!r}"
+        return self._waiting(what, lambda: get_dir(self.objects, prefix, local_dir, wait=wait))
+
+    def latest_checkpoint(self, agent: str) -> int | None:
+        return _latest(
+            list_committed_dirs(self.objects, layout.checkpoints_root(self.experiment, agent))
+        )
+
+    def list_checkpoints(self, agent: str) -> list[int]:
+        """Steps of the agent's complete checkpoints, oldest first."""
+        names = list_committed_dirs(self.objects, layout.checkpoints_root(self.experiment, agent))
+        return sorted(i for i in map(layout.parse_index, names) if i is not None)
+
+    def delete_checkpoint(self, agent: str, step: int) -> int:
+        """Remove one checkpoint; its manifest goes first so no reader sees it half-deleted."""
+        prefix = layout.checkpoint_prefix(self.experiment, agent, step)
+        removed = self.objects.delete_prefix(manifest_key(prefix))
+        return removed + self.objects.delete_prefix(prefix + "/")
+
+    # -- progress heartbeat ----------------------------------------------------------------
+
+    def write_progress(self, agent: str, progress: dict[str, Any]) -> str:
+        key = layout.progress_key(self.experiment, agent)
+        self.objects.put(key, json.dumps(progress, sort_keys=True).encode())
+        return key
+
+    def read_progress(self, agent: str) -> dict[str, Any] | None:
+        key = layout.progress_key(self.experiment, agent)
+        try:
+            raw = self.objects.get(key)
+        except ObjectNotFound:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            raise CorruptObject(f"progress {key!r} is not valid JSON: {exc}") from None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def delete_experiment(self) -> int:
+        """Delete every object of the experiment; returns how many."""
+        return self.objects.delete_prefix(layout.experiment_prefix(self.experiment) + "/")
+
+
+def _latest(names: list[str]) -> int | None:
+    indices = [i for i in map(layout.parse_index, names) if i is not None]
+    return max(indices, default=None)
+
+
+def open_trajectory_store(
+    uri: str, experiment: str, *, endpoint: str | None = None, region: str | None = None
+) -> TrajectoryStore:
+    """``TrajectoryStore`` of ``experiment`` in the store ``uri`` (see ``open_object_store``)."""
+    return TrajectoryStore(open_object_store(uri, endpoint=endpoint, region=region), experiment)

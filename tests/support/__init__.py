@@ -1,0 +1,1 @@
+"""Helpers shared by test suites (store, end-to-end, benchmarks)."""
