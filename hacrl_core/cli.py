@@ -10,6 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from hacrl_core.runtime.commands import register as register_runtime_commands
+
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from hacrl_core.spec import SpecError, load_experiment
@@ -65,19 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     crd.add_argument("--stdout", action="store_true", help="print the CRD instead of writing it")
     crd.set_defaults(func=cmd_crd)
 
-    _add_runtime_commands(commands)
+    register_runtime_commands(commands)
     return parser
-
-
-def _add_runtime_commands(commands: argparse._SubParsersAction) -> None:
-    """Commands of the runtime (run, worker, eval), registered by their own module when present."""
-    try:
-        from hacrl_core.runtime.commands import register
-    except ImportError as error:
-        if error.name and not error.name.startswith("hacrl_core.runtime"):
-            raise
-        return
-    register(commands)
 
 
 def main(argv: list[str] | None = None) -> int:

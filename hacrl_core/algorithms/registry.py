@@ -61,6 +61,8 @@ class Algorithm:
         "source" (the sampler's, importance sampling across policies, HACPO) or "learner" (the
         learner's own, i.e. treat the row as if it were on-policy: naive sharing).
     policy_loss: the loss.
+    aggregation: what the loss is a mean over, "rows" or "tokens"; the learner weights
+        micro-batches by it so gradient accumulation equals one pass over the mini-batch.
     """
 
     name: str
@@ -68,6 +70,7 @@ class Algorithm:
     advantage_mode: str
     cross_old_logprob: Literal["source", "learner"]
     policy_loss: PolicyLoss
+    aggregation: Literal["rows", "tokens"] = "rows"
 
 
 ALGORITHMS: dict[str, Algorithm] = {}
@@ -128,5 +131,5 @@ def grpo_policy_loss(inputs: PolicyLossInputs, settings: LossSettings) -> tuple[
 
 register_algorithm(Algorithm("hacpo", True, "hacpo", "source", hacpo_policy_loss))
 register_algorithm(Algorithm("gspo", False, "gspo", "source", gspo_policy_loss))
-register_algorithm(Algorithm("grpo", False, "grpo", "source", grpo_policy_loss))
+register_algorithm(Algorithm("grpo", False, "grpo", "source", grpo_policy_loss, aggregation="tokens"))
 register_algorithm(Algorithm("naive", True, "naive", "learner", gspo_policy_loss))

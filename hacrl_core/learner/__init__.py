@@ -1,0 +1,1 @@
+"""The learner: scores its own rows, gathers every agent's rows, updates, publishes weights."""

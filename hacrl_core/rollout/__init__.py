@@ -1,0 +1,1 @@
+"""Rollout: sampling engines behind one interface, and the rollout worker."""

@@ -1,0 +1,104 @@
+"""`hacrl run`, `hacrl worker rollout|learner`, `hacrl eval`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+
+def _setup_worker_process() -> None:
+    import torch
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    threads = os.environ.get("HACRL_TORCH_THREADS")
+    if threads:
+        torch.set_num_threads(int(threads))
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    _setup_worker_process()
+    from hacrl_core.runtime.context import WorkerContext
+
+    context = WorkerContext.from_spec_file(args.spec, args.agent)
+    if args.role == "rollout":
+        from hacrl_core.rollout.worker import run_rollout_worker
+
+        run_rollout_worker(context)
+    else:
+        from hacrl_core.learner.worker import run_learner_worker
+
+        run_learner_worker(context)
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from hacrl_core.runtime.display import make_display
+    from hacrl_core.runtime.local import RunError, prepare, run_local
+    from hacrl_core.spec import SpecError, load_experiment
+
+    try:
+        experiment = load_experiment(args.spec)
+        report = run_local(args.spec, resume=args.resume, workdir=args.workdir, display=make_display(experiment, quiet=args.quiet))
+    except SpecError as error:
+        print(error, file=sys.stderr)
+        return 2
+    except RunError as error:
+        print(f"hacrl run: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: workers stopped; continue with `hacrl run --resume {args.spec}`", file=sys.stderr)
+        return 130
+    print(f"done. report: {report}/summary.md")
+    print((report / "summary.md").read_text())
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    _setup_worker_process()
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from hacrl_core.models.loading import load_policy
+    from hacrl_core.runtime.context import WorkerContext
+    from hacrl_core.runtime.evaluation import evaluate_policy
+
+    context = WorkerContext.from_spec_file(args.spec, args.agent)
+    if not context.spec.data.eval:
+        print("the spec has no data.eval sets to evaluate on", file=sys.stderr)
+        return 2
+    version = args.version if args.version is not None else context.store.latest_weights_version(args.agent)
+    if version is None:
+        print(f"no weights of agent {args.agent!r} in the store yet; run the experiment first", file=sys.stderr)
+        return 1
+    with tempfile.TemporaryDirectory() as tmp:
+        context.store.fetch_weights(args.agent, version, Path(tmp) / "w", wait=0)
+        model, tokenizer = load_policy(Path(tmp) / "w")
+        results = evaluate_policy(context, model, tokenizer, samples=args.samples, sets=args.set)
+    print(json.dumps({"agent": args.agent, "weights_version": version, **results}, indent=2))
+    return 0
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    run = commands.add_parser("run", help="run an experiment on this machine (workers as local processes)")
+    run.add_argument("spec", help="experiment YAML")
+    run.add_argument("--resume", action="store_true", help="continue an interrupted run from its checkpoints")
+    run.add_argument("--workdir", help="logs, rendered spec and report (default: hacrl-runs/<experiment>)")
+    run.add_argument("--quiet", action="store_true", help="no progress display")
+    run.set_defaults(func=cmd_run)
+
+    worker = commands.add_parser("worker", help="run one worker (what pods and `hacrl run` start)")
+    worker.add_argument("role", choices=["rollout", "learner"])
+    worker.add_argument("--spec", required=True, help="experiment YAML")
+    worker.add_argument("--agent", required=True, help="agent name")
+    worker.set_defaults(func=cmd_worker)
+
+    evaluate = commands.add_parser("eval", help="evaluate an agent's weights on the spec's eval sets")
+    evaluate.add_argument("spec", help="experiment YAML")
+    evaluate.add_argument("--agent", required=True)
+    evaluate.add_argument("--version", type=int, help="weights version (default: latest)")
+    evaluate.add_argument("--samples", type=int, help="k samples per prompt (default: spec.evaluation.samples)")
+    evaluate.add_argument("--set", action="append", help="eval set name (repeatable; default: all)")
+    evaluate.set_defaults(func=cmd_eval)

@@ -1,0 +1,87 @@
+"""What every worker needs, built once from the spec file and the agent name."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from hacrl_core.data import PromptSource, iter_batches, open_source
+from hacrl_core.data.base import Problem
+from hacrl_core.rewards import get_reward
+from hacrl_core.spec import AgentSpec, Experiment, ExperimentSpec, load_experiment
+from hacrl_core.store import TrajectoryStore, open_trajectory_store
+
+log = logging.getLogger("hacrl")
+
+#: How long a worker waits for a peer's shard before failing with a message naming it.
+DEFAULT_WAIT_SECONDS = float(os.environ.get("HACRL_WAIT_SECONDS", 3600))
+
+
+def cache_root() -> Path:
+    """Model cache (tiny builds, fetched weights); HACRL_CACHE overrides `.hacrl-cache`."""
+    return Path(os.environ.get("HACRL_CACHE", ".hacrl-cache")).resolve()
+
+
+@dataclass
+class WorkerContext:
+    experiment: Experiment
+    agent_name: str
+    store: TrajectoryStore
+    wait_seconds: float = DEFAULT_WAIT_SECONDS
+    work_dir: Path = field(default_factory=lambda: cache_root() / "work")
+
+    @classmethod
+    def from_spec_file(cls, spec_path: str | Path, agent: str) -> "WorkerContext":
+        experiment = load_experiment(spec_path)
+        experiment.spec.agent(agent)  # fail early, naming the agents, on a wrong --agent
+        store_spec = experiment.spec.store
+        store = open_trajectory_store(
+            store_spec.uri, experiment.name, endpoint=store_spec.endpoint, region=store_spec.region
+        )
+        context = cls(experiment=experiment, agent_name=agent, store=store)
+        context.work_dir = cache_root() / "work" / experiment.name / agent
+        context.work_dir.mkdir(parents=True, exist_ok=True)
+        return context
+
+    @property
+    def spec(self) -> ExperimentSpec:
+        return self.experiment.spec
+
+    @property
+    def agent(self) -> AgentSpec:
+        return self.spec.agent(self.agent_name)
+
+    @property
+    def agent_index(self) -> int:
+        return self.spec.agent_index(self.agent_name)
+
+    @property
+    def agent_names(self) -> list[str]:
+        return [a.name for a in self.spec.agents]
+
+    @cached_property
+    def train_source(self) -> PromptSource:
+        train = self.spec.data.train
+        return open_source(train.source, prompt_key=train.prompt_key, answer_key=train.answer_key, reward=self.spec.data.reward)
+
+    @cached_property
+    def reward_fn(self):
+        return get_reward(self.spec.data.reward)
+
+    def step_problems(self, step: int) -> list[Problem]:
+        """The prompts of ``step``: the same for every agent, derived from the step alone.
+
+        Deriving the data cursor from the step (step * prompts_per_step) makes resume exact: a
+        restarted worker needs no saved cursor to pick the same prompts again.
+        """
+        per_step = self.spec.algorithm.prompts_per_step
+        batch = next(iter_batches(self.train_source, per_step, step * per_step, seed=self.spec.algorithm.seed))
+        return batch.problems
+
+    def initial_model_dir(self) -> Path:
+        from hacrl_core.models.uri import resolve_model
+
+        return resolve_model(self.agent.model, cache_root() / "models")

@@ -1,0 +1,39 @@
+"""Evaluation of one policy on the spec's eval sets: greedy avg@1, or avg@k and pass@k."""
+
+from __future__ import annotations
+
+from hacrl_core.data import open_source
+from hacrl_core.data.templates import render_prompt
+from hacrl_core.rollout.engine import SamplingParams
+from hacrl_core.rollout.hf_engine import HFEngine
+from hacrl_core.runtime.context import WorkerContext
+
+
+def evaluate_policy(context: WorkerContext, model, tokenizer, *, samples: int | None = None, sets: list[str] | None = None) -> dict[str, float]:
+    """`{"eval/<set>/accuracy": avg@k, "eval/<set>/pass@k": ...}` for every eval set of the spec."""
+    spec = context.spec
+    k = samples or spec.evaluation.samples
+    engine = HFEngine(batch_size=context.agent.rollout.batch_size)
+    engine.set_policy(model, tokenizer)
+    reward = context.reward_fn
+    results: dict[str, float] = {}
+    for eval_set in spec.data.eval:
+        if sets and eval_set.name not in sets:
+            continue
+        source = open_source(eval_set.source, prompt_key=eval_set.prompt_key, answer_key=eval_set.answer_key, reward=spec.data.reward)
+        problems = [source[i] for i in range(min(len(source), eval_set.max_prompts))]
+        prompts = [render_prompt(tokenizer, p.question, spec.data.template) for p in problems]
+        params = SamplingParams(
+            n=k,
+            greedy=k == 1,
+            temperature=context.agent.rollout.temperature,
+            top_p=context.agent.rollout.top_p,
+            max_new_tokens=context.agent.rollout.max_new_tokens,
+            seed=spec.algorithm.seed,
+        )
+        outputs = engine.generate(prompts, params)
+        scores = [[reward(sample.text, problem.answer) for sample in group] for problem, group in zip(problems, outputs)]
+        results[f"eval/{eval_set.name}/accuracy"] = sum(sum(s) / len(s) for s in scores) / max(len(scores), 1)
+        if k > 1:
+            results[f"eval/{eval_set.name}/pass@{k}"] = sum(max(s) for s in scores) / max(len(scores), 1)
+    return results

@@ -1,0 +1,238 @@
+"""`hacrl run`: the local executor.
+
+Starts every agent's rollout and learner worker as separate processes running the same
+commands the pods run (`hacrl worker rollout|learner`), shows live progress, restarts a worker
+that dies (it resumes from its checkpoint) up to `spec.restartLimit` times per agent, stops
+cleanly on Ctrl-C leaving a resumable run, and writes the report folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hacrl_core.spec import Experiment, dump_experiment, load_experiment
+from hacrl_core.store import TrajectoryStore, open_trajectory_store
+
+ROLES = ("rollout", "learner")
+POLL_SECONDS = 0.25
+
+
+class RunError(RuntimeError):
+    pass
+
+
+@dataclass
+class WorkerProcess:
+    agent: str
+    role: str
+    command: list[str]
+    env: dict[str, str]
+    log_path: Path
+    process: subprocess.Popen | None = None
+    finished: bool = False
+    port: int = 0
+
+    def start(self) -> None:
+        handle = open(self.log_path, "ab")
+        self.process = subprocess.Popen(self.command, env=self.env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+        handle.close()
+
+    def poll(self) -> int | None:
+        return None if self.process is None else self.process.poll()
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.process is not None and self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+@dataclass
+class LocalRun:
+    experiment: Experiment
+    spec_path: Path
+    workdir: Path
+    store: TrajectoryStore
+    workers: list[WorkerProcess] = field(default_factory=list)
+    restarts: dict[str, int] = field(default_factory=dict)
+
+
+def free_ports(first: int, count: int, host: str) -> list[int]:
+    """``count`` ports from ``first`` upwards that can be bound now (0 disables metrics)."""
+    if first <= 0:
+        return [0] * count
+    ports, candidate = [], first
+    while len(ports) < count and candidate < 65536:
+        with socket.socket() as probe:
+            try:
+                probe.bind((host, candidate))
+                ports.append(candidate)
+            except OSError:
+                pass
+        candidate += 1
+    return ports
+
+
+def prepare(spec_path: str | Path, *, resume: bool, workdir: str | Path | None = None) -> LocalRun:
+    experiment = load_experiment(spec_path)
+    store_spec = experiment.spec.store
+    store = open_trajectory_store(store_spec.uri, experiment.name, endpoint=store_spec.endpoint, region=store_spec.region)
+    started = any(store.read_progress(a.name) for a in experiment.spec.agents) or bool(store.list_steps())
+    if started and not resume:
+        raise RunError(
+            f"experiment {experiment.name!r} already has data in {store_spec.uri}: continue it with "
+            f"`hacrl run --resume {spec_path}`, or rename metadata.name to start afresh"
+        )
+    rendered = dump_experiment(experiment)
+    if resume and started:
+        try:
+            previous = store.get_spec()
+        except Exception:
+            previous = None
+        if previous is not None and previous != rendered:
+            raise RunError(
+                f"the spec of {experiment.name!r} changed since the run started; resuming with a different spec would mix "
+                "two experiments in one store prefix: restore the original spec or use a new metadata.name"
+            )
+    store.put_spec(rendered)
+    workdir = Path(workdir or Path("hacrl-runs") / experiment.name).resolve()
+    (workdir / "logs").mkdir(parents=True, exist_ok=True)
+    local_spec = workdir / "spec.yaml"
+    local_spec.write_text(rendered, encoding="utf-8")
+    return LocalRun(experiment, local_spec, workdir, store)
+
+
+def build_models(run: LocalRun, say) -> None:
+    """Resolve (and for tiny:// build and warm-start) every agent's model once, before the workers
+    start, so that two workers never race to build the same cache entry."""
+    from hacrl_core.models.uri import resolve_model
+    from hacrl_core.runtime.context import cache_root
+
+    for agent in run.experiment.spec.agents:
+        began = time.perf_counter()
+        say(f"preparing model of {agent.name}: {agent.model}")
+        path = resolve_model(agent.model, cache_root() / "models")
+        say(f"  ready in {time.perf_counter() - began:.1f}s: {path}")
+
+
+def start_workers(run: LocalRun) -> None:
+    spec = run.experiment.spec
+    ports = free_ports(spec.metrics.port, 2 * len(spec.agents), spec.metrics.bind_address)
+    threads = str(max(1, (os.cpu_count() or 2) // (2 * len(spec.agents))))
+    for index, agent in enumerate(spec.agents):
+        run.restarts[agent.name] = 0
+        for offset, role in enumerate(ROLES):
+            port = ports[2 * index + offset] if ports else 0
+            env = dict(os.environ)
+            env.update(
+                HACRL_METRICS_PORT=str(port),
+                HACRL_METRICS_BIND=spec.metrics.bind_address,
+                OMP_NUM_THREADS=threads,
+                HACRL_TORCH_THREADS=threads,
+            )
+            worker = WorkerProcess(
+                agent=agent.name,
+                role=role,
+                command=[sys.executable, "-m", "hacrl_core.cli", "worker", role, "--spec", str(run.spec_path), "--agent", agent.name],
+                env=env,
+                log_path=run.workdir / "logs" / f"{agent.name}-{role}.log",
+                port=port,
+            )
+            worker.start()
+            run.workers.append(worker)
+
+
+def write_worker_table(run: LocalRun) -> None:
+    """`workers.json` in the workdir: who runs where (pid, metrics port, log), for people and tools."""
+    table = [
+        {"agent": w.agent, "role": w.role, "pid": w.process.pid if w.process else None, "metrics_port": w.port, "log": str(w.log_path)}
+        for w in run.workers
+    ]
+    (run.workdir / "workers.json").write_text(json.dumps(table, indent=2))
+
+
+def supervise(run: LocalRun, display) -> None:
+    """Wait for every worker; restart dead ones within the restart limit; raise RunError otherwise."""
+    limit = run.experiment.spec.restart_limit
+    while True:
+        for worker in run.workers:
+            if worker.finished:
+                continue
+            code = worker.poll()
+            if code is None:
+                continue
+            if code == 0:
+                worker.finished = True
+                continue
+            run.restarts[worker.agent] += 1
+            if run.restarts[worker.agent] > limit:
+                raise RunError(
+                    f"{worker.role} worker of agent {worker.agent!r} failed with exit code {code} and the agent used up its "
+                    f"restartLimit ({limit}); last log lines ({worker.log_path}):\n{worker.log_tail()}"
+                )
+            display.note(f"{worker.role} worker of {worker.agent} exited with code {code}; restarting ({run.restarts[worker.agent]}/{limit})")
+            worker.start()
+            write_worker_table(run)
+        display.update(run)
+        if all(w.finished for w in run.workers):
+            return
+        time.sleep(POLL_SECONDS)
+
+
+def stop_all(run: LocalRun, grace: float = 10.0) -> None:
+    for worker in run.workers:
+        worker.stop(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for worker in run.workers:
+        if worker.process is None:
+            continue
+        try:
+            worker.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            worker.stop(signal.SIGKILL)
+            worker.process.wait()
+
+
+def run_local(spec_path: str | Path, *, resume: bool = False, workdir: str | Path | None = None, display=None) -> Path:
+    """Run an experiment to completion on this machine; returns the report folder."""
+    from hacrl_core.runtime.display import make_display
+    from hacrl_core.runtime.report import write_report
+
+    began = time.perf_counter()
+    run = prepare(spec_path, resume=resume, workdir=workdir)
+    display = display or make_display(run.experiment)
+    build_models(run, display.note)
+    start_workers(run)
+    write_worker_table(run)
+    ports = ", ".join(f"{w.agent}/{w.role}:{w.port}" for w in run.workers if w.port)
+    display.note(f"started {len(run.workers)} workers; logs in {run.workdir / 'logs'}" + (f"; metrics on {ports}" if ports else ""))
+    try:
+        with display:
+            supervise(run, display)
+    except KeyboardInterrupt:
+        stop_all(run)
+        raise
+    except BaseException:
+        stop_all(run)
+        raise
+    spec = run.experiment.spec
+    report = write_report(
+        run.store, [a.name for a in spec.agents], spec.algorithm.steps, run.workdir / "report",
+        wall_seconds=time.perf_counter() - began, title=f"{run.experiment.name}: {spec.algorithm.name}",
+    )
+    return report

@@ -1,0 +1,86 @@
+"""The report folder of a run: per-step metrics (JSONL, CSV), curves (PNG), summary (markdown)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from hacrl_core.store import TrajectoryStore
+
+
+def collect_metrics(store: TrajectoryStore, agents: list[str], steps: int) -> list[dict]:
+    rows = []
+    for step in range(steps):
+        for agent in agents:
+            if store.metrics_ready(step, agent):
+                rows.append({"agent": agent, **store.read_metrics(step, agent)})
+    return rows
+
+
+def accuracy_curve(rows: list[dict], agent: str) -> dict[str, list[tuple[int, float]]]:
+    """Per eval set: (weights version, accuracy) points, the initial model's included."""
+    curves: dict[str, list[tuple[int, float]]] = {}
+    for row in rows:
+        if row["agent"] != agent:
+            continue
+        for key, value in row.items():
+            if key.startswith("eval/") and key.endswith("/accuracy_initial"):
+                curves.setdefault(key.split("/")[1], []).append((0, value))
+            elif key.startswith("eval/") and key.endswith("/accuracy"):
+                curves.setdefault(key.split("/")[1], []).append((row["weights_version"], value))
+    return {name: sorted(points) for name, points in curves.items()}
+
+
+def write_report(store: TrajectoryStore, agents: list[str], steps: int, out_dir: Path, *, wall_seconds: float | None = None, title: str = "") -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = collect_metrics(store, agents, steps)
+    with open(out_dir / "metrics.jsonl", "w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row) + "\n")
+    columns = sorted({key for row in rows for key in row}, key=lambda k: (k not in ("agent", "step"), k))
+    with open(out_dir / "metrics.csv", "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    _plot(rows, agents, out_dir / "curves.png")
+
+    lines = [f"# {title or 'HACRL run'}", ""]
+    if wall_seconds is not None:
+        lines += [f"Wall time: {wall_seconds:.0f} s.", ""]
+    lines += ["| agent | steps | reward first → last | " + "eval accuracy initial → final |", "| --- | --- | --- | --- |"]
+    for agent in agents:
+        mine = [r for r in rows if r["agent"] == agent]
+        if not mine:
+            lines.append(f"| {agent} | 0 | – | – |")
+            continue
+        rewards = [r["rollout/reward_mean"] for r in mine]
+        curves = accuracy_curve(rows, agent)
+        accuracy = "; ".join(f"{name}: {pts[0][1]:.3f} → {pts[-1][1]:.3f}" for name, pts in curves.items()) or "–"
+        lines.append(f"| {agent} | {len(mine)} | {rewards[0]:.3f} → {rewards[-1]:.3f} | {accuracy} |")
+    lines += ["", "Files: `metrics.jsonl`, `metrics.csv` (one row per agent and step), `curves.png`."]
+    (out_dir / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return out_dir
+
+
+def _plot(rows: list[dict], agents: list[str], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (reward_axis, accuracy_axis) = plt.subplots(1, 2, figsize=(10, 4))
+    for agent in agents:
+        mine = [r for r in rows if r["agent"] == agent]
+        reward_axis.plot([r["step"] for r in mine], [r["rollout/reward_mean"] for r in mine], label=agent)
+        for name, points in accuracy_curve(rows, agent).items():
+            accuracy_axis.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"{agent} ({name})")
+    reward_axis.set(title="rollout reward", xlabel="step", ylabel="mean reward")
+    accuracy_axis.set(title="eval accuracy (greedy)", xlabel="weights version", ylabel="accuracy")
+    for axis in (reward_axis, accuracy_axis):
+        axis.grid(alpha=0.3)
+        if axis.lines:
+            axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)

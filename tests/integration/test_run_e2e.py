@@ -1,0 +1,149 @@
+"""End to end: tiny heterogeneous agents trained through `hacrl run` with real worker processes."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from hacrl_core.store import open_trajectory_store
+from tests.integration.runs import REPO, run_env, start_run, tiny_spec, wait_for, write_spec
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    """One model cache for the module: the tiny models are built (warm-started) once."""
+    return tmp_path_factory.mktemp("cache")
+
+
+def shard_keys(store, steps: int, agents: list[str]) -> dict[str, int]:
+    """How many committed objects of each kind exist per step and agent (exactly-once check)."""
+    objects = store.objects.list(f"{store.experiment}/steps/")
+    counts: dict[str, int] = {}
+    for key in objects:
+        if key.endswith(".commit.json"):
+            continue
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def assert_every_shard_once(store, steps: int, agents: list[str]) -> None:
+    keys = set(store.objects.list(f"{store.experiment}/steps/"))
+    for step in range(steps):
+        for agent in agents:
+            for kind, suffix in (("rollouts", "parquet"), ("scores", "parquet"), ("metrics", "json")):
+                key = f"{store.experiment}/steps/{step:06d}/{kind}/{agent}.{suffix}"
+                assert key in keys, f"missing {key}"
+                assert f"{key}.commit.json" in keys, f"uncommitted {key}"
+    unexpected = [k for k in keys if not any(f"/{s:06d}/" in k for s in range(steps))]
+    assert not unexpected, f"shards of steps beyond the run: {unexpected}"
+
+
+def test_hacpo_run_on_seaweedfs_s3_trains_both_agents_on_both_agents_rows(tmp_path, cache, seaweedfs, monkeypatch):
+    endpoint, bucket, s3 = seaweedfs
+    for name, value in s3.items():  # the test reads the store back with the same credentials
+        monkeypatch.setenv(name, value)
+    spec = write_spec(tmp_path, tiny_spec("e2e-s3", f"s3://{bucket}/runs", steps=3, endpoint=endpoint))
+    document = spec.read_text().replace("port: 0", "port: 19400")
+    spec.write_text(document)
+    process = start_run(spec, tmp_path, run_env(cache, s3))
+    seen_metrics = {}
+
+    table = tmp_path / "work" / "workers.json"
+
+    def scrape():
+        if not table.exists():
+            return process.poll() is not None
+        for port in [w["metrics_port"] for w in json.loads(table.read_text())]:
+            if port in seen_metrics:
+                continue
+            try:
+                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1).read().decode()
+            except OSError:
+                continue
+            if "hacrl_" in body:
+                seen_metrics[port] = body
+        return len(seen_metrics) == 4 or process.poll() is not None
+
+    wait_for(scrape, 300, "all four metrics endpoints to answer with hacrl metrics")
+    output, _ = process.communicate(timeout=600)
+    assert process.returncode == 0, output
+    assert len(seen_metrics) == 4, f"metrics endpoints answered: {sorted(seen_metrics)}\n{output}"
+
+    store = open_trajectory_store(f"s3://{bucket}/runs", "e2e-s3", endpoint=endpoint)
+    assert_every_shard_once(store, 3, ["llama", "qwen"])
+    for agent in ("llama", "qwen"):
+        assert store.latest_weights_version(agent) == 3  # versions 0..3 published
+        for step in range(3):
+            metrics = store.read_metrics(step, agent)
+            assert metrics["weights_version"] == step + 1
+            assert metrics["learner/own_rows"] == 16 and metrics["learner/cross_rows"] == 16
+            assert metrics["learner/updates"] == 2
+        progress = store.read_progress(agent)
+        assert progress["done"] and progress["step"] == 3
+    assert (tmp_path / "work" / "report" / "curves.png").stat().st_size > 1000
+    assert "llama" in (tmp_path / "work" / "report" / "summary.md").read_text()
+
+
+def test_sigkilled_learner_resumes_with_no_lost_or_repeated_step(tmp_path, cache):
+    store_uri = (tmp_path / "store").as_uri()
+    spec = write_spec(tmp_path, tiny_spec("e2e-kill", store_uri, steps=4))
+    process = start_run(spec, tmp_path, run_env(cache))
+    store = open_trajectory_store(store_uri, "e2e-kill")
+
+    wait_for(lambda: (store.read_progress("qwen") or {}).get("step", 0) >= 1, 300, "qwen to finish a step")
+    pids = subprocess.run(["pgrep", "-f", f"worker learner --spec {tmp_path}/work/spec.yaml --agent qwen"], capture_output=True, text=True).stdout.split()
+    assert pids, "could not find the qwen learner process"
+    for pid in pids:
+        subprocess.run(["kill", "-KILL", pid])
+    output, _ = process.communicate(timeout=600)
+    assert process.returncode == 0, output
+    assert "learner worker of qwen exited with code -9; restarting" in output
+
+    assert_every_shard_once(store, 4, ["llama", "qwen"])
+    for agent in ("llama", "qwen"):
+        assert store.read_progress(agent)["step"] == 4
+        assert [store.read_metrics(step, agent)["step"] for step in range(4)] == [0, 1, 2, 3]
+    assert store.list_checkpoints("qwen") == [3, 4]  # keepLast 2, monotonic
+
+
+def test_interrupted_run_resumes_with_resume_flag(tmp_path, cache):
+    store_uri = (tmp_path / "store").as_uri()
+    spec = write_spec(tmp_path, tiny_spec("e2e-resume", store_uri, steps=3, algorithm="naive"))
+    process = start_run(spec, tmp_path, run_env(cache))
+    store = open_trajectory_store(store_uri, "e2e-resume")
+    wait_for(lambda: (store.read_progress("llama") or {}).get("step", 0) >= 1, 300, "llama to finish a step")
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=120)
+    assert process.returncode == 130, output
+    assert "hacrl run --resume" in output
+
+    again = subprocess.run([sys.executable, "-m", "hacrl_core.cli", "run", str(spec), "--workdir", str(tmp_path / "work")],
+                           cwd=tmp_path, env=run_env(cache), capture_output=True, text=True, timeout=120)
+    assert again.returncode == 1 and "--resume" in again.stderr
+
+    resumed = start_run(spec, tmp_path, run_env(cache), "--resume")
+    output, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, output
+    assert_every_shard_once(store, 3, ["llama", "qwen"])
+    assert store.read_progress("qwen")["done"]
+
+
+@pytest.mark.parametrize("algorithm", ["gspo", "grpo"])
+def test_isolated_baselines_train_on_own_rows_only(tmp_path, cache, algorithm):
+    store_uri = (tmp_path / "store").as_uri()
+    spec = write_spec(tmp_path, tiny_spec(f"e2e-{algorithm}", store_uri, steps=1, algorithm=algorithm))
+    result = subprocess.run([sys.executable, "-m", "hacrl_core.cli", "run", str(spec), "--workdir", str(tmp_path / "work"), "--quiet"],
+                            cwd=tmp_path, env=run_env(cache), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    store = open_trajectory_store(store_uri, f"e2e-{algorithm}")
+    for agent in ("llama", "qwen"):
+        metrics = store.read_metrics(0, agent)
+        assert metrics["learner/own_rows"] == 16 and metrics["learner/cross_rows"] == 0
