@@ -45,8 +45,16 @@ class RolloutSettings(SpecModel):
     temperature: float = Field(1.0, gt=0, le=10, description="Sampling temperature (the paper uses 1.0).")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass (the paper uses 1.0).")
     batch_size: int = Field(64, ge=1, description="Prompts per generate call (hf engine).")
-    tensor_parallel_size: int = Field(1, ge=1, description="vLLM tensor parallelism (vllm engine only).")
-    gpu_memory_utilization: float = Field(0.85, gt=0, le=1, description="Fraction of GPU memory vLLM may take (vllm engine only).")
+    tensor_parallel_size: int | None = Field(None, ge=1, description="vLLM tensor parallelism (vllm engine only; default 1).")
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="Fraction of GPU memory vLLM may take (vllm engine only; default 0.85).")
+
+    @model_validator(mode="after")
+    def _engine_specific(self) -> "RolloutSettings":
+        if self.engine != "vllm":
+            for name, value in (("tensorParallelSize", self.tensor_parallel_size), ("gpuMemoryUtilization", self.gpu_memory_utilization)):
+                if value is not None:
+                    raise ValueError(f"{name}: applies to engine 'vllm' only; remove it or set engine: vllm")
+        return self
 
 
 class LearnerSettings(SpecModel):
@@ -55,8 +63,14 @@ class LearnerSettings(SpecModel):
     weight_decay: float = Field(0.01, ge=0, le=1, description="AdamW weight decay (paper: 0.01).")
     grad_clip: float = Field(1.0, gt=0, description="Global gradient-norm clip (paper: 1.0).")
     micro_batch_size: int = Field(16, ge=1, description="Rows per forward/backward; gradients accumulate up to the mini-batch.")
-    zero_stage: Literal[0, 1, 2, 3] = Field(0, description="DeepSpeed ZeRO stage (deepspeed backend only).")
+    zero_stage: Literal[0, 1, 2, 3] | None = Field(None, description="DeepSpeed ZeRO stage (deepspeed backend only; default 0).")
     dtype: Literal["float32", "bfloat16"] = Field("float32", description="Parameter dtype for training.")
+
+    @model_validator(mode="after")
+    def _backend_specific(self) -> "LearnerSettings":
+        if self.backend != "deepspeed" and self.zero_stage is not None:
+            raise ValueError("zeroStage: applies to backend 'deepspeed' only; remove it or set backend: deepspeed")
+        return self
 
 
 class RoleResources(SpecModel):

@@ -99,7 +99,7 @@ def hacpo_loss(
     with torch.no_grad():
         cross_outside = (ratio < low) | (ratio > 1.0)
         metrics = {
-            "pg_loss": float(loss),
+            "pg_loss": float(loss.detach()),
             "own_rows": float(is_own.sum()),
             "cross_rows": float(is_cross.sum()),
             "own_ratio_mean": _mean_where(ratio, is_own),
@@ -126,7 +126,7 @@ def gspo_loss(
     row_loss, clipped = clipped_surrogate_loss(ratio, advantages, *clip)
     loss = row_loss.mean()
     metrics = {
-        "pg_loss": float(loss),
+        "pg_loss": float(loss.detach()),
         "own_rows": float(ratio.numel()),
         "own_ratio_mean": float(ratio.detach().mean()) if ratio.numel() else 0.0,
         "own_clip_frac": float(clipped.float().mean()) if ratio.numel() else 0.0,
@@ -154,7 +154,7 @@ def grpo_loss(
     token_loss, clipped = clipped_surrogate_loss(ratio, advantages[:, None].to(ratio.dtype), *clip)
     loss = masked_mean(token_loss, response_mask)
     metrics = {
-        "pg_loss": float(loss),
+        "pg_loss": float(loss.detach()),
         "own_rows": float(logp_new.shape[0]),
         "own_ratio_mean": float(masked_mean(ratio.detach(), response_mask)),
         "own_clip_frac": float(masked_mean(clipped.to(ratio.dtype), response_mask)),

@@ -53,18 +53,20 @@ def register_engine(name: str):
     return decorate
 
 
-def create_engine(name: str, **kwargs: Any) -> RolloutEngine:
-    # Importing the modules registers the engines; vllm is optional and imported only when asked.
+def available_engines() -> list[str]:
+    """Engines that can run here. Importing an engine module registers it; optional engines
+    (vllm) register only where their dependencies import."""
     from hacrl_core.rollout import hf_engine  # noqa: F401
 
-    if name == "vllm" and name not in ENGINES:
-        try:
-            from hacrl_core.rollout import vllm_engine  # noqa: F401
-        except ImportError as error:
-            raise RuntimeError(
-                "rollout.engine 'vllm' is not available here: it needs a GPU image with vLLM "
-                f"(pip install 'hacrl[gpu]') and the vllm engine module ({error}); use engine 'hf'"
-            ) from None
-    if name not in ENGINES:
-        raise ValueError(f"unknown rollout engine {name!r}; valid engines: {', '.join(sorted(ENGINES))}")
+    try:
+        from hacrl_core.rollout import vllm_engine  # noqa: F401
+    except ImportError:
+        pass
+    return sorted(ENGINES)
+
+
+def create_engine(name: str, **kwargs: Any) -> RolloutEngine:
+    engines = available_engines()
+    if name not in engines:
+        raise ValueError(f"rollout engine {name!r} is not available here; available engines: {', '.join(engines)}")
     return ENGINES[name](**kwargs)

@@ -11,7 +11,7 @@ from pathlib import Path
 from hacrl_core.data import PromptSource, iter_batches, open_source
 from hacrl_core.data.base import Problem
 from hacrl_core.rewards import get_reward
-from hacrl_core.spec import AgentSpec, Experiment, ExperimentSpec, load_experiment
+from hacrl_core.spec import AgentSpec, Experiment, ExperimentSpec, SpecError, load_experiment
 from hacrl_core.store import TrajectoryStore, open_trajectory_store
 
 log = logging.getLogger("hacrl")
@@ -23,6 +23,30 @@ DEFAULT_WAIT_SECONDS = float(os.environ.get("HACRL_WAIT_SECONDS", 3600))
 def cache_root() -> Path:
     """Model cache (tiny builds, fetched weights); HACRL_CACHE overrides `.hacrl-cache`."""
     return Path(os.environ.get("HACRL_CACHE", ".hacrl-cache")).resolve()
+
+
+def unsupported_settings(experiment: Experiment) -> list[str]:
+    """Spec settings this installation cannot run, each with its field path and the fix.
+
+    The spec admits the real-model settings (vllm engine, deepspeed backend) so that one file
+    serves a CPU laptop and a GPU cluster; a worker that cannot honour one must refuse to start
+    rather than silently fall back.
+    """
+    from hacrl_core.rollout.engine import available_engines
+
+    problems = []
+    engines = available_engines()
+    for index, agent in enumerate(experiment.spec.agents):
+        if agent.rollout.engine not in engines:
+            problems.append(
+                f"spec.agents[{index}].rollout.engine: {agent.rollout.engine!r} is not available in this installation "
+                f"(available: {', '.join(engines)}); use engine: hf, or run on an image with vLLM"
+            )
+        if agent.learner.backend != "torch":
+            problems.append(
+                f"spec.agents[{index}].learner.backend: {agent.learner.backend!r} is not implemented yet; use backend: torch"
+            )
+    return problems
 
 
 @dataclass
@@ -37,6 +61,9 @@ class WorkerContext:
     def from_spec_file(cls, spec_path: str | Path, agent: str) -> "WorkerContext":
         experiment = load_experiment(spec_path)
         experiment.spec.agent(agent)  # fail early, naming the agents, on a wrong --agent
+        problems = unsupported_settings(experiment)
+        if problems:
+            raise SpecError(str(spec_path), problems)
         store_spec = experiment.spec.store
         store = open_trajectory_store(
             store_spec.uri, experiment.name, endpoint=store_spec.endpoint, region=store_spec.region

@@ -18,7 +18,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hacrl_core.spec import Experiment, dump_experiment, load_experiment
+from hacrl_core.runtime.context import unsupported_settings
+from hacrl_core.spec import Experiment, SpecError, dump_experiment, load_experiment
 from hacrl_core.store import TrajectoryStore, open_trajectory_store
 
 ROLES = ("rollout", "learner")
@@ -90,6 +91,11 @@ def free_ports(first: int, count: int, host: str) -> list[int]:
 
 def prepare(spec_path: str | Path, *, resume: bool, workdir: str | Path | None = None) -> LocalRun:
     experiment = load_experiment(spec_path)
+    problems = unsupported_settings(experiment)
+    if experiment.spec.suspend:
+        problems.append("spec.suspend: the experiment is suspended; set suspend: false to run it")
+    if problems:
+        raise SpecError(str(spec_path), problems)
     store_spec = experiment.spec.store
     store = open_trajectory_store(store_spec.uri, experiment.name, endpoint=store_spec.endpoint, region=store_spec.region)
     started = any(store.read_progress(a.name) for a in experiment.spec.agents) or bool(store.list_steps())

@@ -147,3 +147,12 @@ def test_isolated_baselines_train_on_own_rows_only(tmp_path, cache, algorithm):
     for agent in ("llama", "qwen"):
         metrics = store.read_metrics(0, agent)
         assert metrics["learner/own_rows"] == 16 and metrics["learner/cross_rows"] == 0
+        assert "capability/llama" not in metrics  # isolated agents never look at each other
+
+    evaluated = subprocess.run([sys.executable, "-m", "hacrl_core.cli", "eval", str(spec), "--agent", "qwen", "--version", "0"],
+                               cwd=tmp_path, env=run_env(cache), capture_output=True, text=True, timeout=300)
+    assert evaluated.returncode == 0, evaluated.stderr
+    report = json.loads(evaluated.stdout)
+    assert report["weights_version"] == 0
+    # Greedy decoding of the initial weights is exactly what the learner measured before training.
+    assert report["eval/arith/accuracy"] == store.read_metrics(0, "qwen")["eval/arith/accuracy_initial"]

@@ -92,7 +92,9 @@ BAD_SPECS = [
     ("spec.store", {"uri": "gs://bucket"}, "spec.store.uri", "use file://path or s3://bucket/prefix"),
     ("spec.store", {"uri": "s3://"}, "spec.store.uri", "needs a bucket"),
     ("spec.agents.0.rollout", {"engine": "tgi"}, "spec.agents[0].rollout.engine", "'hf' or 'vllm'"),
-    ("spec.agents.0.learner", {"zeroStage": 4}, "spec.agents[0].learner.zeroStage", "0, 1, 2 or 3"),
+    ("spec.agents.0.learner", {"backend": "deepspeed", "zeroStage": 4}, "spec.agents[0].learner.zeroStage", "0, 1, 2 or 3"),
+    ("spec.agents.0.learner", {"zeroStage": 2}, "spec.agents[0].learner.zeroStage", "applies to backend 'deepspeed' only"),
+    ("spec.agents.0.rollout", {"tensorParallelSize": 2}, "spec.agents[0].rollout.tensorParallelSize", "applies to engine 'vllm' only"),
     ("metadata.name", "My Experiment", "metadata.name", "not a valid experiment name"),
     ("kind", "RayJob", "kind", "'HACRLExperiment'"),
 ]

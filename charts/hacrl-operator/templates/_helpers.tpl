@@ -1,0 +1,131 @@
+{{/* Names, labels, images and the RBAC rules of the hacrl-operator chart. */}}
+
+{{- define "hacrl-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "hacrl-operator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "hacrl-operator.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "hacrl-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "hacrl-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "hacrl-operator.labels" -}}
+helm.sh/chart: {{ include "hacrl-operator.chart" . }}
+{{ include "hacrl-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: hacrl
+{{- end }}
+
+{{- define "hacrl-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "hacrl-operator.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false: name an existing ServiceAccount" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* An image reference from {repository, tag, digest}; the tag defaults to the appVersion. */}}
+{{- define "hacrl-operator.image" -}}
+{{- $image := index . 0 }}{{- $root := index . 1 }}
+{{- $ref := printf "%s:%s" $image.repository (default $root.Chart.AppVersion $image.tag) }}
+{{- if $image.digest }}{{ printf "%s@%s" $ref $image.digest }}{{ else }}{{ $ref }}{{ end }}
+{{- end }}
+
+{{/* MinIO: names and the in-cluster endpoint. */}}
+{{- define "hacrl-operator.minio.fullname" -}}
+{{- printf "%s-minio" (include "hacrl-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "hacrl-operator.minio.secretName" -}}
+{{- default (include "hacrl-operator.minio.fullname" .) .Values.minio.existingSecret }}
+{{- end }}
+
+{{- define "hacrl-operator.minio.endpoint" -}}
+{{- printf "http://%s.%s.svc:%d" (include "hacrl-operator.minio.fullname" .) .Release.Namespace (int .Values.minio.service.port) }}
+{{- end }}
+
+{{- define "hacrl-operator.minio.selectorLabels" -}}
+app.kubernetes.io/name: minio
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* The operator's store credentials Secret: store.credentialsSecret, else MinIO's when enabled. */}}
+{{- define "hacrl-operator.store.credentialsSecret" -}}
+{{- if .Values.store.credentialsSecret }}
+{{- .Values.store.credentialsSecret }}
+{{- else if .Values.minio.enabled }}
+{{- include "hacrl-operator.minio.secretName" . }}
+{{- end }}
+{{- end }}
+
+{{/*
+The operator's permissions: EXACTLY hacrl_operator.rbac.RULES (operator/hacrl_operator/rbac.py).
+tests/chart/test_rbac.py fails when these and RULES differ in either direction.
+"namespaceRules" are needed in every watched namespace; "clusterRules" always cluster-wide.
+*/}}
+{{- define "hacrl-operator.namespaceRules" -}}
+- apiGroups: ["hacrl.io"]
+  resources: ["hacrlexperiments"]
+  verbs: ["get", "list", "watch", "patch", "delete"]
+- apiGroups: ["hacrl.io"]
+  resources: ["hacrlexperiments/status"]
+  verbs: ["get", "patch"]
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch", "create", "delete"]
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", "create", "patch"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end }}
+
+{{- define "hacrl-operator.clusterRules" -}}
+- apiGroups: ["apiextensions.k8s.io"]
+  resources: ["customresourcedefinitions"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: [""]
+  resources: ["namespaces"]
+  verbs: ["get", "list", "watch"]
+{{- end }}
+
+{{/* Checks of value combinations; each message names the value path to change. */}}
+{{- define "hacrl-operator.validate" -}}
+{{- if and .Values.metrics.serviceMonitor.enabled (eq (int .Values.metrics.port) 0) }}
+{{- fail "metrics.serviceMonitor.enabled=true needs the operator's metrics: set metrics.port to a port (e.g. 8081), or metrics.serviceMonitor.enabled=false" }}
+{{- end }}
+{{- if and .Values.metrics.serviceMonitor.enabled (not .Values.metrics.service.enabled) }}
+{{- fail "metrics.serviceMonitor.enabled=true scrapes the metrics Service: set metrics.service.enabled=true" }}
+{{- end }}
+{{- if and .Values.watchTimeouts.client (le (int .Values.watchTimeouts.client) (int .Values.watchTimeouts.server)) }}
+{{- fail (printf "watchTimeouts.client (%v) must be greater than watchTimeouts.server (%v), or 0 for server + 30" .Values.watchTimeouts.client .Values.watchTimeouts.server) }}
+{{- end }}
+{{- if eq (int .Values.health.port) (int .Values.metrics.port) }}
+{{- fail (printf "health.port and metrics.port are both %v: give them different ports" .Values.health.port) }}
+{{- end }}
+{{- if and .Values.minio.existingSecret .Values.minio.secretNamespaces }}
+{{- fail "minio.secretNamespaces copies only a generated Secret: with minio.existingSecret, create that Secret in those namespaces yourself and leave minio.secretNamespaces empty" }}
+{{- end }}
+{{- if and .Values.minio.secretNamespaces (not .Values.minio.enabled) }}
+{{- fail "minio.secretNamespaces is set but minio.enabled is false: enable MinIO or remove minio.secretNamespaces" }}
+{{- end }}
+{{- end }}
