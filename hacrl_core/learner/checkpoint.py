@@ -21,11 +21,11 @@ OPTIMIZER_FILE = "optimizer.pt"
 RNG_FILE = "rng.pt"
 
 
-def save_checkpoint(store, agent: str, completed_steps: int, model, tokenizer, optimizer, tracker: CapabilityTracker, work_dir: Path) -> None:
+def save_checkpoint(store, agent: str, completed_steps: int, model, tokenizer, optimizer_state: dict, tracker: CapabilityTracker, work_dir: Path) -> None:
     local = work_dir / f"checkpoint-{completed_steps:06d}"
     shutil.rmtree(local, ignore_errors=True)
     save_policy(model, tokenizer, local / "model")
-    torch.save(optimizer.state_dict(), local / OPTIMIZER_FILE)
+    torch.save(optimizer_state, local / OPTIMIZER_FILE)
     torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, local / RNG_FILE)
     (local / STATE_FILE).write_text(json.dumps({"completed_steps": completed_steps, "capability": tracker.state_dict()}))
     store.save_checkpoint(agent, completed_steps, local)

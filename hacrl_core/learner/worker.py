@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from hacrl_core.algorithms import CapabilityTracker, PolicyLossInputs, get_algorithm, group_advantages, kl_penalty, masked_mean
+from hacrl_core.learner.backends import TrainingBackend, create_backend
 from hacrl_core.learner.batch import TrainRow, collate_rows, encode_rows, micro_batches, score_rows
 from hacrl_core.learner.checkpoint import restore_checkpoint, save_checkpoint
 from hacrl_core.metrics import WorkerMetrics
@@ -37,15 +38,11 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 class LearnerState:
     model: torch.nn.Module
     tokenizer: object
-    optimizer: torch.optim.Optimizer
+    backend: TrainingBackend
     tracker: CapabilityTracker
     next_step: int
     reference: torch.nn.Module | None = None
     timings: dict[str, float] = field(default_factory=dict)
-
-
-def build_optimizer(model, settings) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
 
 
 def initialize(context: WorkerContext, device: str = "cpu") -> LearnerState:
@@ -60,22 +57,22 @@ def initialize(context: WorkerContext, device: str = "cpu") -> LearnerState:
         model, tokenizer, optimizer_state, capability_state, local = restore_checkpoint(
             context.store, context.agent_name, latest, context.work_dir, device, dtype
         )
-        optimizer = build_optimizer(model, settings)
-        optimizer.load_state_dict(optimizer_state)
+        backend = create_backend(settings.backend, model, settings)
+        backend.load_optimizer_state(optimizer_state)
         tracker.load_state_dict(capability_state)
         shutil.rmtree(local, ignore_errors=True)
         next_step = latest
         log.info("learner %s: resumed from checkpoint after %d steps", context.agent_name, latest)
     else:
         model, tokenizer = load_policy(context.initial_model_dir(), dtype=dtype, device=device)
-        optimizer = build_optimizer(model, settings)
+        backend = create_backend(settings.backend, model, settings)
         next_step = 0
     reference = None
     if algorithm.kl_coef > 0:  # 0 must skip loading the reference entirely
         reference, _ = load_policy(context.initial_model_dir(), dtype=dtype, device=device)
         reference.eval().requires_grad_(False)
-    model.train()
-    return LearnerState(model, tokenizer, optimizer, tracker, next_step, reference)
+    backend.model.train()
+    return LearnerState(backend.unwrapped_model(), tokenizer, backend, tracker, next_step, reference)
 
 
 def publish_weights(context: WorkerContext, state: LearnerState, version: int) -> None:
@@ -189,11 +186,11 @@ def run_updates(context: WorkerContext, state: LearnerState, step: int, rows, ad
         for start in range(0, len(shuffled), spec_algorithm.mini_batch_prompts):
             members = [i for uid in shuffled[start : start + spec_algorithm.mini_batch_prompts] for i in by_prompt[uid]]
             norm = _normalizer(algorithm.aggregation, [rows[i] for i in members])
-            state.optimizer.zero_grad(set_to_none=True)
+            state.backend.zero_grad()
             for chunk in micro_batches(members, settings.micro_batch_size):
                 chunk_rows = [rows[i] for i in chunk]
                 input_ids, attention, response = collate_rows(chunk_rows, pad)
-                logp_new = sequence_logprobs(state.model, input_ids, attention, response)
+                logp_new = sequence_logprobs(state.backend.model, input_ids, attention, response)
                 logp_old = torch.zeros_like(logp_new)
                 for j, i in enumerate(chunk):
                     if i in own_token_logps:
@@ -217,14 +214,12 @@ def run_updates(context: WorkerContext, state: LearnerState, step: int, rows, ad
                     kl = kl_penalty(logp_new, ref_logp, inputs.response_mask, inputs.is_own)
                     total = total + spec_algorithm.kl_coef * kl * (float(inputs.is_own.sum()) / len(chunk_rows)) * share
                     metrics["kl"] = float(kl)
-                total.backward()
+                state.backend.backward(total)
                 for key, value in metrics.items():
                     collected.setdefault(key, []).append(value)
-            grad_norm = torch.nn.utils.clip_grad_norm_(state.model.parameters(), settings.grad_clip)
-            collected.setdefault("grad_norm", []).append(float(grad_norm))
-            state.optimizer.step()
+            collected.setdefault("grad_norm", []).append(state.backend.step())
             update_index += 1
-    state.optimizer.zero_grad(set_to_none=True)
+    state.backend.zero_grad()
     summary = {f"learner/{key}": sum(values) / len(values) for key, values in collected.items()}
     summary["learner/updates"] = update_index
     return summary
@@ -309,7 +304,7 @@ def run_learner_worker(context: WorkerContext) -> None:
         metrics.publish(values)
 
         if completed % spec.checkpoint.every_steps == 0 or completed == spec.algorithm.steps:
-            save_checkpoint(store, agent.name, completed, state.model, state.tokenizer, state.optimizer, state.tracker, context.work_dir)
+            save_checkpoint(store, agent.name, completed, state.model, state.tokenizer, state.backend.optimizer_state(), state.tracker, context.work_dir)
             last_checkpoint = completed
             prune_checkpoints(context)
         accuracy = next((v for k, v in evaluation.items() if k.endswith("/accuracy")), None)

@@ -32,19 +32,22 @@ def unsupported_settings(experiment: Experiment) -> list[str]:
     serves a CPU laptop and a GPU cluster; a worker that cannot honour one must refuse to start
     rather than silently fall back.
     """
+    from hacrl_core.learner.backends import available_backends
     from hacrl_core.rollout.engine import available_engines
 
     problems = []
     engines = available_engines()
+    backends = available_backends()
     for index, agent in enumerate(experiment.spec.agents):
         if agent.rollout.engine not in engines:
             problems.append(
                 f"spec.agents[{index}].rollout.engine: {agent.rollout.engine!r} is not available in this installation "
                 f"(available: {', '.join(engines)}); use engine: hf, or run on an image with vLLM"
             )
-        if agent.learner.backend != "torch":
+        if agent.learner.backend not in backends:
             problems.append(
-                f"spec.agents[{index}].learner.backend: {agent.learner.backend!r} is not implemented yet; use backend: torch"
+                f"spec.agents[{index}].learner.backend: {agent.learner.backend!r} is not available in this installation "
+                f"(available: {', '.join(backends)}); use backend: torch, or install DeepSpeed"
             )
     return problems
 

@@ -1,0 +1,242 @@
+"""charts/hacrl-operator: lint, render every documented values combination, validate the objects
+against the Kubernetes versions we support, and check what the operator and the examples rely on."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from hacrl_core.crd import CRD_PATH, render_crd
+from hacrl_operator.builders import CREDENTIAL_KEYS
+from hacrl_operator.config import OperatorConfig
+from tests.chart.rendering import (
+    CHART,
+    CI_VALUES,
+    KUBE_VERSIONS,
+    NAMESPACE,
+    RELEASE,
+    ROOT,
+    objects,
+    one,
+    render,
+    run_helm,
+)
+
+CI_IDS = [p.name.removesuffix("-values.yaml") for p in CI_VALUES]
+# Kinds of CRDs not in Kubernetes itself (Prometheus Operator): kubernetes-validate has no schema.
+FOREIGN_GROUPS = ("monitoring.coreos.com/",)
+
+
+def test_documented_combinations_exist():
+    assert set(CI_IDS) >= {"default", "namespaced", "minio", "monitoring", "kind"}
+
+
+@pytest.mark.parametrize("values", CI_VALUES, ids=CI_IDS)
+def test_lint_strict(values: Path):
+    result = run_helm("lint", "--strict", str(CHART), "-f", str(values))
+    assert "0 chart(s) failed" in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize("values", CI_VALUES, ids=CI_IDS)
+def test_rendered_objects_are_valid_kubernetes(values: Path):
+    docs = render((str(values),), extra=("--include-crds",))
+    assert docs, "nothing rendered"
+    problems = []
+    for version in KUBE_VERSIONS:
+        for doc in docs:
+            if doc["apiVersion"].startswith(FOREIGN_GROUPS):
+                continue
+            try:
+                kubernetes_validate.validate(doc, version, strict=True)
+            except kubernetes_validate.ValidationError as error:
+                problems.append(f"{version} {doc['kind']}/{doc['metadata']['name']}: {error.message} at {list(error.path)}")
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("version", ["1.28.0", "1.27.0"])
+def test_older_kubernetes_is_refused(version: str):
+    result = run_helm("template", RELEASE, str(CHART), "--kube-version", version, check=False)
+    assert result.returncode != 0 and "kubeVersion" in result.stderr
+
+
+def test_crd_is_shipped_unchanged_and_alone():
+    assert sorted(p.name for p in (CHART / "crds").iterdir()) == [Path(CRD_PATH).name]
+    assert (CHART / "crds" / Path(CRD_PATH).name).read_text() == render_crd()
+    crds = objects(render(extra=("--include-crds",)), "CustomResourceDefinition")
+    assert [c["metadata"]["name"] for c in crds] == ["hacrlexperiments.hacrl.io"]
+    assert not objects(render(), "CustomResourceDefinition"), "the CRD belongs in crds/, never in templates/"
+
+
+def test_deployment_defaults():
+    deployment = one(render(), "Deployment")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    pod = spec["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == "ghcr.io/hacrl/hacrl-operator:0.1.0"
+    assert container["command"] == ["python", "-m", "hacrl_operator"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"health": 8080, "metrics": 8081}
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}, probe
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+    assert pod["serviceAccountName"] == one(render(), "ServiceAccount")["metadata"]["name"]
+
+
+def _plain_env(container: dict) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container["env"] if "value" in e}
+
+
+@pytest.mark.parametrize("values", CI_VALUES, ids=CI_IDS)
+def test_operator_accepts_the_environment_the_chart_gives_it(values: Path):
+    """The Deployment's env parses with the operator's own OperatorConfig.from_env."""
+    (container,) = one(render((str(values),)), "Deployment", RELEASE)["spec"]["template"]["spec"]["containers"]
+    env = _plain_env(container)
+    config = OperatorConfig.from_env(env)
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports["health"] == config.health_port and ports.get("metrics", 0) == config.metrics_port
+    documented = set(re.findall(r'"(HACRL_[A-Z_]+)"', (ROOT / "operator/hacrl_operator/config.py").read_text()))
+    unknown = {k for k in env if k.startswith("HACRL_") and k != "HACRL_S3_ENDPOINT"} - documented
+    assert not unknown, f"the chart sets variables the operator does not read: {unknown}"
+    chart_values = yaml.safe_load(values.read_text()) or {}
+    namespaces = tuple(chart_values.get("watchNamespaces", ()))
+    assert config.namespaces == namespaces
+
+
+def test_worker_images_and_watch_settings_reach_the_operator():
+    sets = (
+        "images.rollout.repository=reg.example/hacrl-rollout",
+        "images.rollout.tag=1.2.3",
+        "images.learner.repository=reg.example/hacrl-learner",
+        "images.learner.digest=sha256:" + "a" * 64,
+        "reconcileInterval=2.5",
+        "watchTimeouts.server=120",
+        "watchTimeouts.client=200",
+        "workerRunAsUser=2000",
+        "metrics.port=9091",
+    )
+    (container,) = one(render(sets=sets), "Deployment", RELEASE)["spec"]["template"]["spec"]["containers"]
+    config = OperatorConfig.from_env(_plain_env(container))
+    assert config.rollout_image == "reg.example/hacrl-rollout:1.2.3"
+    assert config.learner_image == "reg.example/hacrl-learner:0.1.0@sha256:" + "a" * 64
+    assert (config.reconcile_interval, config.watch_server_timeout, config.watch_client_timeout) == (2.5, 120, 200)
+    assert (config.run_as_user, config.metrics_port) == (2000, 9091)
+
+
+def test_metrics_service_and_monitors():
+    default = render()
+    service = one(default, "Service", f"{RELEASE}-metrics")
+    assert service["spec"]["ports"] == [{"name": "metrics", "port": 8081, "targetPort": "metrics", "protocol": "TCP"}]
+    assert not objects(default, "ServiceMonitor") and not objects(default, "PodMonitor"), "monitors are off by default"
+
+    docs = render((str(CHART / "ci" / "monitoring-values.yaml"),))
+    monitor = one(docs, "ServiceMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= one(docs, "Service")["metadata"]["labels"].items()
+    pods = one(docs, "PodMonitor")
+    assert pods["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/managed-by": "hacrl-operator"}
+    assert pods["spec"]["namespaceSelector"] == {"matchNames": ["ml"]}
+    # The worker pods the operator builds carry that label and a port of that name.
+    assert pods["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
+
+    off = render(sets=("metrics.port=0", "metrics.serviceMonitor.enabled=false"))
+    assert not [s for s in objects(off, "Service") if s["metadata"]["name"].endswith("-metrics")]
+    (container,) = one(off, "Deployment", RELEASE)["spec"]["template"]["spec"]["containers"]
+    assert [p["name"] for p in container["ports"]] == ["health"]
+
+
+def test_worker_pods_match_the_pod_monitor():
+    from hacrl_core.spec import load_experiment
+    from hacrl_operator.builders import build_pod
+
+    experiment = load_experiment(ROOT / "examples" / "kind-tiny.yaml")
+    owner = {"metadata": {"name": experiment.name, "namespace": "default", "uid": "u"}}
+    pod = build_pod(experiment, experiment.spec.agents[0].name, "learner", owner, OperatorConfig())
+    assert pod["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "hacrl-operator"
+    assert [p["name"] for p in pod["spec"]["containers"][0]["ports"]] == ["metrics"]
+
+
+def test_minio_off_by_default():
+    docs = render()
+    assert not [d for d in docs if "minio" in d["metadata"]["name"]]
+
+
+def test_minio_secret_generated_never_in_values():
+    docs = render((str(CHART / "ci" / "minio-values.yaml"),))
+    secrets = objects(docs, "Secret")
+    assert {s["metadata"]["namespace"] for s in secrets} == {NAMESPACE, "default"}
+    assert {s["metadata"]["name"] for s in secrets} == {f"{RELEASE}-minio"}
+    assert all(set(s["data"]) == set(CREDENTIAL_KEYS) for s in secrets)
+    assert len({json.dumps(s["data"], sort_keys=True) for s in secrets}) == 1, "the copies must hold the same keys"
+    # Random per render (no cluster: lookup finds nothing), i.e. generated, not from values.
+    again = objects(render((str(CHART / "ci" / "minio-values.yaml"),), sets=("minio.bucket=hacrl",)), "Secret")
+    assert again[0]["data"] != secrets[0]["data"]
+    template = (CHART / "templates" / "minio-secret.yaml").read_text()
+    assert "randAlphaNum" in template and 'lookup "v1" "Secret"' in template
+    values_text = (CHART / "values.yaml").read_text().lower()
+    assert not re.search(r"^\s*(password|secretkey|accesskey|rootpassword|rootuser)\s*:", values_text, re.M)
+    # MinIO and the bucket job read the credentials by reference only.
+    for kind in ("Deployment", "Job"):
+        for obj in objects(docs, kind):
+            for container in obj["spec"]["template"]["spec"]["containers"]:
+                for env in container.get("env", []):
+                    assert not ("KEY" in env["name"] or "PASSWORD" in env["name"] or "ROOT_USER" in env["name"]) or "valueFrom" in env, env
+
+
+def test_minio_objects_and_operator_credentials():
+    docs = render((str(CHART / "ci" / "minio-values.yaml"),))
+    minio = one(docs, "Deployment", f"{RELEASE}-minio")
+    container = minio["spec"]["template"]["spec"]["containers"][0]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert minio["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert one(docs, "PersistentVolumeClaim")["spec"]["resources"]["requests"]["storage"] == "5Gi"
+    job = one(docs, "Job")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+    # The operator reads heartbeats with MinIO's credentials when store.credentialsSecret is empty.
+    (operator,) = one(docs, "Deployment", RELEASE)["spec"]["template"]["spec"]["containers"]
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in operator["env"] if "valueFrom" in e}
+    assert {k: v["name"] for k, v in refs.items()} == {k: f"{RELEASE}-minio" for k in CREDENTIAL_KEYS}
+
+
+def test_kind_example_points_at_the_chart_minio():
+    """examples/kind-tiny.yaml names the Service and Secret the chart creates in the kind script's install."""
+    manifest = yaml.safe_load((ROOT / "examples" / "kind-tiny.yaml").read_text())
+    store = manifest["spec"]["store"]
+    docs = render((str(CHART / "ci" / "kind-values.yaml"),))
+    service = one(docs, "Service", f"{RELEASE}-minio")
+    port = service["spec"]["ports"][0]["port"]
+    assert store["endpoint"] == f"http://{service['metadata']['name']}.{NAMESPACE}.svc:{port}"
+    secret_namespaces = {s["metadata"]["namespace"] for s in objects(docs, "Secret") if s["metadata"]["name"] == store["credentialsSecret"]}
+    assert "default" in secret_namespaces, "kind-e2e.sh applies the example in namespace default"
+    bucket = store["uri"].removeprefix("s3://").split("/")[0]
+    job_env = {e["name"]: e.get("value") for e in one(docs, "Job")["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert job_env["BUCKET"] == bucket
+
+
+def test_grafana_dashboard_configmap():
+    cm = one(render(), "ConfigMap", f"{RELEASE}-dashboard")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(cm["data"]["hacrl.json"])
+    assert dashboard["uid"] == "hacrl-overview" and dashboard["panels"]
+    moved = one(render((str(CHART / "ci" / "monitoring-values.yaml"),)), "ConfigMap", f"{RELEASE}-dashboard")
+    assert moved["metadata"]["namespace"] == "monitoring"
+
+
+def test_notes_tell_the_next_command():
+    result = run_helm("install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=client", "-f", str(CHART / "ci" / "minio-values.yaml"))
+    notes = result.stdout.split("NOTES:", 1)[1]
+    assert f"kubectl -n {NAMESPACE} rollout status deployment/{RELEASE}" in notes
+    assert "kubectl apply --server-side -f charts/hacrl-operator/crds/" in notes
+    assert f"endpoint: http://{RELEASE}-minio.{NAMESPACE}.svc:9000" in notes

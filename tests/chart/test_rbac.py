@@ -1,0 +1,95 @@
+"""The chart's RBAC grants exactly what hacrl_operator.rbac.RULES declares: nothing more, nothing less."""
+
+from __future__ import annotations
+
+import pytest
+
+from hacrl_operator.rbac import RULES
+from tests.chart.rendering import CHART, NAMESPACE, objects, render
+
+Grant = tuple[str, str, str]  # (apiGroup, resource, verb)
+
+
+def declared(scope: str) -> set[Grant]:
+    return {(r.api_group, r.resource, verb) for r in RULES if r.scope == scope for verb in r.verbs}
+
+
+def granted(role: dict) -> set[Grant]:
+    grants = set()
+    for rule in role.get("rules", []):
+        assert "nonResourceURLs" not in rule and "resourceNames" not in rule, rule
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    assert "*" not in (group, resource, verb), f"wildcard in {role['kind']} {role['metadata']['name']}: {rule}"
+                    grants.add((group, resource, verb))
+    return grants
+
+
+def bound_to_operator(docs, role: dict) -> list[dict]:
+    """Bindings whose roleRef is ``role`` and whose subject is the operator's ServiceAccount."""
+    (account,) = objects(docs, "ServiceAccount")
+    kind = "ClusterRoleBinding" if role["kind"] == "ClusterRole" else "RoleBinding"
+    found = []
+    for binding in objects(docs, kind):
+        if binding["roleRef"] != {"apiGroup": "rbac.authorization.k8s.io", "kind": role["kind"], "name": role["metadata"]["name"]}:
+            continue
+        if role["kind"] == "Role" and binding["metadata"]["namespace"] != role["metadata"]["namespace"]:
+            continue
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": NAMESPACE}]
+        found.append(binding)
+    return found
+
+
+def test_rules_are_not_empty_and_cover_both_scopes():
+    assert declared("namespace") and declared("cluster")
+    assert {r.scope for r in RULES} == {"namespace", "cluster"}
+    assert not any(r.resource == "secrets" for r in RULES), "the operator never reads Secrets"
+
+
+def test_clusterwide_rbac_equals_rules():
+    docs = render()
+    assert not objects(docs, "Role") and not objects(docs, "RoleBinding")
+    roles = {role["metadata"]["name"]: role for role in objects(docs, "ClusterRole")}
+    assert len(roles) == 2
+    by_grants = {frozenset(granted(role)): role for role in roles.values()}
+    assert set(map(frozenset, (declared("cluster"), declared("namespace")))) == set(by_grants), (
+        "the chart's ClusterRoles differ from hacrl_operator.rbac.RULES:\n"
+        f"  chart:    {[sorted(g) for g in by_grants]}\n  declared: {sorted(declared('cluster'))} / {sorted(declared('namespace'))}"
+    )
+    for role in roles.values():
+        assert len(bound_to_operator(docs, role)) == 1, role["metadata"]["name"]
+
+
+@pytest.mark.parametrize("namespaces", [["team-a", "team-b"], ["ml"]])
+def test_namespaced_rbac_equals_rules(namespaces):
+    docs = render(sets=("watchNamespaces={" + ",".join(namespaces) + "}",))
+    (cluster_role,) = objects(docs, "ClusterRole")
+    assert granted(cluster_role) == declared("cluster"), "cluster rules drifted from RULES"
+    assert len(bound_to_operator(docs, cluster_role)) == 1
+    roles = objects(docs, "Role")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == sorted(namespaces)
+    for role in roles:
+        assert granted(role) == declared("namespace"), f"Role in {role['metadata']['namespace']} drifted from RULES"
+        assert len(bound_to_operator(docs, role)) == 1
+
+
+def test_namespaced_combination_file_uses_roles():
+    docs = render((str(CHART / "ci" / "namespaced-values.yaml"),))
+    assert {r["metadata"]["namespace"] for r in objects(docs, "Role")} == {"team-a", "team-b"}
+
+
+def test_rbac_can_be_left_to_the_cluster_admin():
+    docs = render(sets=("rbac.create=false",))
+    assert not [d for d in docs if d["kind"] in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")]
+    assert objects(docs, "ServiceAccount")
+
+
+def test_drift_is_detected():
+    """The comparison is not vacuous: one verb more or less is a difference."""
+    extra = declared("namespace") | {("", "secrets", "get")}
+    fewer = declared("namespace") - {("", "pods", "delete")}
+    assert extra != declared("namespace") and fewer != declared("namespace")
+    role = {"kind": "Role", "metadata": {"name": "x"}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["*"]}]}
+    with pytest.raises(AssertionError, match="wildcard"):
+        granted(role)
