@@ -4,7 +4,8 @@
 
 - ``builtin://arithmetic?difficulty=1-3&seed=0[&split=train|eval][&size=N]``: the built-in task
   (``hacrl_core.data.arithmetic``);
-- a path or ``file://`` URI ending in ``.jsonl`` (one JSON object per line) or ``.parquet``.
+- a path or ``file://`` URI ending in ``.jsonl`` (one JSON object per line) or ``.parquet``;
+- ``hf://<org>/<name>?split=S`` (a hub dataset via ``datasets.load_dataset``; ``hacrl_core.data.hub``).
 
 Keys may be dotted to reach nested objects (``reward_model.ground_truth``); a key that exists
 literally with its dots wins. A prompt may be a string or a chat-style list of
@@ -234,6 +235,10 @@ def open_source(
     """
     if uri.startswith("builtin://"):
         return _builtin(uri, reward)
+    if uri.startswith("hf://"):
+        from hacrl_core.data.hub import open_hub_source
+
+        return open_hub_source(uri, prompt_key=prompt_key, answer_key=answer_key, uid_key=uid_key, reward=reward)
     path = Path(uri.removeprefix("file://"))
     if not path.is_file():
         raise ValueError(f"data source {uri!r}: no such file")

@@ -6,6 +6,8 @@ import sys
 import time
 
 from rich.console import Console
+
+from hacrl_core.store.errors import StoreError
 from rich.live import Live
 from rich.table import Table
 
@@ -45,7 +47,10 @@ class _Progress:
         self._last_poll = time.monotonic()
         changed = False
         for agent in self.experiment.spec.agents:
-            progress = run.store.read_progress(agent.name) or {}
+            try:
+                progress = run.store.read_progress(agent.name) or {}
+            except StoreError:  # a store outage must not stop the run: workers retry and restart
+                return changed
             if progress != self.last.get(agent.name):
                 self.last[agent.name] = progress
                 changed = True

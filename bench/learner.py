@@ -1,0 +1,252 @@
+"""Learner throughput: one HACPO (or GSPO) learner step against a plain forward+backward.
+
+A one-step ``hacrl run`` of the quickstart's two agents fills a file store with real rollouts
+and scores of step 0. Then, in this process, for each agent:
+
+- ``algo``: the learner's own stages on those shards, exactly as the worker runs them —
+  ``score_own_rows`` (no-grad re-scoring of own rows: pi_old), ``gather_rows`` (peer shards and
+  scores read, peer rows re-encoded with this learner's tokenizer), ``CapabilityTracker.update``,
+  ``assign_advantages``, ``run_updates`` (mini-batches, micro-batches, policy loss, AdamW);
+- ``plain``: a plain torch loop over exactly the same token batches (the same rows in the same
+  mini-batches and micro-batches, collated the same way): forward, next-token cross-entropy on
+  the response tokens, backward, grad clip and AdamW step per mini-batch.
+
+Both start from the same weights and optimizer state; repetitions are interleaved
+(plain, algo, plain, algo, ...) and the median is taken, so machine load hits both alike.
+Ratio = (trained tokens / algo seconds) / (trained tokens / plain seconds) = plain / algo;
+the limit is 1.0. A per-stage breakdown and a cProfile of one algo step show where the rest goes.
+
+    python bench/learner.py            # both agents, hacpo and gspo, 5 repetitions
+    python bench/learner.py --quick    # 16 prompts, 2 repetitions
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import cProfile
+import io
+import pstats
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import (
+    DEFAULT_CACHE,
+    LLAMA,
+    QWEN,
+    RESULTS,
+    agent_entry,
+    bench_env,
+    build_models,
+    experiment,
+    hacrl_run,
+    save,
+    table,
+    write_spec,
+)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--prompts", type=int, default=64)
+    p.add_argument("--group-size", type=int, default=8)
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--threads", type=int, default=1, help="torch threads (a learner worker of a 2-agent hacrl run gets 1 on 2 CPUs)")
+    p.add_argument("--work", type=Path, default=Path("/tmp/hacrl-bench/learner"))
+    p.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
+    p.add_argument("--out", type=Path, default=RESULTS)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.prompts, args.reps = 16, 2
+    return args
+
+
+def make_store(args: argparse.Namespace) -> tuple[Path, str]:
+    """A one-step hacpo run: step 0's rollouts and scores of both agents in a file store."""
+    import shutil
+
+    name = "bench-learner-q" if args.quick else "bench-learner"
+    store_dir = args.work / "store"
+    shutil.rmtree(store_dir / name, ignore_errors=True)
+    agents = [agent_entry(LLAMA, warmup_steps=400), agent_entry(QWEN, warmup_steps=200)]  # the learning benchmark's models
+    algorithm = {"name": "hacpo", "groupSize": args.group_size, "promptsPerStep": args.prompts,
+                 "miniBatchPrompts": max(1, args.prompts // 2), "steps": 1, "seed": 0}
+    doc = experiment(name, agents, algorithm, store_uri=f"file://{store_dir}", eval_prompts=0)
+    spec_path = write_spec(doc, args.work / f"{name}.yaml")
+    build_models([a["model"] for a in agents], args.cache.resolve())
+    hacrl_run(spec_path, args.work / "workdir" / name, bench_env(args.cache.resolve()))
+    return spec_path, name
+
+
+def contexts(spec_path: Path, agent: str, algorithm: str):
+    from hacrl_core.runtime.context import WorkerContext
+
+    context = WorkerContext.from_spec_file(spec_path, agent)
+    context.experiment = copy.deepcopy(context.experiment)
+    context.experiment.spec.algorithm.name = algorithm
+    return context
+
+
+def initial_weights(context) -> dict[str, Any]:
+    from hacrl_core.models.loading import load_policy
+
+    model, _ = load_policy(context.initial_model_dir())
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def fresh_state(context, initial: dict[str, Any]):
+    """Learner state at weights version 0 with a fresh optimizer (same for every repetition)."""
+    from hacrl_core.learner.worker import initialize
+
+    state = initialize(context)
+    state.model.load_state_dict(initial)
+    state.backend.model.train()
+    return state
+
+
+def algo_step(context, state, step: int = 0) -> tuple[dict[str, float], int, list]:
+    """The learner's stages of one step, timed one by one; returns (seconds per stage, trained tokens)."""
+    from hacrl_core.algorithms import get_algorithm
+    from hacrl_core.learner.worker import (
+        assign_advantages,
+        gather_rows,
+        run_updates,
+        score_own_rows,
+    )
+
+    t = [time.perf_counter()]
+    _, own_rows, own_tokens = score_own_rows(context, state, step)
+    t.append(time.perf_counter())
+    rows, mean_rewards = gather_rows(context, state, step, own_rows)
+    t.append(time.perf_counter())
+    if get_algorithm(context.spec.algorithm.name).shares_rows:
+        state.tracker.update(mean_rewards)
+    advantages, discrepancy = assign_advantages(context, state, rows)
+    t.append(time.perf_counter())
+    run_updates(context, state, step, rows, advantages, discrepancy, own_tokens)
+    t.append(time.perf_counter())
+    stages = {"score_own_rows": t[1] - t[0], "gather_rows": t[2] - t[1], "assign_advantages": t[3] - t[2], "run_updates": t[4] - t[3]}
+    stages["total"] = t[4] - t[0]
+    return stages, sum(len(r.input_ids) for r in rows), rows
+
+
+def plan_batches(context, rows) -> list[list[list[int]]]:
+    """The same mini-batches / micro-batches of row indices that ``run_updates`` forms."""
+    algorithm = context.spec.algorithm
+    prompts = list(dict.fromkeys(r.group for r in rows))
+    by_prompt: dict[str, list[int]] = {}
+    for index, row in enumerate(rows):
+        by_prompt.setdefault(row.group, []).append(index)
+    order = random.Random(f"{algorithm.seed}/0/{context.agent_index}")
+    minis = []
+    for _ in range(algorithm.epochs):
+        shuffled = prompts[:]
+        order.shuffle(shuffled)
+        for start in range(0, len(shuffled), algorithm.mini_batch_prompts):
+            members = [i for uid in shuffled[start : start + algorithm.mini_batch_prompts] for i in by_prompt[uid]]
+            size = context.agent.learner.micro_batch_size
+            minis.append([members[s : s + size] for s in range(0, len(members), size)])
+    return minis
+
+
+def plain_step(context, state, rows, minis) -> float:
+    """Forward, response-token cross-entropy, backward, clip, AdamW: the same batches, nothing else."""
+    import torch
+
+    from hacrl_core.learner.batch import collate_rows
+    from hacrl_core.learner.worker import pad_id
+
+    pad = pad_id(state.tokenizer)
+    model, backend = state.backend.model, state.backend
+    began = time.perf_counter()
+    for micro in minis:
+        backend.zero_grad()
+        for chunk in micro:
+            input_ids, attention, response = collate_rows([rows[i] for i in chunk], pad)
+            position_ids = (attention.long().cumsum(-1) - 1).clamp(min=0)
+            logits = model(input_ids=input_ids, attention_mask=attention, position_ids=position_ids, use_cache=False).logits
+            logp = torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, input_ids[:, 1:, None]).squeeze(-1)
+            mask = response[:, 1:].float()
+            loss = -(logp * mask).sum() / mask.sum().clamp(min=1)
+            backend.backward(loss)
+        backend.step()
+    return time.perf_counter() - began
+
+
+def profile_step(context, initial) -> list[str]:
+    state = fresh_state(context, initial)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    algo_step(context, state)
+    profiler.disable()
+    stream = io.StringIO()
+    pstats.Stats(profiler, stream=stream).sort_stats("tottime").print_stats(18)
+    lines = [ln for ln in stream.getvalue().splitlines() if ln.strip()]
+    start = next((i for i, ln in enumerate(lines) if "ncalls" in ln), 0)
+    return lines[start : start + 19]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    import os
+
+    os.environ["HACRL_CACHE"] = str(args.cache.resolve())
+    import torch
+
+    torch.set_num_threads(args.threads)
+    began = time.perf_counter()
+    spec_path, _name = make_store(args)
+    results: dict[str, Any] = {}
+    rows_out = []
+    for agent in (LLAMA["name"], QWEN["name"]):
+        for algorithm in ("hacpo", "gspo"):
+            context = contexts(spec_path, agent, algorithm)
+            initial = initial_weights(context)
+            plain_s, algo_s, stage_runs = [], [], []
+            tokens = 0
+            for _rep in range(args.reps):
+                state = fresh_state(context, initial)
+                stages, tokens, rows = algo_step(context, state)
+                state = fresh_state(context, initial)
+                plain_s.append(plain_step(context, state, rows, plan_batches(context, rows)))
+                algo_s.append(stages["total"])
+                stage_runs.append(stages)
+            plain, algo = statistics.median(plain_s), statistics.median(algo_s)
+            stage_median = {k: statistics.median(s[k] for s in stage_runs) for k in stage_runs[0]}
+            ratio = plain / algo
+            update_ratio = plain / stage_median["run_updates"]
+            key = f"{agent}/{algorithm}"
+            results[key] = {
+                "tokens": tokens, "rows": len(rows), "cross_rows": sum(not r.is_own for r in rows),
+                "plain_seconds": plain_s, "algo_seconds": algo_s, "stages": stage_runs, "stage_median": stage_median,
+                "ratio": ratio, "ratio_updates_only": update_ratio,
+                "plain_tokens_per_second": tokens / plain, "algo_tokens_per_second": tokens / algo,
+            }
+            rows_out.append([agent, algorithm, len(rows), tokens, f"{tokens / plain:,.0f}", f"{tokens / algo:,.0f}", f"{ratio:.2f}",
+                             f"{update_ratio:.2f}"] + [f"{stage_median[k] / algo:.0%}" for k in ("score_own_rows", "gather_rows", "assign_advantages", "run_updates")])
+            print(f"{key}: ratio {ratio:.2f} (updates only {update_ratio:.2f})", flush=True)
+    profiles = {}
+    for agent in (LLAMA["name"],):
+        context = contexts(spec_path, agent, "hacpo")
+        profiles[f"{agent}/hacpo"] = profile_step(context, initial_weights(context))
+    text = table(["agent", "algorithm", "rows", "tokens", "plain tok/s", "algo tok/s", "ratio", "ratio (updates only)",
+                  "score", "gather", "advantages", "updates"], rows_out)
+    print(f"\nlearner throughput ({args.prompts} prompts x G {args.group_size}, torch threads {args.threads}, median of {args.reps} interleaved reps; "
+          f"stage columns: share of the algo step)\n{text}")
+    print("\ncProfile of one llama-char hacpo step (by own time):\n" + "\n".join(profiles[f"{LLAMA['name']}/hacpo"]))
+    settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    path = save("learner-quick" if args.quick else "learner", {"settings": settings, "table": text, "results": results,
+                                                                "profiles": profiles, "total_seconds": time.perf_counter() - began}, args.out)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
