@@ -32,6 +32,10 @@ QUICKSTART = REPO / "examples/quickstart.yaml"
 AGENTS = ("llama-char", "qwen-bpe")
 
 
+
+QUICKSTART_STEPS = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml").read_text())["spec"]["algorithm"]["steps"]
+
+
 def create_namespace(cluster: EmulatedCluster, name: str = NS) -> None:
     cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}))
 
@@ -125,7 +129,7 @@ def test_quickstart_creates_configmap_and_labelled_owned_pods(cluster: EmulatedC
         assert env["HACRL_METRICS_BIND"] == "0.0.0.0" and env["HACRL_METRICS_PORT"] == "9400"
 
     status = wait_for(lambda: status_of(cluster).get("agentProgress") and status_of(cluster), what="status")
-    assert status["phase"] == "Pending" and status["steps"] == 12 and status["agents"] == 2
+    assert status["phase"] == "Pending" and status["steps"] == QUICKSTART_STEPS and status["agents"] == 2
     assert condition(status, "Ready")["reason"] == "PodsPending"
 
     start = time.monotonic()
@@ -327,13 +331,13 @@ def test_completion_succeeds_and_applies_the_cleanup_policy(cluster: EmulatedClu
     uri = store_uri(tmp_path)
     start_running(cluster, quickstart(store={"uri": uri}, cleanup={"onSuccess": policy}))
     store = open_trajectory_store(uri, "quickstart")
-    store.write_progress("llama-char", heartbeat("llama-char", 12))
-    status = wait_for(lambda: agent(status_of(cluster), "llama-char").get("step") == 12 and status_of(cluster), what="llama-char done")
+    store.write_progress("llama-char", heartbeat("llama-char", QUICKSTART_STEPS))
+    status = wait_for(lambda: agent(status_of(cluster), "llama-char").get("step") == QUICKSTART_STEPS and status_of(cluster), what="llama-char done")
     assert status["phase"] == "Running"
     # The other learner finishes by exiting 0 (pod Succeeded) without a final heartbeat.
     cluster.set_pod_phase("quickstart-qwen-bpe-learner", NS, "Succeeded")
     status = wait_for(lambda: status_of(cluster).get("phase") == "Succeeded" and status_of(cluster), what="phase Succeeded")
-    assert status["step"] == 12 and status.get("completionTime")
+    assert status["step"] == QUICKSTART_STEPS and status.get("completionTime")
     assert condition(status, "Succeeded")["reason"] == "AllAgentsFinished"
     wait_for(lambda: pods_of(cluster) == {}, what="pods deleted by the cleanup policy")
     assert cluster.get("configmap", "quickstart-spec", NS) is not None
@@ -348,7 +352,7 @@ def test_ttl_after_finished_deletes_the_experiment_and_children(cluster: Emulate
     start_running(cluster, quickstart(store={"uri": uri}, cleanup={"onSuccess": "keep", "ttlSecondsAfterFinished": 1}))
     store = open_trajectory_store(uri, "quickstart")
     for name in AGENTS:
-        store.write_progress(name, heartbeat(name, 12))
+        store.write_progress(name, heartbeat(name, QUICKSTART_STEPS))
     wait_for(lambda: status_of(cluster).get("phase") == "Succeeded", what="Succeeded")
     assert len(pods_of(cluster)) == 4  # keep
     wait_for(lambda: cluster.get("hx", "quickstart", NS) is None, timeout=10, what="experiment deleted after its TTL")
