@@ -16,6 +16,7 @@ from hacrl_core.crd import build_crd
 from hacrl_core.spec import SpecError, load_experiment, parse_experiment
 from tests.chart.rendering import ROOT
 from tests.unit.test_crd import openapi_to_jsonschema
+from tests.support.documents import DELETE, set_path
 
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 SCHEMA = openapi_to_jsonschema(build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
@@ -57,22 +58,6 @@ def test_kind_example_is_cpu_and_s3():
     assert experiment.spec.store.uri.startswith("s3://") and experiment.spec.store.credentials_secret
 
 
-def _set(document: dict, path: str, value):
-    node = document
-    parts = path.split(".")
-    for part in parts[:-1]:
-        node = node[int(part)] if part.isdigit() else node[part]
-    last = parts[-1]
-    if value is _DELETE:
-        del node[last]
-    elif last.isdigit():
-        node[int(last)] = value
-    else:
-        node[last] = value
-    return document
-
-
-_DELETE = object()
 
 # (id, path to change in examples/kind-tiny.yaml, new value, field named by the CRD schema, field named by `hacrl validate`)
 BAD = [
@@ -83,7 +68,7 @@ BAD = [
     ("negative-lr", "spec.agents.0.learner.lr", -1.0, "lr", "spec.agents[0].learner.lr"),
     ("top-p-above-1", "spec.agents.0.rollout.topP", 1.5, "topP", "spec.agents[0].rollout.topP"),
     ("no-agents", "spec.agents", [], "agents", "spec.agents"),
-    ("agent-without-model", "spec.agents.0.model", _DELETE, "model", "spec.agents[0].model"),
+    ("agent-without-model", "spec.agents.0.model", DELETE, "model", "spec.agents[0].model"),
     ("bad-cleanup", "spec.cleanup.onSuccess", "explode", "onSuccess", "spec.cleanup.onSuccess"),
     ("bad-pull-policy", "spec.images.pullPolicy", "Sometimes", "pullPolicy", "spec.images.pullPolicy"),
     ("metrics-port-too-high", "spec.metrics.port", 70000, "port", "spec.metrics.port"),
@@ -95,7 +80,7 @@ BAD = [
 
 @pytest.mark.parametrize(("path", "value", "schema_field", "spec_field"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
 def test_bad_manifest_is_rejected_naming_the_field(path, value, schema_field, spec_field):
-    document = _set(copy.deepcopy(yaml.safe_load((ROOT / "examples" / "kind-tiny.yaml").read_text())), path, value)
+    document = set_path(copy.deepcopy(yaml.safe_load((ROOT / "examples" / "kind-tiny.yaml").read_text())), path, value)
     with pytest.raises(jsonschema.ValidationError) as schema_error:
         jsonschema.validate(document, SCHEMA)
     error = schema_error.value

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support.documents import DELETE, set_path
 from hacrl_core.spec import SpecError, dump_experiment, load_experiment, parse_experiment
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,22 +26,7 @@ MINIMAL = {
 
 
 def with_change(path: str, value):
-    document = copy.deepcopy(MINIMAL)
-    node = document
-    keys = path.split(".")
-    for key in keys[:-1]:
-        node = node[int(key)] if key.isdigit() else node.setdefault(key, {})
-    last = keys[-1]
-    if value is DELETE:
-        del node[last]
-    elif last.isdigit():
-        node[int(last)] = value
-    else:
-        node[last] = value
-    return document
-
-
-DELETE = object()
+    return set_path(copy.deepcopy(MINIMAL), path, value)
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
