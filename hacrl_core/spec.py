@@ -7,6 +7,7 @@ is accepted must be used. YAML keys are camelCase as in Kubernetes; Python attri
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -21,6 +22,10 @@ KIND = "HACRLExperiment"
 PLURAL = "hacrlexperiments"
 SHORT_NAME = "hx"
 
+MAX_TTL_SECONDS = 10 * 365 * 86400
+# An RFC 1123 subdomain: what Kubernetes accepts as a Secret name.
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_ENDPOINT = re.compile(r"^https?://[^\s/?#@]+(:\d{1,5})?/?$")
 _NESTED_FIELD = re.compile(r"^([A-Za-z][\w\[\]\.]*): (.*)$", re.S)
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 ALGORITHM_NAMES = ("hacpo", "gspo", "grpo", "naive")
@@ -30,7 +35,10 @@ SHARED_ROW_ALGORITHMS = ("hacpo", "naive")
 
 class SpecModel(BaseModel):
     model_config = ConfigDict(
-        extra="forbid", alias_generator=to_camel, populate_by_name=True, validate_default=True
+        extra="forbid", alias_generator=to_camel, populate_by_name=True, validate_default=True,
+        # YAML gives real types; strict keeps `steps: true` or `lr: "1e-4"` from being coerced
+        # (the one tuple field opts out: YAML and JSON only have lists).
+        strict=True,
     )
 
 
@@ -78,9 +86,65 @@ class RoleResources(SpecModel):
     learner: KubeObject = Field(default_factory=dict, description="Kubernetes ResourceRequirements of the learner pod.")
 
 
+def weakened_pod_security(pod_spec: KubeObject) -> list[str]:
+    """Where a pod-spec override would undo the workers' lock-down (non-root, unprivileged, no
+    host namespaces or host paths): one `path: setting` line each.
+
+    The operator creates pods with its own service account, so an experiment that could ask for
+    a privileged pod would let anyone who may create experiments run one.
+    """
+    problems = []
+
+    def context(path: str, value: Any, container: bool) -> None:
+        if not isinstance(value, dict):
+            if value is None:
+                problems.append(f"{path}: null (it would remove the non-root, unprivileged settings)")
+            return
+        if value.get("runAsNonRoot") is False:
+            problems.append(f"{path}.runAsNonRoot: false")
+        if value.get("runAsUser") == 0:
+            problems.append(f"{path}.runAsUser: 0 (root)")
+        if container and value.get("privileged") is True:
+            problems.append(f"{path}.privileged: true")
+        if container and value.get("allowPrivilegeEscalation") is True:
+            problems.append(f"{path}.allowPrivilegeEscalation: true")
+        if container and (value.get("capabilities") or {}).get("add"):
+            problems.append(f"{path}.capabilities.add")
+        if (value.get("seccompProfile") or {}).get("type") == "Unconfined":
+            problems.append(f"{path}.seccompProfile.type: Unconfined")
+
+    for key in ("hostNetwork", "hostPID", "hostIPC"):
+        if pod_spec.get(key) is True:
+            problems.append(f"{key}: true")
+    if "securityContext" in pod_spec:
+        context("securityContext", pod_spec["securityContext"], container=False)
+    for index, volume in enumerate(pod_spec.get("volumes") or []):
+        if isinstance(volume, dict) and "hostPath" in volume:
+            problems.append(f"volumes[{index}].hostPath")
+    for kind in ("containers", "initContainers", "ephemeralContainers"):
+        for index, container in enumerate(pod_spec.get(kind) or []):
+            if isinstance(container, dict) and "securityContext" in container:
+                context(f"{kind}[{index}].securityContext", container["securityContext"], container=True)
+    return problems
+
+
 class RolePodTemplates(SpecModel):
-    rollout: KubeObject = Field(default_factory=dict, description="Pod spec fields merged into the rollout pod (strategic override of the generated pod spec).")
-    learner: KubeObject = Field(default_factory=dict, description="Pod spec fields merged into the learner pod.")
+    rollout: KubeObject = Field(default_factory=dict, description="Pod spec fields merged into the rollout pod (strategic override of the generated pod spec); it may not weaken the pods' security (root, privileged, host namespaces or paths).")
+    learner: KubeObject = Field(default_factory=dict, description="Pod spec fields merged into the learner pod; same limits as `rollout`.")
+
+    @field_validator("rollout", "learner")
+    @classmethod
+    def _keeps_pods_locked_down(cls, value: KubeObject) -> KubeObject:
+        problems = weakened_pod_security(value)
+        if problems:
+            first, *others = problems
+            path, setting = first.split(": ", 1) if ": " in first else (first, "set")
+            also = f" (also: {', '.join(others)})" if others else ""
+            raise ValueError(
+                f"{path}: {setting} is not allowed: worker pods run as non-root, unprivileged, without host "
+                f"namespaces or host paths; remove it from podTemplate (docs/security.md){also}"
+            )
+        return value
 
 
 class AgentSpec(SpecModel):
@@ -123,13 +187,13 @@ class AlgorithmSpec(SpecModel):
     mini_batch_prompts: int = Field(64, ge=1, description="Prompts per optimizer update; must divide promptsPerStep (paper: 64).")
     epochs: int = Field(1, ge=1, le=100, description="Passes over a step's rows (paper: 1).")
     steps: int = Field(100, ge=1, le=10_000_000, description="Training steps to run.")
-    seed: int = Field(0, ge=0, description="Seed of data order, sampling and initialisation.")
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed of data order, sampling and initialisation (0 to 2^31-1).")
     alpha: float = Field(1.0, ge=0, le=10, description="Exponent of the exponential importance weight (paper: 1.0).")
     delta: float = Field(0.2, ge=0, lt=1, description="Initial cross-ratio floor is 1 - delta (paper: 0.2).")
     delta_step: float = Field(0.025, ge=0, le=1, description="Floor increase per optimizer update within a step (paper: 0.025).")
     capability_window: int = Field(5, ge=1, le=1000, description="K: steps in the capability moving average (paper: 5).")
     capability_floor: float = Field(1e-8, gt=0, le=1, description="Lower bound of a capability estimate.")
-    ratio_bounds: tuple[float, float] = Field((0.1, 10.0), description="Clamp [low, high] of capability ratios omega (paper: [0.1, 10]).")
+    ratio_bounds: tuple[float, float] = Field((0.1, 10.0), strict=False, description="Clamp [low, high] of capability ratios omega (paper: [0.1, 10]).")
     warmup_steps: int = Field(0, ge=0, description="Steps during which every capability ratio is 1.")
     kl_coef: float = Field(0.0, ge=0, le=10, description="k3 KL penalty to the frozen reference on own rows (paper: 0.001); 0 disables it and skips loading the reference model.")
     own_clip_low: float = Field(3e-4, ge=0, lt=1, description="GSPO clip below 1 of own rows' sequence ratio (paper: 3e-4).")
@@ -211,6 +275,20 @@ class StoreSpec(SpecModel):
             raise ValueError("s3 store needs a bucket: s3://bucket/prefix")
         return value
 
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint_url(cls, value: str | None) -> str | None:
+        if value and not _ENDPOINT.match(value):
+            raise ValueError(f"{value!r} is not an S3 endpoint URL: use http(s)://host[:port], e.g. http://minio.minio:9000 (no path, no credentials)")
+        return value or None
+
+    @field_validator("credentials_secret")
+    @classmethod
+    def _secret_name(cls, value: str | None) -> str | None:
+        if value is not None and (len(value) > 253 or not _DNS_SUBDOMAIN.match(value)):
+            raise ValueError(f"{value!r} is not a Secret name: lower-case letters, digits, '-' and '.', at most 253 characters (e.g. hacrl-store)")
+        return value
+
 
 class CheckpointSpec(SpecModel):
     every_steps: int = Field(1, ge=1, description="Checkpoint every N steps (and always at the last step).")
@@ -224,7 +302,17 @@ class EvaluationSpec(SpecModel):
 
 class MetricsSpec(SpecModel):
     port: int = Field(9400, ge=0, le=65535, description="First Prometheus metrics port; each local worker takes the next free one (0 disables).")
-    bind_address: str = Field("127.0.0.1", description="Address the metrics endpoint binds (`0.0.0.0` in pods).")
+    bind_address: str = Field("127.0.0.1", description="Address the metrics endpoint binds: an IP address (`0.0.0.0` in pods) or `localhost`.")
+
+    @field_validator("bind_address")
+    @classmethod
+    def _ip_address(cls, value: str) -> str:
+        if value != "localhost":
+            try:
+                ipaddress.ip_address(value)
+            except ValueError:
+                raise ValueError(f"{value!r} is not an address to bind: give an IP address such as 127.0.0.1, 0.0.0.0 or ::1, or localhost") from None
+        return value
 
 
 CleanupAction = Literal["keep", "delete-pods", "delete-store"]
@@ -233,7 +321,7 @@ CleanupAction = Literal["keep", "delete-pods", "delete-store"]
 class CleanupSpec(SpecModel):
     on_success: CleanupAction = Field("delete-pods", description="What to remove when the experiment succeeds.")
     on_failure: CleanupAction = Field("keep", description="What to remove when it fails.")
-    ttl_seconds_after_finished: int | None = Field(None, ge=0, description="Delete the experiment this long after it finished.")
+    ttl_seconds_after_finished: int | None = Field(None, ge=0, le=MAX_TTL_SECONDS, description="Delete the experiment this long after it finished (at most 10 years).")
 
 
 class ImageSpec(SpecModel):
@@ -351,13 +439,61 @@ def parse_experiment(document: Any, source: str = "<spec>") -> Experiment:
         raise SpecError(source, format_validation_error(error)) from None
 
 
+# A spec is a few KB; Kubernetes stores objects up to ~1.5 MB. The node limit stops a "billion
+# laughs" document (aliases of aliases) that is small on disk but explodes when expanded.
+MAX_SPEC_BYTES = 1 << 20
+MAX_SPEC_NODES = 100_000
+
+
+def _expanded_nodes(root: yaml.Node) -> int:
+    """Nodes of the document with every alias expanded, counted without expanding (memoised)."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if id(node) in sizes:
+            continue
+        children = []
+        if isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            children = [item for pair in node.value for item in pair]
+        if children_done or not children:
+            sizes[id(node)] = 1 + sum(sizes.get(id(child), 0) for child in children)
+        else:
+            stack.append((node, True))
+            stack.extend((child, False) for child in children if id(child) not in sizes)
+    return sizes[id(root)]
+
+
+def load_spec_document(text: str, source: str) -> Any:
+    """The YAML document of a spec, refusing what would exhaust memory or the stack."""
+    if len(text) > MAX_SPEC_BYTES:
+        raise SpecError(source, [f"<document>: {len(text)} characters; an experiment spec is at most {MAX_SPEC_BYTES} (is this the right file?)"])
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        nodes = _expanded_nodes(node)
+        if nodes > MAX_SPEC_NODES:
+            raise SpecError(source, [f"<document>: {nodes} values once YAML aliases are expanded (at most {MAX_SPEC_NODES}); write the spec without nested aliases"])
+        return loader.construct_document(node)
+    except yaml.YAMLError as error:
+        raise SpecError(source, [f"<document>: not valid YAML: {error}"]) from None
+    except RecursionError:
+        raise SpecError(source, ["<document>: nested too deeply to be an experiment spec"]) from None
+    finally:
+        loader.dispose()
+
+
 def load_experiment(path: str | Path) -> Experiment:
     path = Path(path)
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as error:
-        raise SpecError(str(path), [f"<document>: not valid YAML: {error}"]) from None
-    return parse_experiment(document, str(path))
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise SpecError(str(path), [f"<document>: not UTF-8 text (byte {error.start}): save the spec as UTF-8 YAML"]) from None
+    return parse_experiment(load_spec_document(text, str(path)), str(path))
 
 
 def dump_experiment(experiment: Experiment) -> str:

@@ -14,7 +14,9 @@ literally with its dots wins. A prompt may be a string or a chat-style list of
 
 A bad row is skipped and counted in ``source.skipped`` under one of: ``non_utf8``,
 ``invalid_json``, ``not_object``, ``missing_prompt``, ``missing_answer``, ``bad_prompt`` (not
-text), ``bad_answer`` (not text or number), ``empty_prompt``, ``empty_answer``, ``invalid_gold``
+text), ``bad_answer`` (not text or a finite number), ``empty_prompt``, ``empty_answer``, ``too_long``
+(a prompt over ``MAX_PROMPT_CHARS`` or an answer over ``MAX_ANSWER_CHARS`` characters: no model
+context holds it, and tokenizing it would stall every worker), ``invalid_gold``
 (the reward's ``validate_gold`` rejected it). A source with no usable row raises ``ValueError``
 with these counts.
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,6 +41,9 @@ from hacrl_core.data.arithmetic import ArithmeticTask
 from hacrl_core.data.base import Problem, PromptSource
 
 _MISSING = object()
+# ~25k tokens of English: past any context a rollout is sampled in. Gold answers are short.
+MAX_PROMPT_CHARS = 100_000
+MAX_ANSWER_CHARS = 10_000
 
 
 def lookup(row: dict[str, Any], key: str) -> Any:
@@ -70,8 +76,11 @@ def _answer_text(value: Any) -> str | None:
         return None
     if isinstance(value, str):
         return value
-    if isinstance(value, int | float):
+    if isinstance(value, int):
         return str(value)
+    if isinstance(value, float):
+        # JSON's NaN/Infinity (Python's reader accepts them): no response can match such a gold.
+        return str(value) if math.isfinite(value) else None
     return None
 
 
@@ -148,6 +157,9 @@ class RowSource(PromptSource):
         if not answer.strip():
             self._skip("empty_answer")
             return None
+        if len(prompt) > MAX_PROMPT_CHARS or len(answer) > MAX_ANSWER_CHARS:
+            self._skip("too_long")
+            return None
         if _has_surrogates(prompt) or _has_surrogates(answer):
             self._skip("non_utf8")
             return None
@@ -192,7 +204,7 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
                 continue
             try:
                 yield position, json.loads(text)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):  # RecursionError: nested thousands deep
                 yield position, _BadRow("invalid_json")
 
 

@@ -7,6 +7,8 @@ accumulation boundaries, clipping, optimizer, mixed precision, sharding.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -74,17 +76,22 @@ class TorchBackend:
         return self.model
 
 
+# Optional backends: name -> (the distribution they need, the module that registers them).
+# They are imported only when a spec asks for them: importing DeepSpeed costs seconds and makes
+# its logger print to stdout, which would corrupt the JSON that commands such as `hacrl eval` print.
+OPTIONAL_BACKENDS = {"deepspeed": ("deepspeed", "hacrl_core.learner.deepspeed_backend")}
+
+
 def available_backends() -> list[str]:
-    """Backends that can run here; optional ones register only where their dependencies import."""
-    try:
-        from hacrl_core.learner import deepspeed_backend  # noqa: F401
-    except ImportError:
-        pass
-    return sorted(BACKENDS)
+    """Backends that can run here; optional ones count where their dependency is installed."""
+    installed = {name for name, (dependency, _) in OPTIONAL_BACKENDS.items() if importlib.util.find_spec(dependency) is not None}
+    return sorted(set(BACKENDS) | installed)
 
 
 def create_backend(name: str, model: torch.nn.Module, settings) -> TrainingBackend:
     backends = available_backends()
     if name not in backends:
         raise ValueError(f"training backend {name!r} is not available here; available backends: {', '.join(backends)}")
+    if name not in BACKENDS:
+        importlib.import_module(OPTIONAL_BACKENDS[name][1])
     return BACKENDS[name](model, settings)

@@ -37,14 +37,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     from hacrl_core.runtime.display import make_display
     from hacrl_core.runtime.local import RunError, prepare, run_local
     from hacrl_core.spec import SpecError, load_experiment
+    from hacrl_core.store.errors import StoreError
 
     try:
         experiment = load_experiment(args.spec)
+    except OSError as error:
+        print(f"hacrl run: cannot read {args.spec}: {error.strerror or error}", file=sys.stderr)
+        return 2
+    except SpecError as error:
+        print(error, file=sys.stderr)
+        return 2
+    try:
         report = run_local(args.spec, resume=args.resume, workdir=args.workdir, display=make_display(experiment, quiet=args.quiet))
     except SpecError as error:
         print(error, file=sys.stderr)
         return 2
-    except RunError as error:
+    except (RunError, StoreError) as error:
         print(f"hacrl run: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

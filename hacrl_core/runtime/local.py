@@ -151,6 +151,9 @@ def start_workers(run: LocalRun) -> None:
                 OMP_NUM_THREADS=threads,
                 HACRL_TORCH_THREADS=threads,
             )
+            # Four workers share a few cores: OpenMP threads spinning while they wait for work
+            # steal the cores the other workers need (tiny-model steps got several times slower).
+            env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
             worker = WorkerProcess(
                 agent=agent.name,
                 role=role,

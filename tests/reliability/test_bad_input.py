@@ -59,7 +59,24 @@ BAD_SPECS = [
     ("huge-capability-window", "spec.algorithm.capabilityWindow", 10**9, "spec.algorithm.capabilityWindow", "less than or equal to 1000"),
     ("huge-port", "spec.metrics.port", 70000, "spec.metrics.port", "less than or equal to 65535"),
     ("huge-lr", "spec.agents.0.learner.lr", 1e308, "spec.agents[0].learner.lr", "less than or equal to 1"),
-    ("fractional-steps", "spec.algorithm.steps", 1.5, "spec.algorithm.steps", "fractional part"),
+    ("fractional-steps", "spec.algorithm.steps", 1.5, "spec.algorithm.steps", "valid integer"),
+    ("boolean-steps", "spec.algorithm.steps", True, "spec.algorithm.steps", "valid integer"),
+    ("string-steps", "spec.algorithm.steps", "12", "spec.algorithm.steps", "valid integer"),
+    ("huge-seed", "spec.algorithm.seed", 2**63, "spec.algorithm.seed", "less than or equal to 2147483647"),
+    ("huge-ttl", "spec.cleanup.ttlSecondsAfterFinished", 10**12, "spec.cleanup.ttlSecondsAfterFinished", "less than or equal to 315360000"),
+    ("bind-hostname", "spec.metrics.bindAddress", "every interface", "spec.metrics.bindAddress", "give an IP address"),
+    ("endpoint-without-scheme", "spec.store.endpoint", "minio:9000", "spec.store.endpoint", "use http(s)://host[:port]"),
+    ("endpoint-with-credentials", "spec.store.endpoint", "http://key:secret@minio:9000", "spec.store.endpoint", "no credentials"),
+    ("bad-secret-name", "spec.store.credentialsSecret", "My_Secret", "spec.store.credentialsSecret", "is not a Secret name"),
+    ("privileged-container", "spec.agents.0.podTemplate", {"learner": {"containers": [{"name": "learner", "securityContext": {"privileged": True}}]}},
+     "spec.agents[0].podTemplate.learner.containers[0].securityContext.privileged", "not allowed"),
+    ("root-pod", "spec.agents.0.podTemplate", {"rollout": {"securityContext": {"runAsUser": 0}}},
+     "spec.agents[0].podTemplate.rollout.securityContext.runAsUser", "not allowed"),
+    ("security-context-removed", "spec.agents.1.podTemplate", {"rollout": {"containers": [{"name": "rollout", "securityContext": None}]}},
+     "spec.agents[1].podTemplate.rollout.containers[0].securityContext", "not allowed"),
+    ("host-network", "spec.agents.0.podTemplate", {"learner": {"hostNetwork": True}}, "spec.agents[0].podTemplate.learner.hostNetwork", "not allowed"),
+    ("host-path", "spec.agents.0.podTemplate", {"learner": {"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}},
+     "spec.agents[0].podTemplate.learner.volumes[0].hostPath", "not allowed"),
     ("list-group-size", "spec.algorithm.groupSize", [8], "spec.algorithm.groupSize", "valid integer"),
     ("string-temperature", "spec.agents.0.rollout.temperature", "hot", "spec.agents[0].rollout.temperature", "valid number"),
     ("agents-mapping", "spec.agents", {"a": 1}, "spec.agents", "valid list"),
@@ -101,6 +118,35 @@ def test_documents_that_are_not_experiments_are_refused(tmp_path: Path, capsys: 
     spec.write_text(text)
     assert hacrl(["validate", str(spec)]) == 1
     assert message in capsys.readouterr().err
+
+
+BOMB = "".join(f"{name}: &{name} [{', '.join([f'*{prev}' if prev else '0'] * 10)}]\n"
+               for prev, name in zip(["", "a", "b", "c", "d", "e"], "abcdef"))
+
+
+@pytest.mark.parametrize("data, message", [
+    (BOMB.encode(), "values once YAML aliases are expanded"),
+    (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+    (b"apiVersion: hacrl.io/v1alpha1\nkind: \xff\xfe\n", "not UTF-8 text"),
+    (b"# padding\n" * 200_000, "an experiment spec is at most"),
+], ids=["alias-bomb", "deep-nesting", "not-utf8", "huge-file"])
+def test_documents_that_would_exhaust_the_parser_are_refused_quickly(tmp_path: Path, capsys: pytest.CaptureFixture[str], data: bytes, message: str) -> None:
+    spec = tmp_path / "hostile.yaml"
+    spec.write_bytes(data)
+    began = time.monotonic()
+    assert hacrl(["validate", str(spec)]) == 1
+    assert time.monotonic() - began < 10
+    assert message in capsys.readouterr().err
+
+
+def test_hacrl_run_of_a_missing_file_or_an_unreachable_store_is_one_clear_line(tmp_path: Path) -> None:
+    missing = run_cli("run", str(tmp_path / "nope.yaml"), cwd=tmp_path)
+    assert missing.returncode == 2 and "cannot read" in missing.stderr and "Traceback" not in missing.stderr
+    spec = s3_spec(tmp_path, "http://127.0.0.1:9", "nobucket")  # port 9 (discard): nothing listens
+    ran = run_cli("run", str(spec), "--quiet", "--workdir", str(tmp_path / "work"), cwd=tmp_path,
+                  env=clean_env(tmp_path, AWS_ACCESS_KEY_ID="a", AWS_SECRET_ACCESS_KEY="b"))
+    assert ran.returncode == 1, ran.stdout + ran.stderr
+    assert "unreachable" in ran.stderr and "Traceback" not in ran.stderr
 
 
 def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -186,4 +232,15 @@ def test_answers_no_verifier_could_match_are_skipped_and_counted(tmp_path: Path)
     path.write_text("\n".join(json.dumps(r) for r in rows) + '\n{"prompt": "j", "answer": NaN}\n{"prompt": "k", "answer": 1e400}\n')
     source = open_source(str(path), reward="numeric")
     assert [p.answer for p in source] == ["2"]
-    assert source.skipped == {"bad_answer": 1, "invalid_gold": 5}
+    assert source.skipped == {"bad_answer": 3, "invalid_gold": 3}  # NaN and 1e400 are not finite numbers
+
+
+def test_deeply_nested_and_overlong_rows_are_counted_not_fatal(tmp_path: Path) -> None:
+    path = tmp_path / "hostile.jsonl"
+    rows = [json.dumps({"prompt": "1+1?", "answer": "2"}), "[" * 100_000 + "]" * 100_000,
+            json.dumps({"prompt": "x" * 1_000_000, "answer": "1"}), json.dumps({"prompt": "q", "answer": "9" * 100_000}),
+            '{"prompt": "n", "answer": NaN}']
+    path.write_text("\n".join(rows) + "\n")
+    source = open_source(str(path), reward="exact")
+    assert [(p.question, p.answer) for p in source] == [("1+1?", "2")]
+    assert source.skipped == {"invalid_json": 1, "too_long": 2, "bad_answer": 1}

@@ -98,9 +98,12 @@ def baseline(tmp_path_factory: pytest.TempPathFactory, model_cache: Path) -> dic
 
 
 def kill_plan(seed: int, kills: int) -> list[tuple[int, str, str, float]]:
-    """(step reached, agent, role, delay s) of each SIGKILL: distinct steps, seeded."""
+    """(step reached, agent, role, delay s) of each SIGKILL: distinct steps, seeded.
+
+    Never the last step: there a worker may finish its work and exit within the delay (a rollout
+    worker is done once the last step's rollouts are written), leaving nothing to kill."""
     rng = random.Random(seed)
-    steps = sorted(rng.sample(range(1, STEPS), kills))
+    steps = sorted(rng.sample(range(1, STEPS - 1), kills))
     return [(s, rng.choice(AGENTS), rng.choice(["rollout", "learner"]), rng.uniform(0.0, 1.2)) for s in steps]
 
 
@@ -122,8 +125,8 @@ def test_sigkilled_workers_at_random_points_resume_to_the_uninterrupted_result(t
                      RUN_TIMEOUT, f"every learner past step {step}")
             time.sleep(delay)
             entry = next(w for w in worker_table(tmp_path / "work") if w["agent"] == agent and w["role"] == role)
-            if sigkill(entry["pid"]):
-                killed.append((step, agent, role, round(delay, 2)))
+            assert sigkill(entry["pid"]), f"the {role} worker of {agent} had exited before its planned SIGKILL at step {step}"
+            killed.append((step, agent, role, round(delay, 2)))
         output = finish(process, f"the run with SIGKILLs {plan}")
     finally:
         monkey.stop()
