@@ -27,7 +27,6 @@ import copy
 import cProfile
 import io
 import pstats
-import random
 import statistics
 import sys
 import time
@@ -117,12 +116,13 @@ def algo_step(context, state, step: int = 0) -> tuple[dict[str, float], int, lis
     from hacrl_core.learner.worker import (
         assign_advantages,
         gather_rows,
+        publish_own_scores,
         run_updates,
         score_own_rows,
     )
 
     t = [time.perf_counter()]
-    _, own_rows, own_tokens = score_own_rows(context, state, step)
+    own_rollouts, own_rows = score_own_rows(context, state, step)
     t.append(time.perf_counter())
     rows, mean_rewards = gather_rows(context, state, step, own_rows)
     t.append(time.perf_counter())
@@ -130,7 +130,8 @@ def algo_step(context, state, step: int = 0) -> tuple[dict[str, float], int, lis
         state.tracker.update(mean_rewards)
     advantages, discrepancy = assign_advantages(context, state, rows)
     t.append(time.perf_counter())
-    run_updates(context, state, step, rows, advantages, discrepancy, own_tokens)
+    run_updates(context, state, step, rows, advantages, discrepancy)
+    publish_own_scores(context, step, own_rollouts, own_rows)
     t.append(time.perf_counter())
     stages = {"score_own_rows": t[1] - t[0], "gather_rows": t[2] - t[1], "assign_advantages": t[3] - t[2], "run_updates": t[4] - t[3]}
     stages["total"] = t[4] - t[0]
@@ -139,21 +140,10 @@ def algo_step(context, state, step: int = 0) -> tuple[dict[str, float], int, lis
 
 def plan_batches(context, rows) -> list[list[list[int]]]:
     """The same mini-batches / micro-batches of row indices that ``run_updates`` forms."""
-    algorithm = context.spec.algorithm
-    prompts = list(dict.fromkeys(r.group for r in rows))
-    by_prompt: dict[str, list[int]] = {}
-    for index, row in enumerate(rows):
-        by_prompt.setdefault(row.group, []).append(index)
-    order = random.Random(f"{algorithm.seed}/0/{context.agent_index}")
-    minis = []
-    for _ in range(algorithm.epochs):
-        shuffled = prompts[:]
-        order.shuffle(shuffled)
-        for start in range(0, len(shuffled), algorithm.mini_batch_prompts):
-            members = [i for uid in shuffled[start : start + algorithm.mini_batch_prompts] for i in by_prompt[uid]]
-            size = context.agent.learner.micro_batch_size
-            minis.append([members[s : s + size] for s in range(0, len(members), size)])
-    return minis
+    from hacrl_core.learner.worker import plan_updates
+
+    size = context.agent.learner.micro_batch_size
+    return [[members[s : s + size] for s in range(0, len(members), size)] for members in plan_updates(context, 0, rows)]
 
 
 def plain_step(context, state, rows, minis) -> float:

@@ -37,6 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import (
@@ -86,6 +88,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-prompts", type=int, default=200)
     p.add_argument("--llama-warmup", type=int, default=400, help="warm-start steps of llama-char (preset default 400)")
     p.add_argument("--qwen-warmup", type=int, default=200, help="warm-start steps of qwen-bpe (preset default 300): a weaker peer")
+    p.add_argument("--llama-lr", type=float, help="learning rate of llama-char (default: the quickstart's)")
+    p.add_argument("--qwen-lr", type=float, help="learning rate of qwen-bpe (default: the quickstart's)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
+                   help="an spec.algorithm field for every configuration, e.g. alpha=2, deltaStep=0, ratioBounds=[0.5,2] (repeatable; YAML values)")
+    p.add_argument("--name", default="", help="a variant name: results go to learning-<name>.json and runs are cached apart")
     p.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of: " + ", ".join(CONFIGS))
     p.add_argument("--work", type=Path, default=Path("/tmp/hacrl-bench/learning"), help="stores, logs and per-run cache")
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="HACRL_CACHE (tiny models are built once)")
@@ -112,7 +119,11 @@ def run_spec(args: argparse.Namespace, config: str, seed: int, store_dir: Path, 
     }
     if ablation:
         algorithm["ablations"] = {ablation: False}
-    agents = [agent_entry(LLAMA, warmup_steps=args.llama_warmup), agent_entry(QWEN, warmup_steps=args.qwen_warmup)]
+    for override in args.overrides:
+        field, _, value = override.partition("=")
+        algorithm[field] = yaml.safe_load(value)
+    agents = [agent_entry({**LLAMA, "lr": args.llama_lr or LLAMA["lr"]}, warmup_steps=args.llama_warmup),
+              agent_entry({**QWEN, "lr": args.qwen_lr or QWEN["lr"]}, warmup_steps=args.qwen_warmup)]
     return experiment(name, agents, algorithm, store_uri=f"file://{store_dir}", difficulty=args.difficulty,
                       eval_prompts=args.eval_prompts, eval_every=args.eval_every)
 
@@ -184,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [c for c in configs if c not in CONFIGS]
     if unknown:
         raise SystemExit(f"unknown configs {unknown}; valid: {', '.join(CONFIGS)}")
-    prefix = "blq" if args.quick else "bl"
+    prefix = ("blq" if args.quick else "bl") + (f"-{args.name}" if args.name else "")
     work = args.work / ("quick" if args.quick else "full")
     store_dir, cache_dir = work / "store", work / "runs"
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -238,13 +249,14 @@ def main(argv: list[str] | None = None) -> int:
         summary[config]["wall_seconds"] = mean_std(walls)
     text = table(["config", "agent", "seeds", "initial", "final", "gain", "auc", "gain/Mtok", "Mtok"], rows)
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    print(f"\nlearning ({args.steps} steps x 2 updates, {args.prompts} prompts/step, G {args.group_size}, difficulty {args.difficulty}, "
+    variant = f"; {args.name}: lr {args.llama_lr or LLAMA['lr']}/{args.qwen_lr or QWEN['lr']} {' '.join(args.overrides)}" if args.name else ""
+    print(f"\nlearning{variant} ({args.steps} steps x 2 updates, {args.prompts} prompts/step, G {args.group_size}, difficulty {args.difficulty}, "
           f"warm start llama {args.llama_warmup} / qwen {args.qwen_warmup} steps; mean ± std over {args.seeds} seeds)\n{text}")
-    name = "learning-quick" if args.quick else "learning"
+    name = ("learning-quick" if args.quick else "learning") + (f"-{args.name}" if args.name else "")
     path = save(name, {"settings": settings, "build_seconds": build_seconds, "total_seconds": time.perf_counter() - began,
                        "table": text, "summary": summary, "runs": runs}, args.out)
     print(f"wrote {path}")
-    if not args.quick:
+    if not args.quick and not args.name:  # the documented figures come from the default run
         for agent in agents:
             main_cfgs = [c for c in MAIN if c in configs]
             abl_cfgs = ["hacpo", "gspo"] + [c for c in ABLATIONS if c in configs]

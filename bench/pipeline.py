@@ -137,13 +137,14 @@ def inprocess_loop(spec_path: Path) -> dict[str, float]:
         for index, (context, state) in enumerate(zip(contexts, states)):
             rows = encode_rows(shards[index], source=index, is_own=True, tokenizer=state.tokenizer, template=spec.data.template)
             sums, counts, tokens = score_rows(state.model, rows, pad_id(state.tokenizer), context.agent.learner.micro_batch_size)
-            for row, total, count in zip(rows, sums, counts):
+            for row, total, count, token_logps in zip(rows, sums, counts, tokens):
                 row.logp_old_mean = total / max(count, 1)
-            own.append((rows, tokens))
+                row.logp_old_tokens = token_logps
+            own.append(rows)
             scores.append([s / max(c, 1) for s, c in zip(sums, counts)])
             t = lap("score", t)
         for index, (context, state) in enumerate(zip(contexts, states)):
-            rows = list(own[index][0])
+            rows = list(own[index])
             means = [sum(r["reward"] for r in shard) / len(shard) for shard in shards]
             for peer in range(len(names)):
                 if peer == index:
@@ -155,7 +156,7 @@ def inprocess_loop(spec_path: Path) -> dict[str, float]:
             state.tracker.update(means)
             t = lap("gather", t)
             advantages, discrepancy = assign_advantages(context, state, rows)
-            run_updates(context, state, step, rows, advantages, discrepancy, own[index][1])
+            run_updates(context, state, step, rows, advantages, discrepancy)
             t = lap("update", t)
     clock["total"] = time.perf_counter() - began
     return clock

@@ -12,7 +12,14 @@ from typing import Any
 
 import yaml
 
-from hacrl_core.spec import API_GROUP, API_VERSION, KIND, PLURAL, SHORT_NAME, ExperimentSpec
+from hacrl_core.spec import (
+    API_GROUP,
+    API_VERSION,
+    KIND,
+    PLURAL,
+    SHORT_NAME,
+    ExperimentSpec,
+)
 from hacrl_core.status import ExperimentStatus
 
 CRD_PATH = Path("charts/hacrl-operator/crds/hacrlexperiments.hacrl.io.yaml")

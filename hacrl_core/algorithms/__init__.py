@@ -1,6 +1,10 @@
 """The HACPO core math and its baselines (DESIGN.md section 2): pure torch, no I/O."""
 
-from hacrl_core.algorithms.advantages import ADVANTAGE_MODES, group_advantages, group_baselines
+from hacrl_core.algorithms.advantages import (
+    ADVANTAGE_MODES,
+    group_advantages,
+    group_baselines,
+)
 from hacrl_core.algorithms.capability import CapabilityTracker, capability_ratios
 from hacrl_core.algorithms.losses import (
     clipped_surrogate_loss,

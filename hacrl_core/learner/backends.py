@@ -7,6 +7,7 @@ accumulation boundaries, clipping, optimizer, mixed precision, sharding.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 from collections.abc import Callable
@@ -30,7 +31,11 @@ class TrainingBackend(Protocol):
     def load_optimizer_state(self, state: dict[str, Any]) -> None: ...
 
     def unwrapped_model(self) -> torch.nn.Module:
-        """The plain transformers model, for saving weights (``save_policy``)."""
+        """The plain transformers model (its parameters may be partitioned: ZeRO-3)."""
+
+    def gathered_weights(self) -> contextlib.AbstractContextManager[torch.nn.Module]:
+        """The plain model with whole parameter tensors, for reading weights (saving,
+        evaluating): ``with backend.gathered_weights() as model: ...``."""
 
 
 BACKENDS: dict[str, Callable[..., TrainingBackend]] = {}
@@ -74,6 +79,9 @@ class TorchBackend:
 
     def unwrapped_model(self) -> torch.nn.Module:
         return self.model
+
+    def gathered_weights(self) -> contextlib.AbstractContextManager[torch.nn.Module]:
+        return contextlib.nullcontext(self.model)
 
 
 # Optional backends: name -> (the distribution they need, the module that registers them).

@@ -19,9 +19,21 @@ from dataclasses import dataclass, field
 
 import torch
 
-from hacrl_core.algorithms import CapabilityTracker, PolicyLossInputs, get_algorithm, group_advantages, kl_penalty, masked_mean
+from hacrl_core.algorithms import (
+    CapabilityTracker,
+    PolicyLossInputs,
+    get_algorithm,
+    group_advantages,
+    kl_penalty,
+)
 from hacrl_core.learner.backends import TrainingBackend, create_backend
-from hacrl_core.learner.batch import TrainRow, collate_rows, encode_rows, micro_batches, score_rows
+from hacrl_core.learner.batch import (
+    TrainRow,
+    collate_rows,
+    encode_rows,
+    micro_batches,
+    score_rows,
+)
 from hacrl_core.learner.checkpoint import restore_checkpoint, save_checkpoint
 from hacrl_core.metrics import WorkerMetrics
 from hacrl_core.models.loading import load_policy, save_policy
@@ -42,10 +54,17 @@ class LearnerState:
     tracker: CapabilityTracker
     next_step: int
     reference: torch.nn.Module | None = None
+    device: str = "cpu"
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def initialize(context: WorkerContext, device: str = "cpu") -> LearnerState:
+def learner_device() -> str:
+    """The learner trains on the GPU when the pod (or machine) has one."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def initialize(context: WorkerContext, device: str | None = None) -> LearnerState:
+    device = device or learner_device()
     spec, settings = context.spec, context.agent.learner
     algorithm = spec.algorithm
     dtype = DTYPES[settings.dtype]
@@ -72,42 +91,80 @@ def initialize(context: WorkerContext, device: str = "cpu") -> LearnerState:
         reference, _ = load_policy(context.initial_model_dir(), dtype=dtype, device=device)
         reference.eval().requires_grad_(False)
     backend.model.train()
-    return LearnerState(backend.unwrapped_model(), tokenizer, backend, tracker, next_step, reference)
+    return LearnerState(backend.unwrapped_model(), tokenizer, backend, tracker, next_step, reference, device)
 
 
 def publish_weights(context: WorkerContext, state: LearnerState, version: int) -> None:
     local = context.work_dir / f"publish-{version:06d}"
     shutil.rmtree(local, ignore_errors=True)
-    save_policy(state.model, state.tokenizer, local)
+    with state.backend.gathered_weights() as model:
+        save_policy(model, state.tokenizer, local)
     context.store.publish_weights(context.agent_name, version, local)
     shutil.rmtree(local, ignore_errors=True)
 
 
-def score_own_rows(context: WorkerContext, state: LearnerState, step: int):
-    """Old log-probs of the agent's own rows under weights version ``step``, published as scores."""
+def plan_updates(context: WorkerContext, step: int, rows: list[TrainRow]) -> list[list[int]]:
+    """Row indices of each optimizer update of the step: per epoch a seeded shuffle of the step's
+    prompts, cut into mini-batches of ``miniBatchPrompts`` whole prompt groups."""
+    algorithm = context.spec.algorithm
+    by_prompt: dict[str, list[int]] = {}
+    for index, row in enumerate(rows):
+        by_prompt.setdefault(row.group, []).append(index)
+    prompts = list(by_prompt)
+    order = random.Random(f"{algorithm.seed}/{step}/{context.agent_index}")
+    updates = []
+    for _epoch in range(algorithm.epochs):
+        shuffled = prompts[:]
+        order.shuffle(shuffled)
+        for start in range(0, len(shuffled), algorithm.mini_batch_prompts):
+            updates.append([i for uid in shuffled[start : start + algorithm.mini_batch_prompts] for i in by_prompt[uid]])
+    return updates
+
+
+def score_own_rows(context: WorkerContext, state: LearnerState, step: int) -> tuple[list[dict], list[TrainRow]]:
+    """The agent's own rows of ``step`` with their old log-probs under weights version ``step``.
+
+    Algorithms that share rows publish these scores at once (peers wait for them). Isolated
+    algorithms (nobody else reads them) skip the rows of the step's first update: the weights
+    have not moved when that update runs, so its own forward pass gives their pi_old exactly
+    (``run_updates`` fills ``logp_old_mean`` from it) and one no-grad pass over those rows is
+    saved; their scores are published after the update (``publish_own_scores``).
+    """
     own_rollouts = context.store.read_rollouts(step, context.agent_name, wait=context.wait_seconds)
     rows = encode_rows(own_rollouts, source=context.agent_index, is_own=True, tokenizer=state.tokenizer, template=context.spec.data.template)
-    sums, counts, tokens = score_rows(state.model, rows, pad_id(state.tokenizer), context.agent.learner.micro_batch_size)
-    if not context.store.scores_ready(step, context.agent_name):
-        context.store.write_scores(
-            step,
-            context.agent_name,
-            [
-                {
-                    "experiment": context.experiment.name,
-                    "step": step,
-                    "source_agent": context.agent_name,
-                    "prompt_uid": r["prompt_uid"],
-                    "sample_index": r["sample_index"],
-                    "logp_sum": s,
-                    "token_count": c,
-                }
-                for r, s, c in zip(own_rollouts, sums, counts)
-            ],
-        )
-    for row, total, count in zip(rows, sums, counts):
+    deferred = set() if get_algorithm(context.spec.algorithm.name).shares_rows else set(plan_updates(context, step, rows)[0])
+    scored = [row for index, row in enumerate(rows) if index not in deferred]
+    sums, counts, tokens = score_rows(state.model, scored, pad_id(state.tokenizer), context.agent.learner.micro_batch_size, state.device)
+    for row, total, count, token_logps in zip(scored, sums, counts, tokens):
         row.logp_old_mean = total / max(count, 1)
-    return own_rollouts, rows, tokens
+        row.logp_old_tokens = token_logps
+    for index in deferred:
+        rows[index].logp_old_mean = None
+    if not deferred:
+        publish_own_scores(context, step, own_rollouts, rows)
+    return own_rollouts, rows
+
+
+def publish_own_scores(context: WorkerContext, step: int, own_rollouts: list[dict], rows: list[TrainRow]) -> None:
+    """The scores shard of ``step`` (pi_old of every own row), unless a previous attempt wrote it."""
+    if context.store.scores_ready(step, context.agent_name):
+        return
+    context.store.write_scores(
+        step,
+        context.agent_name,
+        [
+            {
+                "experiment": context.experiment.name,
+                "step": step,
+                "source_agent": context.agent_name,
+                "prompt_uid": rollout["prompt_uid"],
+                "sample_index": rollout["sample_index"],
+                "logp_sum": row.logp_old_mean * sum(row.response_mask),
+                "token_count": sum(row.response_mask),
+            }
+            for rollout, row in zip(own_rollouts, rows)
+        ],
+    )
 
 
 def gather_rows(context: WorkerContext, state: LearnerState, step: int, own_rows: list[TrainRow]):
@@ -130,7 +187,7 @@ def gather_rows(context: WorkerContext, state: LearnerState, step: int, own_rows
                 score = by_key[(rollout["prompt_uid"], rollout["sample_index"])]
                 row.logp_old_mean = score["logp_sum"] / max(score["token_count"], 1)
         else:  # the learner's own pre-update view of the row (naive sharing)
-            sums, counts, _ = score_rows(state.model, cross, pad_id(state.tokenizer), context.agent.learner.micro_batch_size)
+            sums, counts, _ = score_rows(state.model, cross, pad_id(state.tokenizer), context.agent.learner.micro_batch_size, state.device)
             for row, total, count in zip(cross, sums, counts):
                 row.logp_old_mean = total / max(count, 1)
         mean_rewards[index] = sum(r.reward for r in cross) / max(len(cross), 1)
@@ -166,62 +223,60 @@ def assign_advantages(context: WorkerContext, state: LearnerState, rows: list[Tr
     return advantages, discrepancy
 
 
-def run_updates(context: WorkerContext, state: LearnerState, step: int, rows, advantages, discrepancy, own_tokens):
-    """The step's optimizer updates: mini-batches of whole prompts, micro-batches of rows."""
+def run_updates(context: WorkerContext, state: LearnerState, step: int, rows: list[TrainRow], advantages, discrepancy):
+    """The step's optimizer updates (``plan_updates``), each in micro-batches of rows."""
     spec_algorithm = context.spec.algorithm
     settings = context.agent.learner
     algorithm = get_algorithm(spec_algorithm.name)
-    prompts = list(dict.fromkeys(r.group for r in rows))
-    by_prompt: dict[str, list[int]] = {}
-    for index, row in enumerate(rows):
-        by_prompt.setdefault(row.group, []).append(index)
-    order = random.Random(f"{spec_algorithm.seed}/{step}/{context.agent_index}")
-    own_token_logps = {i: t for i, t in zip([i for i, r in enumerate(rows) if r.is_own], own_tokens)}
     collected: dict[str, list[float]] = {}
-    update_index = 0
     pad = pad_id(state.tokenizer)
-    for _epoch in range(spec_algorithm.epochs):
-        shuffled = prompts[:]
-        order.shuffle(shuffled)
-        for start in range(0, len(shuffled), spec_algorithm.mini_batch_prompts):
-            members = [i for uid in shuffled[start : start + spec_algorithm.mini_batch_prompts] for i in by_prompt[uid]]
-            norm = _normalizer(algorithm.aggregation, [rows[i] for i in members])
-            state.backend.zero_grad()
-            for chunk in micro_batches(members, settings.micro_batch_size):
-                chunk_rows = [rows[i] for i in chunk]
-                input_ids, attention, response = collate_rows(chunk_rows, pad)
-                logp_new = sequence_logprobs(state.backend.model, input_ids, attention, response)
-                logp_old = torch.zeros_like(logp_new)
-                for j, i in enumerate(chunk):
-                    if i in own_token_logps:
-                        logp_old[j, : own_token_logps[i].shape[0]] = own_token_logps[i]
-                inputs = PolicyLossInputs(
-                    logp_new=logp_new,
-                    response_mask=response.to(logp_new.dtype),
-                    logp_old_mean=torch.tensor([r.logp_old_mean for r in chunk_rows], dtype=logp_new.dtype),
-                    logp_old=logp_old,
-                    advantages=advantages[chunk].to(logp_new.dtype),
-                    is_own=torch.tensor([r.is_own for r in chunk_rows]),
-                    discrepancy=discrepancy[chunk].to(logp_new.dtype),
-                    update_index=update_index,
-                )
-                loss, metrics = algorithm.policy_loss(inputs, spec_algorithm)
-                share = _normalizer(algorithm.aggregation, chunk_rows) / norm
-                total = loss * share
-                if state.reference is not None and inputs.is_own.any():
-                    with torch.no_grad():
-                        ref_logp = sequence_logprobs(state.reference, input_ids, attention, response)
-                    kl = kl_penalty(logp_new, ref_logp, inputs.response_mask, inputs.is_own)
-                    total = total + spec_algorithm.kl_coef * kl * (float(inputs.is_own.sum()) / len(chunk_rows)) * share
-                    metrics["kl"] = float(kl)
-                state.backend.backward(total)
-                for key, value in metrics.items():
-                    collected.setdefault(key, []).append(value)
-            collected.setdefault("grad_norm", []).append(state.backend.step())
-            update_index += 1
+    device = state.device
+    advantages, discrepancy = advantages.to(device), discrepancy.to(device)
+    updates = plan_updates(context, step, rows)
+    for update_index, members in enumerate(updates):
+        norm = _normalizer(algorithm.aggregation, [rows[i] for i in members])
+        state.backend.zero_grad()
+        for chunk in micro_batches(members, settings.micro_batch_size):
+            chunk_rows = [rows[i] for i in chunk]
+            input_ids, attention, response = collate_rows(chunk_rows, pad, device)
+            logp_new = sequence_logprobs(state.backend.model, input_ids, attention, response)
+            response_mask = response.to(logp_new.dtype)
+            logp_old = torch.zeros_like(logp_new)
+            for j, row in enumerate(chunk_rows):
+                if row.logp_old_mean is None:  # deferred by score_own_rows: pi_old is pi_new here
+                    if update_index != 0:
+                        raise RuntimeError("a row without pi_old reached a later update; score_own_rows deferred the wrong rows")
+                    old = logp_new[j].detach()
+                    row.logp_old_tokens = old[: len(row.input_ids)].cpu()
+                    row.logp_old_mean = float((old * response_mask[j]).sum() / response_mask[j].sum().clamp(min=1))
+                if row.logp_old_tokens is not None:
+                    logp_old[j, : row.logp_old_tokens.shape[0]] = row.logp_old_tokens
+            inputs = PolicyLossInputs(
+                logp_new=logp_new,
+                response_mask=response_mask,
+                logp_old_mean=torch.tensor([r.logp_old_mean for r in chunk_rows], dtype=logp_new.dtype, device=device),
+                logp_old=logp_old,
+                advantages=advantages[chunk].to(logp_new.dtype),
+                is_own=torch.tensor([r.is_own for r in chunk_rows], device=device),
+                discrepancy=discrepancy[chunk].to(logp_new.dtype),
+                update_index=update_index,
+            )
+            loss, metrics = algorithm.policy_loss(inputs, spec_algorithm)
+            share = _normalizer(algorithm.aggregation, chunk_rows) / norm
+            total = loss * share
+            if state.reference is not None and inputs.is_own.any():
+                with torch.no_grad():
+                    ref_logp = sequence_logprobs(state.reference, input_ids, attention, response)
+                kl = kl_penalty(logp_new, ref_logp, inputs.response_mask, inputs.is_own)
+                total = total + spec_algorithm.kl_coef * kl * (float(inputs.is_own.sum()) / len(chunk_rows)) * share
+                metrics["kl"] = float(kl)
+            state.backend.backward(total)
+            for key, value in metrics.items():
+                collected.setdefault(key, []).append(value)
+        collected.setdefault("grad_norm", []).append(state.backend.step())
     state.backend.zero_grad()
     summary = {f"learner/{key}": sum(values) / len(values) for key, values in collected.items()}
-    summary["learner/updates"] = update_index
+    summary["learner/updates"] = len(updates)
     return summary
 
 
@@ -246,7 +301,8 @@ def run_learner_worker(context: WorkerContext) -> None:
         publish_weights(context, state, 0)
     initial_eval = {}
     if state.next_step == 0 and spec.data.eval:
-        initial_eval = {f"{k}_initial": v for k, v in evaluate_policy(context, state.model, state.tokenizer).items()}
+        with state.backend.gathered_weights() as model:
+            initial_eval = {f"{k}_initial": v for k, v in evaluate_policy(context, model, state.tokenizer).items()}
     last_checkpoint = store.latest_checkpoint(agent.name)
     for step in range(state.next_step, spec.algorithm.steps):
         clock = [time.perf_counter()]
@@ -255,7 +311,7 @@ def run_learner_worker(context: WorkerContext) -> None:
             clock.append(time.perf_counter())
             return clock[-1] - clock[-2]
 
-        _, own_rows, own_tokens = score_own_rows(context, state, step)
+        own_rollouts, own_rows = score_own_rows(context, state, step)
         seconds_score = lap()
         rows, mean_rewards = gather_rows(context, state, step, own_rows)
         seconds_wait = lap()
@@ -263,7 +319,8 @@ def run_learner_worker(context: WorkerContext) -> None:
         if shares_rows:  # isolated algorithms never look at capability
             state.tracker.update(mean_rewards)
         advantages, discrepancy = assign_advantages(context, state, rows)
-        values = run_updates(context, state, step, rows, advantages, discrepancy, own_tokens)
+        values = run_updates(context, state, step, rows, advantages, discrepancy)
+        publish_own_scores(context, step, own_rollouts, own_rows)  # isolated algorithms publish them only now
         seconds_update = lap()
         publish_weights(context, state, step + 1)
         seconds_publish = lap()
@@ -271,7 +328,8 @@ def run_learner_worker(context: WorkerContext) -> None:
         evaluation = {}
         every = spec.evaluation.every_steps
         if spec.data.eval and (completed == spec.algorithm.steps or (every and completed % every == 0)):
-            evaluation = evaluate_policy(context, state.model, state.tokenizer)
+            with state.backend.gathered_weights() as model:
+                evaluation = evaluate_policy(context, model, state.tokenizer)
         seconds_eval = lap()
 
         capability = state.tracker.capability
@@ -304,7 +362,8 @@ def run_learner_worker(context: WorkerContext) -> None:
         metrics.publish(values)
 
         if completed % spec.checkpoint.every_steps == 0 or completed == spec.algorithm.steps:
-            save_checkpoint(store, agent.name, completed, state.model, state.tokenizer, state.backend.optimizer_state(), state.tracker, context.work_dir)
+            with state.backend.gathered_weights() as model:
+                save_checkpoint(store, agent.name, completed, model, state.tokenizer, state.backend.optimizer_state(), state.tracker, context.work_dir)
             last_checkpoint = completed
             prune_checkpoints(context)
         accuracy = next((v for k, v in evaluation.items() if k.endswith("/accuracy")), None)

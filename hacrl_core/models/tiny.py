@@ -256,7 +256,12 @@ def _make_tokenizer(spec: TinyPreset, train: ArithmeticTask) -> Any:
 
 
 def _make_model(spec: TinyPreset, tokenizer: Any) -> torch.nn.Module:
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    from transformers import (
+        LlamaConfig,
+        LlamaForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+    )
 
     common = dict(
         vocab_size=len(tokenizer),

@@ -15,7 +15,12 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from hacrl_core.rewards.extract import extract_answer, last_boxed, normalize_answer, parse_number
+from hacrl_core.rewards.extract import (
+    extract_answer,
+    last_boxed,
+    normalize_answer,
+    parse_number,
+)
 from hacrl_core.rewards.registry import MAX_CHARS, RewardFn, count, register_reward
 
 NUMERIC_REL_TOL = 1e-6

@@ -7,9 +7,12 @@ responses with their token ids in the engine's own tokenizer. Engines are regist
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Literal, Protocol
 
 
@@ -53,20 +56,32 @@ def register_engine(name: str):
     return decorate
 
 
+# name -> (the distribution it needs, the module that registers it). Optional engines are
+# imported only when used: importing vLLM takes seconds and logs to stdout.
+OPTIONAL_ENGINES = {"vllm": ("vllm", "hacrl_core.rollout.vllm_engine")}
+
+
 def available_engines() -> list[str]:
-    """Engines that can run here. Importing an engine module registers it; optional engines
-    (vllm) register only where their dependencies import."""
+    """Engines that can run here: ``hf`` always, optional ones where their dependency is installed."""
     from hacrl_core.rollout import hf_engine  # noqa: F401
 
-    try:
-        from hacrl_core.rollout import vllm_engine  # noqa: F401
-    except ImportError:
-        pass
-    return sorted(ENGINES)
+    installed = {name for name, (dependency, _) in OPTIONAL_ENGINES.items() if importlib.util.find_spec(dependency) is not None}
+    return sorted(set(ENGINES) | installed)
 
 
-def create_engine(name: str, **kwargs: Any) -> RolloutEngine:
+def engine_module(name: str) -> ModuleType:
     engines = available_engines()
     if name not in engines:
         raise ValueError(f"rollout engine {name!r} is not available here; available engines: {', '.join(engines)}")
+    return importlib.import_module(OPTIONAL_ENGINES[name][1] if name in OPTIONAL_ENGINES else "hacrl_core.rollout.hf_engine")
+
+
+def create_engine(name: str, **kwargs: Any) -> RolloutEngine:
+    engine_module(name)  # registers it
     return ENGINES[name](**kwargs)
+
+
+def engine_for(settings) -> RolloutEngine:
+    """The engine an agent's ``rollout`` settings name, configured from those settings (each
+    engine module's ``engine_options(settings)``: batch size, device, tensor parallelism, ...)."""
+    return create_engine(settings.engine, **engine_module(settings.engine).engine_options(settings))

@@ -29,6 +29,7 @@ class HFEngine:
     def set_policy(self, model: Any, tokenizer: Any) -> None:
         """Use an already-loaded policy (the learner evaluates its live model this way)."""
         self.model, self.tokenizer = model, tokenizer
+        self.device = next(model.parameters()).device
 
     @torch.no_grad()
     def generate(self, prompts: list[str], params: SamplingParams) -> list[list[Sample]]:
@@ -79,3 +80,11 @@ class HFEngine:
             return Sample(token_ids=ids, text=self.tokenizer.decode(ids[:-1], skip_special_tokens=True), finish_reason="stop")
         # Without eos the sequence ran to max_new_tokens (pad only ever follows an eos).
         return Sample(token_ids=ids, text=self.tokenizer.decode(ids, skip_special_tokens=True), finish_reason="length")
+
+
+def engine_options(settings) -> dict[str, Any]:
+    """Keyword arguments of ``HFEngine`` from an agent's ``RolloutSettings``: the GPU in bf16
+    where there is one (sampling only; the learner re-scores every row), else the CPU in fp32."""
+    if torch.cuda.is_available():
+        return {"batch_size": settings.batch_size, "device": "cuda", "dtype": torch.bfloat16}
+    return {"batch_size": settings.batch_size, "device": "cpu", "dtype": torch.float32}

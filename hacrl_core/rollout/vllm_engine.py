@@ -57,10 +57,19 @@ def engine_options(settings) -> dict[str, Any]:
     }
 
 
+# What fixes the shapes of the parameters: an in-place reload needs these equal. Other keys may
+# differ between a hub checkpoint's config.json and the one `save_policy` writes for the same
+# model (defaults spelled out, dtype, version stamps), and the first load is the initial
+# checkpoint itself (the rollout worker samples step 0 from it).
+_SHAPE_KEYS = (
+    "model_type", "architectures", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+    "num_attention_heads", "num_key_value_heads", "head_dim", "tie_word_embeddings",
+)
+
+
 def _architecture(model_dir: Path) -> dict[str, Any]:
     config = json.loads((model_dir / "config.json").read_text())
-    ignored = {"transformers_version", "_name_or_path", "torch_dtype", "dtype"}
-    return {key: value for key, value in config.items() if key not in ignored}
+    return {key: config.get(key) for key in _SHAPE_KEYS}
 
 
 @register_engine("vllm")
@@ -106,8 +115,8 @@ class VLLMEngine:
         else:
             if architecture != self._architecture:
                 raise ValueError(
-                    f"{model_dir}: config.json differs from the model this engine serves ({self.model_dir}); "
-                    "in-place reload needs the same architecture: create a new engine"
+                    f"{model_dir}: config.json describes other parameter shapes than the model this engine serves "
+                    f"({self.model_dir}: {self._architecture} vs {architecture}); in-place reload needs the same architecture: create a new engine"
                 )
             self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(model_dir)})
             self.llm.reset_prefix_cache()

@@ -1,6 +1,7 @@
 """The rollout worker: `hacrl worker rollout --spec S --agent A`.
 
-For each step t: wait for the agent's weights version t, sample G responses for each of the
+For each step t: wait for the agent's weights version t (step 0: the initial checkpoint, which is
+what version 0 holds), sample G responses for each of the
 step's prompts with the agent's own chat template, score the response text, write the shard.
 A restarted worker continues at the first step whose shard is missing.
 """
@@ -14,7 +15,7 @@ import time
 from hacrl_core.data.templates import render_prompt
 from hacrl_core.metrics import WorkerMetrics
 from hacrl_core.models.tokenizers import tokenizer_fingerprint
-from hacrl_core.rollout.engine import SamplingParams, create_engine
+from hacrl_core.rollout.engine import SamplingParams, engine_for
 from hacrl_core.runtime.context import WorkerContext, log
 
 
@@ -34,7 +35,7 @@ def run_rollout_worker(context: WorkerContext) -> None:
     settings = agent.rollout
     metrics = WorkerMetrics(context.experiment.name, agent.name, "rollout")
     metrics.serve(spec.metrics.port, spec.metrics.bind_address)
-    engine = create_engine(settings.engine, batch_size=settings.batch_size)
+    engine = engine_for(settings)
     reward = context.reward_fn
     start = first_missing_step(context)
     if start:
@@ -43,8 +44,14 @@ def run_rollout_worker(context: WorkerContext) -> None:
     for step in range(start, spec.algorithm.steps):
         began = time.perf_counter()
         local = weights_root / f"{step:06d}"
-        context.store.fetch_weights(agent.name, step, local, wait=context.wait_seconds)
-        engine.load(local)
+        if step == 0:
+            # Version 0 is the initial model, which the learner is still loading to publish:
+            # sampling from the same checkpoint now takes the learner's start-up off the critical
+            # path (its pi_old is the learner's own scoring either way).
+            engine.load(context.initial_model_dir())
+        else:
+            context.store.fetch_weights(agent.name, step, local, wait=context.wait_seconds)
+            engine.load(local)
         shutil.rmtree(weights_root / f"{step - 1:06d}", ignore_errors=True)
         loaded = time.perf_counter()
 

@@ -35,7 +35,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from hacrl_core.runtime.display import make_display
-    from hacrl_core.runtime.local import RunError, prepare, run_local
+    from hacrl_core.runtime.local import RunError, run_local
     from hacrl_core.spec import SpecError, load_experiment
     from hacrl_core.store.errors import StoreError
 
@@ -69,9 +69,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     import tempfile
     from pathlib import Path
 
-    from hacrl_core.models.loading import load_policy
+    from hacrl_core.rollout.engine import engine_for
     from hacrl_core.runtime.context import WorkerContext
-    from hacrl_core.runtime.evaluation import evaluate_policy
+    from hacrl_core.runtime.evaluation import evaluate_engine
 
     context = WorkerContext.from_spec_file(args.spec, args.agent)
     if not context.spec.data.eval:
@@ -83,8 +83,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         return 1
     with tempfile.TemporaryDirectory() as tmp:
         context.store.fetch_weights(args.agent, version, Path(tmp) / "w", wait=0)
-        model, tokenizer = load_policy(Path(tmp) / "w")
-        results = evaluate_policy(context, model, tokenizer, samples=args.samples, sets=args.set)
+        engine = engine_for(context.agent.rollout)  # the agent's own engine: vllm on GPU clusters
+        engine.load(Path(tmp) / "w")
+        results = evaluate_engine(context, engine, samples=args.samples, sets=args.set)
     print(json.dumps({"agent": args.agent, "weights_version": version, **results}, indent=2))
     return 0
 

@@ -11,7 +11,13 @@ from pathlib import Path
 from hacrl_core.data import PromptSource, iter_batches, open_source
 from hacrl_core.data.base import Problem
 from hacrl_core.rewards import get_reward
-from hacrl_core.spec import AgentSpec, Experiment, ExperimentSpec, SpecError, load_experiment
+from hacrl_core.spec import (
+    AgentSpec,
+    Experiment,
+    ExperimentSpec,
+    SpecError,
+    load_experiment,
+)
 from hacrl_core.store import TrajectoryStore, open_trajectory_store
 
 log = logging.getLogger("hacrl")

@@ -6,10 +6,10 @@ import sys
 import time
 
 from rich.console import Console
-
-from hacrl_core.store.errors import StoreError
 from rich.live import Live
 from rich.table import Table
+
+from hacrl_core.store.errors import StoreError
 
 
 def make_display(experiment, *, quiet: bool = False):

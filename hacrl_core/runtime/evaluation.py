@@ -4,17 +4,24 @@ from __future__ import annotations
 
 from hacrl_core.data import open_source
 from hacrl_core.data.templates import render_prompt
-from hacrl_core.rollout.engine import SamplingParams
+from hacrl_core.rollout.engine import RolloutEngine, SamplingParams
 from hacrl_core.rollout.hf_engine import HFEngine
 from hacrl_core.runtime.context import WorkerContext
 
 
 def evaluate_policy(context: WorkerContext, model, tokenizer, *, samples: int | None = None, sets: list[str] | None = None) -> dict[str, float]:
-    """`{"eval/<set>/accuracy": avg@k, "eval/<set>/pass@k": ...}` for every eval set of the spec."""
-    spec = context.spec
-    k = samples or spec.evaluation.samples
+    """`evaluate_engine` of a model already in memory (the learner's live policy), with `hf`."""
     engine = HFEngine(batch_size=context.agent.rollout.batch_size)
     engine.set_policy(model, tokenizer)
+    return evaluate_engine(context, engine, samples=samples, sets=sets)
+
+
+def evaluate_engine(context: WorkerContext, engine: RolloutEngine, *, samples: int | None = None, sets: list[str] | None = None) -> dict[str, float]:
+    """`{"eval/<set>/accuracy": avg@k, "eval/<set>/pass@k": ...}` for every eval set of the spec,
+    sampled by ``engine`` (which holds the policy and its tokenizer)."""
+    spec = context.spec
+    tokenizer = engine.tokenizer
+    k = samples or spec.evaluation.samples
     reward = context.reward_fn
     results: dict[str, float] = {}
     for eval_set in spec.data.eval:

@@ -24,7 +24,8 @@ def main(work: Path) -> None:
     from hacrl_core.data.templates import ARITHMETIC_TEMPLATE, render_prompt
     from hacrl_core.models.loading import load_policy, save_policy
     from hacrl_core.models.tiny import build_tiny_model
-    from hacrl_core.rollout.engine import SamplingParams, available_engines, create_engine
+    from hacrl_core.rollout.engine import SamplingParams, available_engines, create_engine, engine_module
+    from hacrl_core.spec import RolloutSettings
 
     assert "vllm" in available_engines(), available_engines()
     first = build_tiny_model("llama-char", seed=0, warmup_steps=int(os.environ.get("WARMUP_STEPS", "60")), cache_dir=work / "tiny")
@@ -42,9 +43,12 @@ def main(work: Path) -> None:
 
     timings = {}
     began = time.perf_counter()
-    engine = create_engine(
-        "vllm", batch_size=64, tensor_parallel_size=1, gpu_memory_utilization=0.5, dtype="float32", max_model_len=512, enforce_eager=True
-    )
+    # The spec's settings through the same path the rollout worker takes (engine_for), plus the
+    # CPU-test options (fp32 like the hf engine, short context, no graph capture).
+    settings = RolloutSettings(engine="vllm", batch_size=64, tensor_parallel_size=1, gpu_memory_utilization=0.5)
+    options = engine_module("vllm").engine_options(settings)
+    assert options == {"batch_size": 64, "tensor_parallel_size": 1, "gpu_memory_utilization": 0.5}, options
+    engine = create_engine("vllm", **options, dtype="float32", max_model_len=512, enforce_eager=True)
     engine.load(first)
     timings["start"] = time.perf_counter() - began
     engine_id = id(engine.llm)

@@ -78,7 +78,10 @@ def pid_alive(pid: int) -> bool:
 
 
 def sigkill(pid: int) -> bool:
-    """SIGKILL the worker's process group (the worker and the verifier child it may have)."""
+    """SIGKILL the worker's process group (the worker and the verifier child it may have); False
+    when the worker had already exited (gone, or a zombie its supervisor has not reaped yet)."""
+    if not pid_alive(pid):
+        return False
     try:
         os.killpg(pid, signal.SIGKILL)
         return True

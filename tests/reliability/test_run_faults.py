@@ -100,11 +100,12 @@ def baseline(tmp_path_factory: pytest.TempPathFactory, model_cache: Path) -> dic
 def kill_plan(seed: int, kills: int) -> list[tuple[int, str, str, float]]:
     """(step reached, agent, role, delay s) of each SIGKILL: distinct steps, seeded.
 
-    Never the last step: there a worker may finish its work and exit within the delay (a rollout
-    worker is done once the last step's rollouts are written), leaving nothing to kill."""
+    Not the last two steps: a tiny step takes well under a second, so within the delay a worker
+    there may finish all its work and exit (a rollout worker is done once the last step's
+    rollouts are written), leaving nothing to kill."""
     rng = random.Random(seed)
-    steps = sorted(rng.sample(range(1, STEPS - 1), kills))
-    return [(s, rng.choice(AGENTS), rng.choice(["rollout", "learner"]), rng.uniform(0.0, 1.2)) for s in steps]
+    steps = sorted(rng.sample(range(1, STEPS - 2), kills))
+    return [(s, rng.choice(AGENTS), rng.choice(["rollout", "learner"]), rng.uniform(0.0, 0.8)) for s in steps]
 
 
 @pytest.mark.parametrize("seed", [3, 5])

@@ -38,3 +38,51 @@ def test_hacrl_run_refuses_a_suspended_experiment(tmp_path):
     path.write_text(yaml.safe_dump(document))
     with pytest.raises(SpecError, match="spec.suspend"):
         prepare(path, resume=False, workdir=tmp_path / "work")
+
+
+def test_checking_what_is_installed_imports_no_optional_engine_or_backend():
+    """DeepSpeed and vLLM log to stdout when imported: `hacrl eval` prints JSON there, so merely
+    validating a spec must not import them (it did, and broke `hacrl eval | jq`)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys; from hacrl_core.runtime.context import unsupported_settings; "
+        "from hacrl_core.spec import parse_experiment; from tests.unit.test_spec import MINIMAL; "
+        "unsupported_settings(parse_experiment(MINIMAL)); "
+        "print(sorted(m for m in ('deepspeed', 'vllm') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout + done.stderr
+
+
+def test_engine_for_configures_the_engine_from_the_agents_rollout_settings():
+    from hacrl_core.rollout.engine import engine_for
+    from hacrl_core.rollout.hf_engine import HFEngine
+    from hacrl_core.spec import RolloutSettings
+
+    engine = engine_for(RolloutSettings(batch_size=7))
+    assert isinstance(engine, HFEngine) and engine.batch_size == 7
+    assert engine.device == ("cuda" if __import__("torch").cuda.is_available() else "cpu")
+
+
+def test_engine_for_an_engine_not_installed_names_the_alternatives(monkeypatch):
+    from hacrl_core.rollout import engine as engines
+    from hacrl_core.spec import RolloutSettings
+
+    monkeypatch.setitem(engines.OPTIONAL_ENGINES, "vllm", ("a-package-that-is-not-installed", "nowhere"))
+    monkeypatch.delitem(engines.ENGINES, "vllm", raising=False)
+    with pytest.raises(ValueError, match="'vllm' is not available here; available engines: hf"):
+        engines.engine_for(RolloutSettings(engine="vllm"))
+
+
+def test_torch_backend_gathered_weights_is_the_model_itself():
+    import torch
+
+    from hacrl_core.learner.backends import create_backend
+    from hacrl_core.spec import LearnerSettings
+
+    model = torch.nn.Linear(2, 2)
+    backend = create_backend("torch", model, LearnerSettings())
+    with backend.gathered_weights() as gathered:
+        assert gathered is model

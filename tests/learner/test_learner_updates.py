@@ -1,0 +1,100 @@
+"""The learner's update loop: isolated algorithms take pi_old of their first update's rows from
+that update's own forward pass instead of a separate scoring pass (`score_own_rows` defers them,
+`run_updates` fills them in). The result must be the update a full scoring pass gives."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+
+from hacrl_core.algorithms import CapabilityTracker
+from hacrl_core.data.arithmetic import ArithmeticTask
+from hacrl_core.learner.backends import create_backend
+from hacrl_core.learner.batch import TrainRow, score_rows
+from hacrl_core.learner.worker import LearnerState, pad_id, plan_updates, run_updates
+from hacrl_core.models.loading import load_policy
+from hacrl_core.models.tiny import build_tiny_model
+from hacrl_core.runtime.context import WorkerContext
+from hacrl_core.spec import parse_experiment
+from hacrl_core.store import open_trajectory_store
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model("llama-char", seed=0, warmup_steps=0, cache_dir=tmp_path_factory.mktemp("tiny"))
+
+
+def context_for(tmp_path: Path, algorithm: str) -> WorkerContext:
+    experiment = parse_experiment({
+        "apiVersion": "hacrl.io/v1alpha1",
+        "kind": "HACRLExperiment",
+        "metadata": {"name": "updates"},
+        "spec": {
+            "agents": [{"name": "solo", "model": "tiny://llama-char", "learner": {"lr": 1e-3, "microBatchSize": 3}},
+                       {"name": "peer", "model": "tiny://qwen2-bpe"}],
+            "algorithm": {"name": algorithm, "groupSize": 2, "promptsPerStep": 4, "miniBatchPrompts": 2},
+            "data": {"train": {"source": "builtin://arithmetic"}},
+        },
+    })
+    return WorkerContext(experiment=experiment, agent_name="solo", store=open_trajectory_store((tmp_path / "store").as_uri(), "updates"))
+
+
+def step_rows(tokenizer) -> list[TrainRow]:
+    """8 own rows (4 prompts x G 2) with responses of different lengths and rewards."""
+    rows = []
+    for index, problem in enumerate(ArithmeticTask(size=4, seed=1)):
+        prompt = tokenizer(problem.question + " =", add_special_tokens=False)["input_ids"]
+        for sample in range(2):
+            response = tokenizer(problem.answer if sample == 0 else f"{index}{index}9", add_special_tokens=False)["input_ids"]
+            rows.append(TrainRow(0, f"p{index}", float(sample == 0), prompt + response, [0] * len(prompt) + [1] * len(response), True))
+    return rows
+
+
+def trained(model_dir: Path, context: WorkerContext, rows: list[TrainRow]) -> torch.nn.Module:
+    torch.manual_seed(0)
+    model, tokenizer = load_policy(model_dir)
+    backend = create_backend("torch", model, context.agent.learner)
+    state = LearnerState(model, tokenizer, backend, CapabilityTracker(2), next_step=0)
+    advantages = torch.tensor([1.0 if r.reward else -1.0 for r in rows], dtype=torch.float64)
+    backend.model.train()
+    run_updates(context, state, 0, rows, advantages, torch.ones(len(rows), dtype=torch.float64))
+    return model
+
+
+@pytest.mark.parametrize("algorithm", ["gspo", "grpo"])
+def test_deferred_pi_old_gives_the_update_of_a_full_scoring_pass(tmp_path: Path, model_dir: Path, algorithm: str) -> None:
+    context = context_for(tmp_path, algorithm)
+    model, tokenizer = load_policy(model_dir)
+    scored = step_rows(tokenizer)
+    sums, counts, tokens = score_rows(model, scored, pad_id(tokenizer), 3)
+    for row, total, count, token_logps in zip(scored, sums, counts, tokens):
+        row.logp_old_mean, row.logp_old_tokens = total / count, token_logps
+
+    deferred = copy.deepcopy(scored)
+    first_update = plan_updates(context, 0, deferred)[0]
+    assert 0 < len(first_update) < len(deferred)
+    for index in first_update:
+        deferred[index].logp_old_mean, deferred[index].logp_old_tokens = None, None
+
+    full_model = trained(model_dir, context, scored)
+    deferred_model = trained(model_dir, context, deferred)
+    for row, reference in zip(deferred, scored):  # filled in by the first update
+        assert row.logp_old_mean == pytest.approx(reference.logp_old_mean, abs=1e-5)
+        assert torch.allclose(row.logp_old_tokens, reference.logp_old_tokens, atol=1e-5)
+    moved = max(float((p - q).detach().abs().max()) for p, q in zip(full_model.parameters(), load_policy(model_dir)[0].parameters()))
+    assert moved > 1e-4, "the updates must move the weights for the comparison to mean anything"
+    for full, lazy in zip(full_model.parameters(), deferred_model.parameters()):
+        assert torch.allclose(full, lazy, atol=1e-6)
+
+
+def test_a_row_without_pi_old_in_a_later_update_is_an_error(tmp_path: Path, model_dir: Path) -> None:
+    context = context_for(tmp_path, "gspo")
+    _, tokenizer = load_policy(model_dir)
+    rows = step_rows(tokenizer)
+    later = plan_updates(context, 0, rows)[1][0]
+    rows[later].logp_old_mean = None
+    with pytest.raises(RuntimeError, match="without pi_old reached a later update"):
+        trained(model_dir, context, rows)
