@@ -317,6 +317,8 @@ def wait_for(predicate: Callable[[], T], *, timeout: float = 10.0, interval: flo
 class EmulatedCluster:
     """kmock in a background thread + a kubeconfig + a kubectl runner."""
 
+    emulator_class: type[PatchedEmulator] = PatchedEmulator  # subclasses swap in fault injection
+
     def __init__(self, workdir: Path, crd_file: Path = CRD_FILE) -> None:
         self.workdir = workdir
         self.crd_file = crd_file
@@ -362,7 +364,7 @@ class EmulatedCluster:
 
     async def _serve(self) -> None:
         self._stopping = asyncio.Event()
-        emulator = PatchedEmulator()
+        emulator = self.emulator_class()
         register_resources(emulator, self.crd_file)
         async with emulator, kmock.Server(emulator) as server:
             self.emulator = emulator

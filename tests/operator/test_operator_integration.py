@@ -227,6 +227,18 @@ def test_invalid_spec_fails_with_the_field_path_then_recovers_when_fixed(cluster
     assert not condition(status, "Failed")
 
 
+def test_a_pod_override_that_would_run_privileged_is_refused_before_any_pod(cluster: EmulatedCluster, op: OperatorHandle) -> None:
+    op.expect_errors("invalid experiment spec")
+    document = quickstart()
+    document["spec"]["agents"][0]["podTemplate"] = {"learner": {"containers": [{"name": "learner", "securityContext": {"privileged": True}}]}}
+    create_namespace(cluster)
+    apply(cluster, document)
+    status = wait_for(lambda: status_of(cluster).get("phase") == "Failed" and status_of(cluster), what="phase Failed")
+    field = "spec.agents[0].podTemplate.learner.containers[0].securityContext.privileged"
+    assert condition(status, "Failed")["reason"] == "InvalidSpec" and field in condition(status, "Failed")["message"]
+    assert pods_of(cluster) == {}
+
+
 # -- 3. failure domains -----------------------------------------------------------------------
 
 

@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import kmock
 import pytest
 import yaml
 
@@ -26,7 +25,6 @@ from harness import (
     REPO,
     EmulatedCluster,
     PatchedEmulator,
-    register_resources,
     run_operator,
     wait_for,
 )
@@ -97,15 +95,7 @@ class DroppingEmulator(PatchedEmulator):
 class DroppableCluster(EmulatedCluster):
     """EmulatedCluster whose API server can drop every watch connection on demand."""
 
-    async def _serve(self) -> None:
-        self._stopping = asyncio.Event()
-        emulator = DroppingEmulator()
-        register_resources(emulator, self.crd_file)
-        async with emulator, kmock.Server(emulator) as server:
-            self.emulator = emulator
-            self.port = server.port
-            self._ready.set()
-            await self._stopping.wait()
+    emulator_class = DroppingEmulator
 
     def drop_watches(self) -> int:
         """End every open watch now; returns how many were cut."""
