@@ -11,10 +11,7 @@ harness as the operator's integration tests. For each scale N (a fresh emulator 
    written to the file store; for each experiment, the time from its last heartbeat write to the
    moment its ``status.step`` shows the new step. Heartbeats are objects in the store, which sends
    no events, so this is set by the operator's periodic reconcile (``HACRL_RECONCILE_INTERVAL``,
-   10 s by default in the chart) and is reported next to that interval. ``--interval auto`` uses
-   0.1 s per experiment, at least 0.2 s: a pass over every experiment must fit in the interval,
-   or the ticker reconciles back to back and starves the in-process emulator (at N = 50 and 0.2 s
-   nothing finished within 11 minutes).
+   10 s by default in the chart; 0.2 s here, as in the tests) and is reported next to it.
 
 The benchmark talks to the emulator over plain HTTP (no kubectl processes) and polls every 20 ms.
 
@@ -54,7 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true")
     p.add_argument("--scales", default="1,10,50")
     p.add_argument("--agents", type=int, default=4)
-    p.add_argument("--interval", default="auto", help="HACRL_RECONCILE_INTERVAL in seconds, or auto: 0.1 s per experiment, at least 0.2 s")
+    p.add_argument("--interval", type=float, default=0.2, help="HACRL_RECONCILE_INTERVAL in seconds")
     p.add_argument("--timeout", type=float, default=180, help="per stage; experiments not done by then are reported as timed out")
     p.add_argument("--work", type=Path, default=Path("/tmp/hacrl-bench/operator"))
     p.add_argument("--out", type=Path, default=RESULTS)
@@ -90,10 +87,6 @@ def experiment_doc(name: str, agents: int, store_uri: str) -> dict[str, Any]:
     }
 
 
-def reconcile_interval(setting: str, experiments: int) -> float:
-    return max(0.2, 0.1 * experiments) if setting == "auto" else float(setting)
-
-
 def wait_each(names: list[str], since: dict[str, float], done, timeout: float, what: str) -> dict[str, float]:
     """Poll ``done() -> set of finished names`` until all are; latency of each from ``since``."""
     latency: dict[str, float] = {}
@@ -126,7 +119,7 @@ def run_scale(n: int, args: argparse.Namespace) -> dict[str, Any]:
     try:
         api = Api(cluster.port)
         api.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-        with run_operator(cluster, HACRL_RECONCILE_INTERVAL=str(reconcile_interval(args.interval, n))) as _handle:
+        with run_operator(cluster, HACRL_RECONCILE_INTERVAL=str(args.interval)) as _handle:
             names = [f"hx-{i:03d}" for i in range(n)]
             pods_per = 2 * args.agents
 
@@ -178,7 +171,7 @@ def run_scale(n: int, args: argparse.Namespace) -> dict[str, Any]:
         return {"median": statistics.median(ordered), "p90": ordered[int(0.9 * (len(ordered) - 1))], "max": ordered[-1],
                 "timed_out": sum(v == float("inf") for v in ordered)}
 
-    return {"experiments": n, "agents": args.agents, "pods": n * 2 * args.agents, "interval": reconcile_interval(args.interval, n), "post_seconds": post_seconds,
+    return {"experiments": n, "agents": args.agents, "pods": n * 2 * args.agents, "interval": args.interval, "post_seconds": post_seconds,
             "create_to_pods": stats(to_pods), "create_to_all_pods_seconds": all_pods,
             "heartbeat_to_status": stats(to_status), "heartbeat_to_all_status_seconds": all_status,
             "raw": {"create_to_pods": to_pods, "heartbeat_to_status": to_status}}

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from hacrl_core.data.templates import render_prompt
-from hacrl_core.models.encoding import collate, encode_row_for
+from hacrl_core.models.encoding import collate, encode_prompt, encode_row_for
 from hacrl_core.models.logprobs import sequence_logprobs
 
 
@@ -31,19 +31,25 @@ class TrainRow:
 def encode_rows(
     rows: Sequence[dict], *, source: int, is_own: bool, tokenizer, template: str
 ) -> list[TrainRow]:
-    """Own rows keep their stored ids; cross rows are re-encoded after the learner's own prompt."""
+    """Own rows keep their stored ids; cross rows are re-encoded after the learner's own prompt.
+    Each distinct prompt is rendered and encoded once (the G rows of a prompt share it)."""
     encoded = []
     rendered: dict[str, str] = {}
+    prompt_ids: dict[str, list[int]] = {}
     for row in rows:
         if is_own:
             prompt = row["prompt"]
-            ids, mask = encode_row_for(tokenizer, prompt, row["response"], row["token_ids"])
         else:
             question = json.loads(row["extra"])["question"]
             prompt = rendered.get(question)
             if prompt is None:
                 prompt = rendered[question] = render_prompt(tokenizer, question, template)
-            ids, mask = encode_row_for(tokenizer, prompt, row["response"], None, finish_reason=row["finish_reason"])
+        if prompt not in prompt_ids:
+            prompt_ids[prompt] = encode_prompt(tokenizer, prompt)
+        if is_own:
+            ids, mask = encode_row_for(tokenizer, prompt, row["response"], row["token_ids"], prompt_ids=prompt_ids[prompt])
+        else:
+            ids, mask = encode_row_for(tokenizer, prompt, row["response"], None, finish_reason=row["finish_reason"], prompt_ids=prompt_ids[prompt])
         encoded.append(TrainRow(source, row["prompt_uid"], float(row["reward"]), ids, mask, is_own))
     return encoded
 

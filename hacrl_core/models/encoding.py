@@ -44,6 +44,7 @@ def encode_row_for(
     *,
     finish_reason: str = "stop",
     max_response_tokens: int | None = None,
+    prompt_ids: Sequence[int] | None = None,
 ) -> tuple[list[int], list[int]]:
     """``(input_ids, response_mask)`` of one row for the learner that owns ``tokenizer``.
 
@@ -57,6 +58,8 @@ def encode_row_for(
             (truncated: no EOS). Ignored for own rows, whose ids already hold what was sampled.
         max_response_tokens: cross rows only: keep at most this many response tokens (EOS
             included); a cut response gets no EOS.
+        prompt_ids: ``encode_prompt(tokenizer, prompt_text)`` when the caller has it already
+            (the G rows of a prompt share it).
 
     Returns:
         ``input_ids`` (prompt then response) and ``response_mask`` (0 on prompt tokens, 1 on
@@ -64,7 +67,7 @@ def encode_row_for(
     """
     if finish_reason not in FINISH_REASONS:
         raise ValueError(f"finish_reason must be one of {', '.join(FINISH_REASONS)}, got {finish_reason!r}")
-    prompt_ids = encode_prompt(tokenizer, prompt_text)
+    prompt_ids = list(prompt_ids) if prompt_ids is not None else encode_prompt(tokenizer, prompt_text)
     if own_token_ids is not None:
         response_ids = [int(token) for token in own_token_ids]
     else:

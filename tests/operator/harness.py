@@ -107,6 +107,9 @@ def _fields_match(selector: str | None, obj: dict[str, Any]) -> bool:
     return True
 
 
+REQUEST_HISTORY = 20
+
+
 class PatchedEmulator(kmock.KubernetesEmulator):
     """kmock's Kubernetes emulator with the gaps listed in the module docstring covered."""
 
@@ -117,6 +120,11 @@ class PatchedEmulator(kmock.KubernetesEmulator):
         self._namespaces: dict[str, str] = {}
 
     async def __call__(self, raw_request: Any) -> Any:
+        # kmock keeps every request ever served and matches each new one by scanning that history
+        # (quadratic: with 50 experiments the emulator alone saturated a CPU and the operator
+        # benchmark never finished). Nothing here reads old requests: keep a short tail.
+        if len(self._requests) > 2 * REQUEST_HISTORY:
+            del self._requests[:-REQUEST_HISTORY]
         parts = raw_request.path.strip("/").split("/")
         if parts[:3] == ["api", "v1", "namespaces"] and len(parts) <= 4:
             return await self._serve_namespaces(raw_request, parts[3] if len(parts) == 4 else None)
