@@ -93,41 +93,41 @@ class RoleResources(SpecModel):
     learner: KubeObject = Field(default_factory=dict, description="Kubernetes ResourceRequirements of the learner pod.")
 
 
-def weakened_pod_security(pod_spec: KubeObject) -> list[str]:
+def weakened_pod_security(pod_spec: KubeObject) -> list[tuple[str, str]]:
     """Where a pod-spec override would undo the workers' lock-down (non-root, unprivileged, no
-    host namespaces or host paths): one `path: setting` line each.
+    host namespaces or host paths): one ``(path, setting)`` pair each.
 
     The operator creates pods with its own service account, so an experiment that could ask for
     a privileged pod would let anyone who may create experiments run one.
     """
-    problems = []
+    problems: list[tuple[str, str]] = []
 
     def context(path: str, value: Any, container: bool) -> None:
         if not isinstance(value, dict):
             if value is None:
-                problems.append(f"{path}: null (it would remove the non-root, unprivileged settings)")
+                problems.append((path, "null (it would remove the non-root, unprivileged settings)"))
             return
         if value.get("runAsNonRoot") is False:
-            problems.append(f"{path}.runAsNonRoot: false")
+            problems.append((f"{path}.runAsNonRoot", "false"))
         if value.get("runAsUser") == 0:
-            problems.append(f"{path}.runAsUser: 0 (root)")
+            problems.append((f"{path}.runAsUser", "0 (root)"))
         if container and value.get("privileged") is True:
-            problems.append(f"{path}.privileged: true")
+            problems.append((f"{path}.privileged", "true"))
         if container and value.get("allowPrivilegeEscalation") is True:
-            problems.append(f"{path}.allowPrivilegeEscalation: true")
+            problems.append((f"{path}.allowPrivilegeEscalation", "true"))
         if container and (value.get("capabilities") or {}).get("add"):
-            problems.append(f"{path}.capabilities.add")
+            problems.append((f"{path}.capabilities.add", "set"))
         if (value.get("seccompProfile") or {}).get("type") == "Unconfined":
-            problems.append(f"{path}.seccompProfile.type: Unconfined")
+            problems.append((f"{path}.seccompProfile.type", "Unconfined"))
 
     for key in ("hostNetwork", "hostPID", "hostIPC"):
         if pod_spec.get(key) is True:
-            problems.append(f"{key}: true")
+            problems.append((key, "true"))
     if "securityContext" in pod_spec:
         context("securityContext", pod_spec["securityContext"], container=False)
     for index, volume in enumerate(pod_spec.get("volumes") or []):
         if isinstance(volume, dict) and "hostPath" in volume:
-            problems.append(f"volumes[{index}].hostPath")
+            problems.append((f"volumes[{index}].hostPath", "set"))
     for kind in ("containers", "initContainers", "ephemeralContainers"):
         for index, container in enumerate(pod_spec.get(kind) or []):
             if isinstance(container, dict) and "securityContext" in container:
@@ -144,9 +144,8 @@ class RolePodTemplates(SpecModel):
     def _keeps_pods_locked_down(cls, value: KubeObject) -> KubeObject:
         problems = weakened_pod_security(value)
         if problems:
-            first, *others = problems
-            path, setting = first.split(": ", 1) if ": " in first else (first, "set")
-            also = f" (also: {', '.join(others)})" if others else ""
+            (path, setting), *others = problems
+            also = f" (also: {', '.join(f'{p}: {s}' for p, s in others)})" if others else ""
             raise ValueError(
                 f"{path}: {setting} is not allowed: worker pods run as non-root, unprivileged, without host "
                 f"namespaces or host paths; remove it from podTemplate (docs/security.md){also}"

@@ -46,10 +46,8 @@ def encode_rows(
                 prompt = rendered[question] = render_prompt(tokenizer, question, template)
         if prompt not in prompt_ids:
             prompt_ids[prompt] = encode_prompt(tokenizer, prompt)
-        if is_own:
-            ids, mask = encode_row_for(tokenizer, prompt, row["response"], row["token_ids"], prompt_ids=prompt_ids[prompt])
-        else:
-            ids, mask = encode_row_for(tokenizer, prompt, row["response"], None, finish_reason=row["finish_reason"], prompt_ids=prompt_ids[prompt])
+        ids, mask = encode_row_for(tokenizer, prompt, row["response"], row["token_ids"] if is_own else None,
+                                   finish_reason=row["finish_reason"], prompt_ids=prompt_ids[prompt])
         encoded.append(TrainRow(source, row["prompt_uid"], float(row["reward"]), ids, mask, is_own))
     return encoded
 

@@ -36,7 +36,7 @@ from hacrl_core.learner.batch import (
 )
 from hacrl_core.learner.checkpoint import restore_checkpoint, save_checkpoint
 from hacrl_core.metrics import WorkerMetrics
-from hacrl_core.models.loading import load_policy, save_policy
+from hacrl_core.models.loading import default_device, load_policy, save_policy
 from hacrl_core.models.logprobs import sequence_logprobs
 from hacrl_core.runtime.context import WorkerContext
 from hacrl_core.runtime.evaluation import evaluate_policy
@@ -58,13 +58,8 @@ class LearnerState:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def learner_device() -> str:
-    """The learner trains on the GPU when the pod (or machine) has one."""
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def initialize(context: WorkerContext, device: str | None = None) -> LearnerState:
-    device = device or learner_device()
+    device = device or default_device()
     spec, settings = context.spec, context.agent.learner
     algorithm = spec.algorithm
     dtype = DTYPES[settings.dtype]
@@ -132,7 +127,8 @@ def score_own_rows(context: WorkerContext, state: LearnerState, step: int) -> tu
     """
     own_rollouts = context.store.read_rollouts(step, context.agent_name, wait=context.wait_seconds)
     rows = encode_rows(own_rollouts, source=context.agent_index, is_own=True, tokenizer=state.tokenizer, template=context.spec.data.template)
-    deferred = set() if get_algorithm(context.spec.algorithm.name).shares_rows else set(plan_updates(context, step, rows)[0])
+    shares_rows = get_algorithm(context.spec.algorithm.name).shares_rows
+    deferred = set() if shares_rows else set(plan_updates(context, step, rows)[0])
     scored = [row for index, row in enumerate(rows) if index not in deferred]
     sums, counts, tokens = score_rows(state.model, scored, pad_id(state.tokenizer), context.agent.learner.micro_batch_size, state.device)
     for row, total, count, token_logps in zip(scored, sums, counts, tokens):
@@ -140,7 +136,7 @@ def score_own_rows(context: WorkerContext, state: LearnerState, step: int) -> tu
         row.logp_old_tokens = token_logps
     for index in deferred:
         rows[index].logp_old_mean = None
-    if not deferred:
+    if shares_rows:
         publish_own_scores(context, step, own_rollouts, rows)
     return own_rollouts, rows
 
@@ -320,7 +316,8 @@ def run_learner_worker(context: WorkerContext) -> None:
             state.tracker.update(mean_rewards)
         advantages, discrepancy = assign_advantages(context, state, rows)
         values = run_updates(context, state, step, rows, advantages, discrepancy)
-        publish_own_scores(context, step, own_rollouts, own_rows)  # isolated algorithms publish them only now
+        if not shares_rows:  # isolated algorithms publish their scores only now (score_own_rows)
+            publish_own_scores(context, step, own_rollouts, own_rows)
         seconds_update = lap()
         publish_weights(context, state, step + 1)
         seconds_publish = lap()

@@ -15,6 +15,11 @@ import torch
 from hacrl_core.models.tokenizers import load_tokenizer
 
 
+def default_device() -> str:
+    """Where workers put their model: the GPU when the pod (or machine) has one."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def load_policy(path: str | Path, *, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> tuple[Any, Any]:
     """``(model, tokenizer)`` from a directory written by ``save_policy`` or ``save_pretrained``.
 

@@ -85,6 +85,7 @@ class HFEngine:
 def engine_options(settings) -> dict[str, Any]:
     """Keyword arguments of ``HFEngine`` from an agent's ``RolloutSettings``: the GPU in bf16
     where there is one (sampling only; the learner re-scores every row), else the CPU in fp32."""
-    if torch.cuda.is_available():
-        return {"batch_size": settings.batch_size, "device": "cuda", "dtype": torch.bfloat16}
-    return {"batch_size": settings.batch_size, "device": "cpu", "dtype": torch.float32}
+    from hacrl_core.models.loading import default_device
+
+    device = default_device()
+    return {"batch_size": settings.batch_size, "device": device, "dtype": torch.bfloat16 if device == "cuda" else torch.float32}
