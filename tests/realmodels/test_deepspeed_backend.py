@@ -58,13 +58,14 @@ def make_batch(seed: int, rows: int = 6, length: int = 14, vocab: int = 300) -> 
     }
 
 
-def hacpo_update(backend, batch: dict[str, torch.Tensor], update_index: int = 0) -> float:
-    """One optimizer update as the learner runs it: two micro-batches, loss * share each."""
+def hacpo_update(backend, batch: dict[str, torch.Tensor], update_index: int = 0, split: int = 3) -> float:
+    """One optimizer update as the learner runs it: two micro-batches (rows before and after
+    ``split``), loss * share each."""
     algorithm = get_algorithm("hacpo")
     settings = AlgorithmSpec()
     backend.zero_grad()
     rows = batch["input_ids"].shape[0]
-    for chunk in (slice(0, 3), slice(3, rows)):
+    for chunk in (slice(0, split), slice(split, rows)):
         logp_new = sequence_logprobs(backend.model, batch["input_ids"][chunk], batch["attention"][chunk], batch["response"][chunk])
         inputs = PolicyLossInputs(
             logp_new=logp_new,
@@ -77,7 +78,7 @@ def hacpo_update(backend, batch: dict[str, torch.Tensor], update_index: int = 0)
             update_index=update_index,
         )
         loss, _ = algorithm.policy_loss(inputs, settings)
-        backend.backward(loss * (3 / rows))
+        backend.backward(loss * ((chunk.stop - chunk.start) / rows))
     return backend.step()
 
 
@@ -91,11 +92,38 @@ def fresh(model_dir: Path, name: str, **settings):
     return create_backend(name, model, LearnerSettings(backend=name, **COMMON, **settings))
 
 
-def assert_close(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], before: dict[str, torch.Tensor]) -> None:
+def assert_close(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], before: dict[str, torch.Tensor],
+                 noise: dict[str, float] | None = None) -> None:
+    """``got`` equals ``want`` to fp32 precision; ``noise`` (``reference_noise``) widens a
+    tensor's absolute tolerance to 4x what the reference itself moves under a reordering."""
     moved = max(float((want[k] - before[k]).abs().max()) for k in want)
     assert moved > 1e-4, "the reference update must visibly move the weights"
     for key in want:
-        torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=1e-6, msg=f"parameter {key}")
+        atol = max(1e-6, 4 * (noise or {}).get(key, 0.0))
+        torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=atol, msg=f"parameter {key}")
+
+
+def reference_noise(model_dir: Path, batches: list[dict[str, torch.Tensor]]) -> dict[str, float]:
+    """Per parameter, how far two equally valid torch runs of the same updates end apart when
+    only the summation order changes (micro-batches of 3+3 rows against 2+4).
+
+    Why a fixed tolerance is not enough (seen on a fresh machine: ZeRO-2 differed from torch on
+    ``model.layers.2.self_attn.k_proj.bias`` by 1.7e-6 on an element worth 5e-3, past rtol 1e-4):
+    a key bias barely moves the attention logits (softmax cancels a shift shared by all keys;
+    only RoPE breaks the symmetry), so its gradient is the near-cancelling sum of much larger
+    terms (1e-7 from terms of 1e-4). fp32 roundoff then changes it by about 1e-3 relative, and
+    AdamW, whose eps (1e-8) exceeds these clipped gradients (4e-9), passes that relative error
+    straight into the update. DeepSpeed flattens, reduces and clips the gradients in another
+    order than ``clip_grad_norm_`` over ``p.grad``, so it lands within this noise, not on the bit.
+    The torch backend disagrees with itself by 1.3e-6 on the same element when only the
+    micro-batch split changes; every other tensor moves by under 6e-7.
+    """
+    split_3, split_2 = fresh(model_dir, "torch"), fresh(model_dir, "torch")
+    for update_index, batch in enumerate(batches):
+        hacpo_update(split_3, batch, update_index, split=3)
+        hacpo_update(split_2, batch, update_index, split=2)
+    first, second = parameters(split_3), parameters(split_2)
+    return {key: float((first[key] - second[key]).abs().max()) for key in first}
 
 
 def test_deepspeed_is_registered() -> None:
@@ -104,7 +132,8 @@ def test_deepspeed_is_registered() -> None:
 
 @pytest.mark.parametrize("zero_stage", [2, 0])
 def test_update_matches_torch_backend(model_dir: Path, zero_stage: int) -> None:
-    batch = make_batch(seed=1)
+    batch, second = make_batch(seed=1), make_batch(seed=2)
+    noise_first, noise_both = reference_noise(model_dir, [batch]), reference_noise(model_dir, [batch, second])
     reference = fresh(model_dir, "torch")
     before = parameters(reference)
     norm_torch = hacpo_update(reference, batch)
@@ -112,12 +141,11 @@ def test_update_matches_torch_backend(model_dir: Path, zero_stage: int) -> None:
     norm_ds = hacpo_update(backend, batch)
     assert norm_torch > COMMON["grad_clip"], "the test must exercise clipping"
     assert norm_ds == pytest.approx(norm_torch, rel=1e-4)
-    assert_close(parameters(backend), parameters(reference), before)
+    assert_close(parameters(backend), parameters(reference), before, noise_first)
     # A second update (AdamW moments, bias correction, step count) still agrees.
-    second = make_batch(seed=2)
     hacpo_update(reference, second, update_index=1)
     hacpo_update(backend, second, update_index=1)
-    assert_close(parameters(backend), parameters(reference), before)
+    assert_close(parameters(backend), parameters(reference), before, noise_both)
 
 
 def test_checkpoint_resume_round_trip(model_dir: Path, tmp_path: Path) -> None:
