@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import pytest
 
 from hacrl_core.store import open_trajectory_store
 from tests.integration.runs import REPO, run_env, start_run, tiny_spec, wait_for, write_spec
+from tests.reliability.faults import pid_alive, worker_table
 
 pytestmark = pytest.mark.slow
 
@@ -114,16 +116,44 @@ def test_sigkilled_learner_resumes_with_no_lost_or_repeated_step(tmp_path, cache
     assert store.list_checkpoints("qwen") == [3, 4]  # keepLast 2, monotonic
 
 
+def pending_signals(pid: int) -> set[int]:
+    """Signals sent to the process ``pid`` and not yet delivered (a stopped process keeps them)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("ShdPnd:"):
+            mask = int(line.split()[1], 16)
+            return {number for number in range(1, 65) if mask & (1 << (number - 1))}
+    return set()
+
+
 def test_interrupted_run_resumes_with_resume_flag(tmp_path, cache):
     store_uri = (tmp_path / "store").as_uri()
     spec = write_spec(tmp_path, tiny_spec("e2e-resume", store_uri, steps=3, algorithm="naive"))
     process = start_run(spec, tmp_path, run_env(cache))
     store = open_trajectory_store(store_uri, "e2e-resume")
-    wait_for(lambda: (store.read_progress("llama") or {}).get("step", 0) >= 1, 300, "llama to finish a step")
-    process.send_signal(signal.SIGINT)
+
+    # Hold the run mid-way by construction, not by timing: qwen's learner is stopped (SIGSTOP) as
+    # soon as it exists. llama's learner then completes step 0 (naive sharing needs only qwen's
+    # step-0 rollouts, sampled from the initial model) and waits at step 1 for qwen rollouts that
+    # need qwen's weights version 1. So the Ctrl-C below always lands in an unfinished run.
+    learner = wait_for(
+        lambda: next((w for w in worker_table(tmp_path / "work") if (w["agent"], w["role"]) == ("qwen", "learner")), None),
+        300, "the qwen learner to start",
+    )
+    os.killpg(learner["pid"], signal.SIGSTOP)
+    try:
+        wait_for(lambda: (store.read_progress("llama") or {}).get("step", 0) >= 1, 300, "llama to finish a step")
+        assert (store.read_progress("qwen") or {}).get("step", 0) < 3, "qwen's learner finished before it was stopped"
+        process.send_signal(signal.SIGINT)
+        # `hacrl run` stops every worker with SIGTERM; the stopped learner holds it pending and
+        # dies of it once continued, as an interrupted running worker would.
+        wait_for(lambda: signal.SIGTERM in pending_signals(learner["pid"]), 60, "hacrl run to SIGTERM the stopped learner")
+    finally:
+        if pid_alive(learner["pid"]):
+            os.killpg(learner["pid"], signal.SIGCONT)
     output, _ = process.communicate(timeout=120)
     assert process.returncode == 130, output
     assert "hacrl run --resume" in output
+    assert not (store.read_progress("llama") or {}).get("done"), "the interrupted run must have had steps left"
 
     again = subprocess.run([sys.executable, "-m", "hacrl_core.cli", "run", str(spec), "--workdir", str(tmp_path / "work")],
                            cwd=tmp_path, env=run_env(cache), capture_output=True, text=True, timeout=120)
