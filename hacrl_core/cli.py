@@ -29,7 +29,25 @@ def cmd_validate(args: argparse.Namespace) -> int:
             f"{path}: ok — experiment {experiment.name!r}, algorithm {spec.algorithm.name}, "
             f"{len(spec.agents)} agents ({', '.join(a.name for a in spec.agents)}), {spec.algorithm.steps} steps"
         )
+        if args.data and not check_data(path, spec):
+            failed += 1
     return 1 if failed else 0
+
+
+def check_data(path: str, spec) -> bool:
+    """Read every dataset of ``spec`` as the workers will; print rows kept and skipped per reason."""
+    from hacrl_core.data.report import read_datasets
+
+    try:
+        reports = read_datasets(spec.data)
+    except ValueError as error:
+        print(f"{path}: {error}", file=sys.stderr)
+        return False
+    for report in reports:
+        print(f"  {report.summary()}")
+        for line in report.lines():
+            print(f"  warning: {line}")
+    return True
 
 
 def cmd_crd(args: argparse.Namespace) -> int:
@@ -59,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     validate = commands.add_parser("validate", help="check experiment specs and print every problem with its field path")
     validate.add_argument("specs", nargs="+", help="experiment YAML files")
+    validate.add_argument("--data", action="store_true", help="also read every dataset and count the rows that would be skipped, per reason")
     validate.set_defaults(func=cmd_validate)
 
     crd = commands.add_parser("crd", help="generate the HACRLExperiment CRD from the spec models")

@@ -27,6 +27,22 @@ class Problem:
     difficulty: int = 0
 
 
+#: Why a reader drops a row, as users read it in logs, reports and `hacrl validate --data`.
+SKIP_REASONS = {
+    "non_utf8": "text that is not valid UTF-8",
+    "invalid_json": "a line that is not valid JSON",
+    "not_object": "a row that is not a JSON object",
+    "missing_prompt": "no value under the prompt key (check promptKey)",
+    "missing_answer": "no value under the answer key (check answerKey)",
+    "bad_prompt": "a prompt that is neither text nor a chat message list",
+    "bad_answer": "an answer that is neither text nor a finite number",
+    "empty_prompt": "an empty prompt",
+    "empty_answer": "an empty answer",
+    "too_long": "a prompt or answer longer than any model context",
+    "invalid_gold": "a gold answer the spec's reward cannot verify (check data.reward)",
+}
+
+
 class PromptSource(ABC):
     """A finite, indexable, deterministic list of problems.
 
@@ -40,6 +56,7 @@ class PromptSource(ABC):
 
     def __init__(self) -> None:
         self.skipped: dict[str, int] = {}
+        self.first_skipped: dict[str, int] = {}  # reason -> 0-based position of its first row
 
     @abstractmethod
     def __len__(self) -> int: ...
@@ -51,5 +68,9 @@ class PromptSource(ABC):
         for index in range(len(self)):
             yield self[index]
 
-    def _skip(self, reason: str) -> None:
+    def _skip(self, reason: str, position: int | None = None) -> None:
+        if reason not in SKIP_REASONS:  # every reason must reach users with an explanation
+            raise ValueError(f"unknown skip reason {reason!r}; add it to SKIP_REASONS")
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
+        if position is not None:
+            self.first_skipped.setdefault(reason, position)

@@ -122,7 +122,7 @@ class RowSource(PromptSource):
                 try:
                     validate(problem.answer)
                 except ValueError:
-                    self._skip("invalid_gold")
+                    self._skip("invalid_gold", position)
                     continue
             self._problems.append(problem)
         if not self._problems:
@@ -130,38 +130,38 @@ class RowSource(PromptSource):
 
     def _convert(self, position: int, row: Any, uid_key: str | None) -> Problem | None:
         if isinstance(row, _BadRow):
-            self._skip(row.reason)
+            self._skip(row.reason, position)
             return None
         if not isinstance(row, dict):
-            self._skip("not_object")
+            self._skip("not_object", position)
             return None
         raw_prompt = lookup(row, self.prompt_key)
         if raw_prompt is _MISSING or raw_prompt is None:
-            self._skip("missing_prompt")
+            self._skip("missing_prompt", position)
             return None
         raw_answer = lookup(row, self.answer_key)
         if raw_answer is _MISSING or raw_answer is None:
-            self._skip("missing_answer")
+            self._skip("missing_answer", position)
             return None
         prompt = _prompt_text(raw_prompt)
         if prompt is None:
-            self._skip("bad_prompt")
+            self._skip("bad_prompt", position)
             return None
         answer = _answer_text(raw_answer)
         if answer is None:
-            self._skip("bad_answer")
+            self._skip("bad_answer", position)
             return None
         if not prompt.strip():
-            self._skip("empty_prompt")
+            self._skip("empty_prompt", position)
             return None
         if not answer.strip():
-            self._skip("empty_answer")
+            self._skip("empty_answer", position)
             return None
         if len(prompt) > MAX_PROMPT_CHARS or len(answer) > MAX_ANSWER_CHARS:
-            self._skip("too_long")
+            self._skip("too_long", position)
             return None
         if _has_surrogates(prompt) or _has_surrogates(answer):
-            self._skip("non_utf8")
+            self._skip("non_utf8", position)
             return None
         uid = None
         if uid_key is not None:

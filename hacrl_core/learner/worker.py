@@ -293,6 +293,11 @@ def run_learner_worker(context: WorkerContext) -> None:
     metrics.serve(spec.metrics.port, spec.metrics.bind_address)
     state = initialize(context)
     store = context.store
+    # The learner reads the training set too (the rollout worker samples from it) so that its
+    # heartbeat tells the operator what every dataset of the spec lost to bad rows.
+    datasets = context.dataset_reports()
+    data_metrics = {key: value for report in datasets for key, value in report.metrics().items()}
+    metrics.publish(data_metrics)
     if state.next_step == 0 and store.latest_weights_version(agent.name) is None:
         publish_weights(context, state, 0)
     initial_eval = {}
@@ -355,6 +360,7 @@ def run_learner_worker(context: WorkerContext) -> None:
         values.update(evaluation)
         if step == 0:
             values.update(initial_eval)
+            values.update(data_metrics)
         store.write_metrics(step, agent.name, values)
         metrics.publish(values)
 
@@ -377,6 +383,7 @@ def run_learner_worker(context: WorkerContext) -> None:
                 "last_checkpoint": last_checkpoint,
                 "done": completed == spec.algorithm.steps,
                 "time": time.time(),
+                "data": [report.as_dict() for report in datasets],
             },
         )
         log.info("learner %s step %d: reward %.3f loss %.4f", agent.name, step, mean_rewards[context.agent_index], values.get("learner/pg_loss", 0.0))

@@ -35,6 +35,8 @@ def run_rollout_worker(context: WorkerContext) -> None:
     settings = agent.rollout
     metrics = WorkerMetrics(context.experiment.name, agent.name, "rollout")
     metrics.serve(spec.metrics.port, spec.metrics.bind_address)
+    for report in context.dataset_reports(include_eval=False):  # logs what the reader skipped
+        metrics.publish(report.metrics())
     engine = engine_for(settings)
     reward = context.reward_fn
     start = first_missing_step(context)

@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from hacrl_core.data import PromptSource, iter_batches, open_source
+from hacrl_core.data import PromptSource, iter_batches
 from hacrl_core.data.base import Problem
+from hacrl_core.data.report import DatasetReport, describe_source, open_dataset, spec_datasets
 from hacrl_core.rewards import get_reward
 from hacrl_core.spec import (
     AgentSpec,
@@ -65,6 +66,7 @@ class WorkerContext:
     store: TrajectoryStore
     wait_seconds: float = DEFAULT_WAIT_SECONDS
     work_dir: Path = field(default_factory=lambda: cache_root() / "work")
+    _sources: dict[str, PromptSource] = field(default_factory=dict, init=False, repr=False)
 
     @classmethod
     def from_spec_file(cls, spec_path: str | Path, agent: str) -> "WorkerContext":
@@ -98,10 +100,29 @@ class WorkerContext:
     def agent_names(self) -> list[str]:
         return [a.name for a in self.spec.agents]
 
-    @cached_property
+    def _open(self, field_path: str, dataset) -> PromptSource:
+        """Each dataset is read once per worker; what it skipped is logged, one line per reason."""
+        if field_path not in self._sources:
+            source = open_dataset(self.spec.data, dataset)
+            for line in describe_source(field_path, source).lines():
+                log.warning("%s", line)
+            self._sources[field_path] = source
+        return self._sources[field_path]
+
+    @property
     def train_source(self) -> PromptSource:
-        train = self.spec.data.train
-        return open_source(train.source, prompt_key=train.prompt_key, answer_key=train.answer_key, reward=self.spec.data.reward)
+        return self._open("data.train", self.spec.data.train)
+
+    def eval_source(self, name: str) -> PromptSource:
+        return self._open(f"data.eval[{name}]", next(e for e in self.spec.data.eval if e.name == name))
+
+    def dataset_reports(self, *, include_eval: bool = True) -> list[DatasetReport]:
+        """Rows kept and skipped of the spec's datasets (opening those not read yet)."""
+        return [
+            describe_source(field_path, self._open(field_path, dataset))
+            for field_path, dataset in spec_datasets(self.spec.data)
+            if include_eval or field_path == "data.train"
+        ]
 
     @cached_property
     def reward_fn(self):

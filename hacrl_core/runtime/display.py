@@ -7,6 +7,7 @@ import time
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from hacrl_core.store.errors import StoreError
@@ -28,8 +29,16 @@ class QuietDisplay:
     def note(self, message: str) -> None:
         pass
 
+    def warn(self, message: str) -> None:
+        warn_stderr(message)
+
     def update(self, run) -> None:
         pass
+
+
+def warn_stderr(message: str) -> None:
+    """Warnings reach the user even with --quiet and when stdout is a pipe."""
+    print(f"warning: {message}", file=sys.stderr, flush=True)
 
 
 class _Progress:
@@ -82,7 +91,10 @@ class LiveDisplay(_Progress):
         return self.live.__exit__(*exc)
 
     def note(self, message: str) -> None:
-        self.console.print(message)
+        self.console.print(escape(message))
+
+    def warn(self, message: str) -> None:
+        self.console.print(f"[yellow]warning:[/yellow] {escape(message)}")
 
     def update(self, run) -> None:
         if self.poll(run):
@@ -111,6 +123,9 @@ class LineDisplay(_Progress):
 
     def note(self, message: str) -> None:
         print(message, flush=True)
+
+    def warn(self, message: str) -> None:
+        warn_stderr(message)
 
     def update(self, run) -> None:
         if not self.poll(run):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from hacrl_core.data import open_source
 from hacrl_core.data.templates import render_prompt
 from hacrl_core.rollout.engine import RolloutEngine, SamplingParams
 from hacrl_core.rollout.hf_engine import HFEngine
@@ -27,7 +26,7 @@ def evaluate_engine(context: WorkerContext, engine: RolloutEngine, *, samples: i
     for eval_set in spec.data.eval:
         if sets and eval_set.name not in sets:
             continue
-        source = open_source(eval_set.source, prompt_key=eval_set.prompt_key, answer_key=eval_set.answer_key, reward=spec.data.reward)
+        source = context.eval_source(eval_set.name)
         problems = [source[i] for i in range(min(len(source), eval_set.max_prompts))]
         prompts = [render_prompt(tokenizer, p.question, spec.data.template) for p in problems]
         params = SamplingParams(

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hacrl_core.data.report import DatasetReport, read_datasets
 from hacrl_core.runtime.context import unsupported_settings
 from hacrl_core.spec import Experiment, SpecError, dump_experiment, load_experiment
 from hacrl_core.store import TrajectoryStore, open_trajectory_store
@@ -71,6 +72,7 @@ class LocalRun:
     store: TrajectoryStore
     workers: list[WorkerProcess] = field(default_factory=list)
     restarts: dict[str, int] = field(default_factory=dict)
+    datasets: list[DatasetReport] = field(default_factory=list)
 
 
 def free_ports(first: int, count: int, host: str) -> list[int]:
@@ -121,6 +123,19 @@ def prepare(spec_path: str | Path, *, resume: bool, workdir: str | Path | None =
     local_spec = workdir / "spec.yaml"
     local_spec.write_text(rendered, encoding="utf-8")
     return LocalRun(experiment, local_spec, workdir, store)
+
+
+def check_datasets(run: LocalRun, display) -> None:
+    """Read every dataset once before any worker starts: a dataset with no usable row fails the
+    run here, naming its field, and every skipped row is said, one line per reason."""
+    try:
+        run.datasets = read_datasets(run.experiment.spec.data)
+    except ValueError as error:
+        raise RunError(str(error)) from None
+    for report in run.datasets:
+        display.note(report.summary())
+        for line in report.lines():
+            display.warn(line)
 
 
 def build_models(run: LocalRun, say) -> None:
@@ -225,6 +240,7 @@ def run_local(spec_path: str | Path, *, resume: bool = False, workdir: str | Pat
     began = time.perf_counter()
     run = prepare(spec_path, resume=resume, workdir=workdir)
     display = display or make_display(run.experiment)
+    check_datasets(run, display)
     build_models(run, display.note)
     start_workers(run)
     write_worker_table(run)
@@ -242,6 +258,6 @@ def run_local(spec_path: str | Path, *, resume: bool = False, workdir: str | Pat
     spec = run.experiment.spec
     report = write_report(
         run.store, [a.name for a in spec.agents], spec.algorithm.steps, run.workdir / "report",
-        wall_seconds=time.perf_counter() - began, title=f"{run.experiment.name}: {spec.algorithm.name}",
+        wall_seconds=time.perf_counter() - began, title=f"{run.experiment.name}: {spec.algorithm.name}", datasets=run.datasets,
     )
     return report

@@ -6,6 +6,7 @@ import csv
 import json
 from pathlib import Path
 
+from hacrl_core.data.report import DatasetReport
 from hacrl_core.store import TrajectoryStore
 
 
@@ -32,7 +33,10 @@ def accuracy_curve(rows: list[dict], agent: str) -> dict[str, list[tuple[int, fl
     return {name: sorted(points) for name, points in curves.items()}
 
 
-def write_report(store: TrajectoryStore, agents: list[str], steps: int, out_dir: Path, *, wall_seconds: float | None = None, title: str = "") -> Path:
+def write_report(
+    store: TrajectoryStore, agents: list[str], steps: int, out_dir: Path, *,
+    wall_seconds: float | None = None, title: str = "", datasets: list[DatasetReport] | None = None,
+) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = collect_metrics(store, agents, steps)
     with open(out_dir / "metrics.jsonl", "w", encoding="utf-8") as handle:
@@ -58,6 +62,8 @@ def write_report(store: TrajectoryStore, agents: list[str], steps: int, out_dir:
         curves = accuracy_curve(rows, agent)
         accuracy = "; ".join(f"{name}: {pts[0][1]:.3f} → {pts[-1][1]:.3f}" for name, pts in curves.items()) or "–"
         lines.append(f"| {agent} | {len(mine)} | {rewards[0]:.3f} → {rewards[-1]:.3f} | {accuracy} |")
+    if datasets:
+        lines += ["", "Data:", ""] + [f"- {report.summary()}" for report in datasets]
     lines += ["", "Files: `metrics.jsonl`, `metrics.csv` (one row per agent and step), `curves.png`."]
     (out_dir / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return out_dir

@@ -23,6 +23,7 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from hacrl_core.data.report import LARGE_SKIPPED_SHARE, DatasetReport
 from hacrl_core.spec import Experiment
 from hacrl_operator.builders import LABEL_AGENT, LABEL_ROLE, ROLES
 
@@ -50,7 +51,10 @@ _WAITING_REASONS = {
     "RunContainerError": "CreateContainerConfigError",
 }
 # Condition reasons that deserve a Warning event when they appear.
-WARNING_REASONS = ("ImagePullBackOff", "CreateContainerConfigError", "CrashLoop", "Unschedulable", "PodCreateFailed", "StoreUnreachable")
+WARNING_REASONS = (
+    "ImagePullBackOff", "CreateContainerConfigError", "CrashLoop", "Unschedulable", "PodCreateFailed", "StoreUnreachable",
+    "ManyRowsSkipped",
+)
 _REASON_PRIORITY = (
     "ImagePullBackOff", "CreateContainerConfigError", "CrashLoop", "Unschedulable",
     "PodCreateFailed", "Restarting", "PodsPending",
@@ -325,6 +329,8 @@ def _plan_valid(observed: Observed, experiment: Experiment, old: dict[str, Any],
     else:
         conditions.set("StoreReachable", True, "StoreReachable", f"progress read from {spec.store.uri}")
 
+    _set_data_condition(observed.progress, conditions)
+
     resumed_from_invalid = _failed_for_invalid_spec(old)
     if resumed_from_invalid:
         status["phase"] = "Pending"
@@ -339,6 +345,29 @@ def _plan_valid(observed: Observed, experiment: Experiment, old: dict[str, Any],
     if status["phase"] == "Running":
         status["message"] = f"step {status['step']} of {steps}"
     return plan
+
+
+def _set_data_condition(progress: Mapping[str, Mapping[str, Any] | None], conditions: _Conditions) -> None:
+    """``DataRowsSkipped``: True (a Warning event) when a dataset lost a large share of its rows
+    to bad rows, as the learners' heartbeats report it; kept as it was while none reports."""
+    reports: dict[str, DatasetReport] = {}
+    for heartbeat in progress.values():
+        data = (heartbeat or {}).get("data")
+        if isinstance(data, list):
+            for entry in data:
+                if isinstance(entry, Mapping):
+                    report = DatasetReport.from_dict(entry)
+                    reports.setdefault(report.field, report)
+    if not reports:
+        conditions.keep("DataRowsSkipped")
+        return
+    large = [r for r in reports.values() if r.skipped_share >= LARGE_SKIPPED_SHARE]
+    if large:
+        message = "; ".join(f"{r.summary()}: {r.skipped_share:.0%} of its rows" for r in large)
+        conditions.set("DataRowsSkipped", True, "ManyRowsSkipped", message + "; run `hacrl validate --data` on the spec for the reasons")
+    else:
+        skipped = sum(r.skipped_total for r in reports.values())
+        conditions.set("DataRowsSkipped", False, "FewRowsSkipped" if skipped else "NoRowsSkipped", f"{skipped} rows skipped in all datasets")
 
 
 def _terminal_state(view: PodView | None, previous: str | None) -> str | None:
@@ -561,7 +590,8 @@ def _transition_events(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[E
             continue  # nothing to say the first time the store answers
         if condition["status"] == "False" and condition["reason"] not in WARNING_REASONS:
             continue  # pending, restarting, finished, suspended: the phase and action events say it
-        events.append(Event("Warning" if condition["status"] == "False" else "Normal", condition["reason"], condition["message"]))
+        warning = condition["status"] == "False" or condition["reason"] in WARNING_REASONS
+        events.append(Event("Warning" if warning else "Normal", condition["reason"], condition["message"]))
     return events
 
 

@@ -166,10 +166,25 @@ def test_interrupted_run_resumes_with_resume_flag(tmp_path, cache):
     assert store.read_progress("qwen")["done"]
 
 
+def train_file_with_two_broken_rows(directory: Path) -> Path:
+    """The built-in task's first 40 training problems as jsonl, plus a line that is not JSON and
+    a row without an answer (the rows a user's dataset typically loses)."""
+    from hacrl_core.data import open_source
+
+    task = open_source("builtin://arithmetic?difficulty=1-2&seed=0&size=40")
+    lines = [json.dumps({"prompt": p.question, "answer": p.answer}) for p in task]
+    lines[5:5] = ['{"prompt": "3 + 4 =", "answer": ', json.dumps({"prompt": "5 + 5 ="})]
+    path = directory / "train.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 @pytest.mark.parametrize("algorithm", ["gspo", "grpo"])
 def test_isolated_baselines_train_on_own_rows_only(tmp_path, cache, algorithm):
     store_uri = (tmp_path / "store").as_uri()
-    spec = write_spec(tmp_path, tiny_spec(f"e2e-{algorithm}", store_uri, steps=1, algorithm=algorithm))
+    document = tiny_spec(f"e2e-{algorithm}", store_uri, steps=1, algorithm=algorithm)
+    document["spec"]["data"]["train"] = {"source": str(train_file_with_two_broken_rows(tmp_path))}
+    spec = write_spec(tmp_path, document)
     result = subprocess.run([sys.executable, "-m", "hacrl_core.cli", "run", str(spec), "--workdir", str(tmp_path / "work"), "--quiet"],
                             cwd=tmp_path, env=run_env(cache), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -178,6 +193,18 @@ def test_isolated_baselines_train_on_own_rows_only(tmp_path, cache, algorithm):
         metrics = store.read_metrics(0, agent)
         assert metrics["learner/own_rows"] == 16 and metrics["learner/cross_rows"] == 0
         assert "capability/llama" not in metrics  # isolated agents never look at each other
+
+    # The two broken rows are said wherever a user looks: the run's output (even --quiet), the
+    # rollout log, the report, the step metrics and the heartbeat the operator reads.
+    said = "data.train (train.jsonl): skipped 1 of 42 rows as invalid_json: a line that is not valid JSON (first at row 6)"
+    assert f"warning: {said}" in result.stderr
+    assert "skipped 1 of 42 rows as missing_answer" in result.stderr
+    assert said in (tmp_path / "work" / "logs" / "llama-rollout.log").read_text()
+    summary = (tmp_path / "work" / "report" / "summary.md").read_text()
+    assert "- data.train (train.jsonl): 40 rows, 2 skipped (invalid_json 1, missing_answer 1)" in summary
+    metrics = store.read_metrics(0, "qwen")
+    assert (metrics["data/train/rows"], metrics["data/train/skipped"], metrics["data/train/skipped/invalid_json"]) == (40, 2, 1)
+    assert store.read_progress("qwen")["data"][0]["skipped"] == {"invalid_json": 1, "missing_answer": 1}
 
     evaluated = subprocess.run([sys.executable, "-m", "hacrl_core.cli", "eval", str(spec), "--agent", "qwen", "--version", "0"],
                                cwd=tmp_path, env=run_env(cache), capture_output=True, text=True, timeout=300)

@@ -250,3 +250,32 @@ def test_status_patch_only_when_changed_and_removes_vanished_keys() -> None:
     assert status_patch({"phase": "Running", "kopf": {"x": 1}}, {"phase": "Running"}) is None
     assert status_patch({"phase": "Running", "completionTime": "t"}, {"phase": "Pending", "completionTime": None}) == {"phase": "Pending", "completionTime": None}
     assert status_patch({}, {"agentProgress": [{"name": "a", "reward": None}]}) == {"agentProgress": [{"name": "a"}]}
+
+
+def data_heartbeat(skipped: int, rows: int = 100) -> dict[str, Any]:
+    report = {"field": "data.train", "name": "train.jsonl", "rows": rows, "skipped": {"invalid_json": skipped} if skipped else {}}
+    return {"step": 1, "data": [report, {"field": "data.eval[arithmetic]", "name": "builtin", "rows": 200, "skipped": {}}]}
+
+
+def test_a_dataset_that_lost_many_rows_raises_a_condition_and_a_warning_event() -> None:
+    progress = {"llama-char": data_heartbeat(skipped=25), "qwen-bpe": None}
+    first = plan(status=running_status(), pods=all_pods(), progress=progress)
+    condition = cond(first, "DataRowsSkipped")
+    assert (condition["status"], condition["reason"]) == ("True", "ManyRowsSkipped")
+    assert "data.train (train.jsonl): 100 rows, 25 skipped (invalid_json 25): 20% of its rows" in condition["message"]
+    assert "hacrl validate --data" in condition["message"]
+    assert [(e.type, e.reason) for e in first.events if e.reason == "ManyRowsSkipped"] == [("Warning", "ManyRowsSkipped")]
+    # Said once: the next reconcile with the same heartbeat posts no second event.
+    again = plan(status=first.status, pods=all_pods(), progress=progress)
+    assert cond(again, "DataRowsSkipped")["reason"] == "ManyRowsSkipped"
+    assert not [e for e in again.events if e.reason == "ManyRowsSkipped"]
+    # While no heartbeat reports data (store briefly unreadable), the condition stays as it was.
+    quiet = plan(status=first.status, pods=all_pods(), progress={})
+    assert cond(quiet, "DataRowsSkipped")["status"] == "True"
+
+
+@pytest.mark.parametrize("skipped, reason", [(3, "FewRowsSkipped"), (0, "NoRowsSkipped")])
+def test_a_few_skipped_rows_are_recorded_without_an_event(skipped: int, reason: str) -> None:
+    p = plan(status=running_status(), pods=all_pods(), progress={"llama-char": data_heartbeat(skipped=skipped)})
+    assert (cond(p, "DataRowsSkipped")["status"], cond(p, "DataRowsSkipped")["reason"]) == ("False", reason)
+    assert not [e for e in p.events if "Skipped" in e.reason]
