@@ -98,6 +98,11 @@ def hacpo_loss(
 
     with torch.no_grad():
         cross_outside = (ratio < low) | (ratio > 1.0)
+        # |d loss_i / d log s_i|: how much of the update each row drives (zero where clipped).
+        own_weight = torch.where(own_clipped, torch.zeros_like(ratio), (ratio * advantages).abs())
+        cross_weight = torch.where(cross_outside, torch.zeros_like(ratio), (discrepancy.to(ratio.dtype) * advantages).abs() * ratio.pow(alpha + 1))
+        row_weight = torch.where(is_own, own_weight, cross_weight)
+        total_weight = float(row_weight.sum())
         metrics = {
             "pg_loss": float(loss.detach()),
             "own_rows": float(is_own.sum()),
@@ -110,6 +115,7 @@ def hacpo_loss(
             "cross_clip_frac": _mean_where(cross_outside.to(ratio.dtype), is_cross),
             "cross_lower_bound": low,
             "cross_weight_mean": _mean_where(discrepancy.to(ratio.dtype) * weighted_ratio, is_cross),
+            "cross_grad_share": float(row_weight[is_cross].sum()) / total_weight if total_weight > 0 else 0.0,
         }
     return loss, metrics
 

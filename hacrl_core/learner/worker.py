@@ -40,6 +40,7 @@ from hacrl_core.models.loading import default_device, load_policy, save_policy
 from hacrl_core.models.logprobs import sequence_logprobs
 from hacrl_core.runtime.context import WorkerContext
 from hacrl_core.runtime.evaluation import evaluate_policy
+from hacrl_core.runtime.sharing import shared_rows_used, sharing_warning
 
 log = logging.getLogger("hacrl")
 
@@ -305,6 +306,8 @@ def run_learner_worker(context: WorkerContext) -> None:
         with state.backend.gathered_weights() as model:
             initial_eval = {f"{k}_initial": v for k, v in evaluate_policy(context, model, state.tokenizer).items()}
     last_checkpoint = store.latest_checkpoint(agent.name)
+    steps_metrics: list[dict] = []  # this process's steps, for the sharing warning (said once)
+    warned = False
     for step in range(state.next_step, spec.algorithm.steps):
         clock = [time.perf_counter()]
 
@@ -363,6 +366,11 @@ def run_learner_worker(context: WorkerContext) -> None:
             values.update(data_metrics)
         store.write_metrics(step, agent.name, values)
         metrics.publish(values)
+        steps_metrics.append(values)
+        warning = None if warned else sharing_warning(agent.name, steps_metrics, delta=spec.algorithm.delta)
+        if warning:
+            log.warning(warning)
+            warned = True
 
         if completed % spec.checkpoint.every_steps == 0 or completed == spec.algorithm.steps:
             with state.backend.gathered_weights() as model:
@@ -380,6 +388,7 @@ def run_learner_worker(context: WorkerContext) -> None:
                 "reward": mean_rewards[context.agent_index],
                 "accuracy": accuracy,
                 "capability": float(capability[context.agent_index]),
+                "shared_rows_used": shared_rows_used(values),
                 "last_checkpoint": last_checkpoint,
                 "done": completed == spec.algorithm.steps,
                 "time": time.time(),

@@ -10,6 +10,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+from hacrl_core.runtime.sharing import format_share
 from hacrl_core.store.errors import StoreError
 
 
@@ -102,14 +103,14 @@ class LiveDisplay(_Progress):
 
     def _table(self, run) -> Table:
         table = Table(title=f"{self.experiment.name} — {self.experiment.spec.algorithm.name} — ETA {self.eta()}")
-        for column in ("agent", "step", "reward", "accuracy", "capability", "checkpoint", "restarts"):
+        for column in ("agent", "step", "reward", "accuracy", "capability", "shared rows used", "checkpoint", "restarts"):
             table.add_column(column)
         for agent in self.experiment.spec.agents:
             p = self.last.get(agent.name, {})
             restarts = run.restarts.get(agent.name, 0) if run else 0
             table.add_row(
                 agent.name, f"{p.get('step', 0)}/{self.steps}", _fmt(p.get("reward")), _fmt(p.get("accuracy")),
-                _fmt(p.get("capability")), str(p.get("last_checkpoint") or "–"), str(restarts),
+                _fmt(p.get("capability")), format_share(p.get("shared_rows_used")), str(p.get("last_checkpoint") or "–"), str(restarts),
             )
         return table
 
@@ -132,6 +133,7 @@ class LineDisplay(_Progress):
             return
         parts = [
             f"{name} {p.get('step', 0)}/{self.steps} reward {_fmt(p.get('reward'))} acc {_fmt(p.get('accuracy'))}"
+            + (f" shared {format_share(p['shared_rows_used'])}" if p.get("shared_rows_used") is not None else "")
             for name, p in self.last.items()
         ]
         print(f"[{time.monotonic() - self.started:6.0f}s] " + " | ".join(parts) + f" | ETA {self.eta()}", flush=True)

@@ -259,5 +259,6 @@ def run_local(spec_path: str | Path, *, resume: bool = False, workdir: str | Pat
     report = write_report(
         run.store, [a.name for a in spec.agents], spec.algorithm.steps, run.workdir / "report",
         wall_seconds=time.perf_counter() - began, title=f"{run.experiment.name}: {spec.algorithm.name}", datasets=run.datasets,
+        delta=spec.algorithm.delta,
     )
     return report

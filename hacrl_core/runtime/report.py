@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from hacrl_core.data.report import DatasetReport
+from hacrl_core.runtime.sharing import format_share, shared_rows_used, sharing_warning
 from hacrl_core.store import TrajectoryStore
 
 
@@ -35,7 +36,7 @@ def accuracy_curve(rows: list[dict], agent: str) -> dict[str, list[tuple[int, fl
 
 def write_report(
     store: TrajectoryStore, agents: list[str], steps: int, out_dir: Path, *,
-    wall_seconds: float | None = None, title: str = "", datasets: list[DatasetReport] | None = None,
+    wall_seconds: float | None = None, title: str = "", datasets: list[DatasetReport] | None = None, delta: float = 0.2,
 ) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = collect_metrics(store, agents, steps)
@@ -52,16 +53,28 @@ def write_report(
     lines = [f"# {title or 'HACRL run'}", ""]
     if wall_seconds is not None:
         lines += [f"Wall time: {wall_seconds:.0f} s.", ""]
-    lines += ["| agent | steps | reward first → last | " + "eval accuracy initial → final |", "| --- | --- | --- | --- |"]
+    lines += [
+        "| agent | steps | reward first → last | eval accuracy initial → final | shared rows used |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    warnings = []
     for agent in agents:
         mine = [r for r in rows if r["agent"] == agent]
         if not mine:
-            lines.append(f"| {agent} | 0 | – | – |")
+            lines.append(f"| {agent} | 0 | – | – | – |")
             continue
         rewards = [r["rollout/reward_mean"] for r in mine]
         curves = accuracy_curve(rows, agent)
         accuracy = "; ".join(f"{name}: {pts[0][1]:.3f} → {pts[-1][1]:.3f}" for name, pts in curves.items()) or "–"
-        lines.append(f"| {agent} | {len(mine)} | {rewards[0]:.3f} → {rewards[-1]:.3f} | {accuracy} |")
+        used = [u for u in (shared_rows_used(r) for r in mine) if u is not None]
+        share = format_share(sum(used) / len(used) if used else None)
+        lines.append(f"| {agent} | {len(mine)} | {rewards[0]:.3f} → {rewards[-1]:.3f} | {accuracy} | {share} |")
+        warning = sharing_warning(agent, sorted(mine, key=lambda r: r["step"]), delta=delta)
+        if warning:
+            warnings.append(warning)
+    lines += ["", "Shared rows used: the share of other agents' rows inside HACPO's clipping window (mean over steps)."]
+    if warnings:
+        lines += ["", "Warnings:", ""] + [f"- {warning}" for warning in warnings]
     if datasets:
         lines += ["", "Data:", ""] + [f"- {report.summary()}" for report in datasets]
     lines += ["", "Files: `metrics.jsonl`, `metrics.csv` (one row per agent and step), `curves.png`."]

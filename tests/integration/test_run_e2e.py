@@ -13,16 +13,16 @@ from pathlib import Path
 import pytest
 
 from hacrl_core.store import open_trajectory_store
-from tests.integration.runs import REPO, run_env, start_run, tiny_spec, wait_for, write_spec
+from tests.integration.runs import run_env, start_run, tiny_spec, wait_for, write_spec
 from tests.reliability.faults import pid_alive, worker_table
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
-    """One model cache for the module: the tiny models are built (warm-started) once."""
-    return tmp_path_factory.mktemp("cache")
+@pytest.fixture
+def cache(model_cache) -> Path:
+    """The session's model cache: the tiny models are built (warm-started) once for every suite."""
+    return model_cache
 
 
 def shard_keys(store, steps: int, agents: list[str]) -> dict[str, int]:
@@ -90,8 +90,11 @@ def test_hacpo_run_on_seaweedfs_s3_trains_both_agents_on_both_agents_rows(tmp_pa
             assert metrics["learner/updates"] == 2
         progress = store.read_progress(agent)
         assert progress["done"] and progress["step"] == 3
+        assert 0.0 <= progress["shared_rows_used"] <= 1.0  # HACPO clips cross rows: the share is known
+        assert 0.0 <= store.read_metrics(2, agent)["learner/cross_grad_share"] <= 1.0
     assert (tmp_path / "work" / "report" / "curves.png").stat().st_size > 1000
-    assert "llama" in (tmp_path / "work" / "report" / "summary.md").read_text()
+    summary = (tmp_path / "work" / "report" / "summary.md").read_text()
+    assert "| llama | 3 |" in summary and "shared rows used |" in summary
 
 
 def test_sigkilled_learner_resumes_with_no_lost_or_repeated_step(tmp_path, cache):

@@ -26,7 +26,6 @@ def test_warm_start_gives_nonzero_but_far_from_perfect_accuracy(default_builds: 
     path = default_builds[preset]
     record = read_build_record(path)
     assert 0.05 < record["eval_accuracy"] < 0.6, record
-    assert record["build_seconds"] < 60, record
     model, tokenizer = load_policy(path)
     assert type(model).__name__ == {"llama-char": "LlamaForCausalLM", "qwen2-bpe": "Qwen2ForCausalLM"}[preset]
     assert 300_000 < sum(p.numel() for p in model.parameters()) < 1_000_000

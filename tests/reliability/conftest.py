@@ -1,5 +1,5 @@
-"""Fixtures of the reliability suite: one tiny-model cache for the session, and the measured
-figures (faults injected, recoveries, steps lost) printed at the end of the run."""
+"""The reliability suite's measured figures (faults injected, recoveries, steps lost), printed at
+the end of the run; its tiny-model cache is the session's (``tests/conftest.py``)."""
 
 from __future__ import annotations
 
@@ -10,16 +10,6 @@ from pathlib import Path
 import pytest
 
 from tests.reliability.faults import LEDGER
-
-
-@pytest.fixture(scope="session")
-def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """HACRL_CACHE shared by every run of the session: the tiny models are built once.
-
-    HACRL_TEST_MODEL_CACHE names a persistent one instead (a developer's re-runs skip the build).
-    """
-    override = os.environ.get("HACRL_TEST_MODEL_CACHE")
-    return Path(override) if override else tmp_path_factory.mktemp("reliability-cache")
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

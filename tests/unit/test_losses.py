@@ -129,6 +129,9 @@ def test_mixed_batch_is_mean_over_rows_and_gradients_match_closed_form():
     assert torch.allclose(new.grad, expected_grad)
     assert metrics["own_rows"] == 2 and metrics["cross_rows"] == 2
     assert metrics["cross_clip_frac"] == 0.5
+    # The cross rows' share of the gradient weight is their share of |d loss / d log pi| (autograd's).
+    magnitude = new.grad.abs()
+    assert metrics["cross_grad_share"] == pytest.approx(float(magnitude[~own].sum() / magnitude.sum()))
 
 
 def test_gradient_flows_through_mean_log_prob_of_a_model():
