@@ -2,7 +2,8 @@
 
 Only that the script ran end to end is asserted (no timing, no accuracy: those are measured and
 documented in docs/benchmarks.md, never asserted on a shared CI machine). All quick runs together
-take about 4-5 minutes on a 2-CPU machine; tiny models are built once in the shared cache.
+take about 3-4 minutes on a 2-CPU machine; tiny models are built once in the session's cache
+(``model_cache`` in tests/conftest.py), shared with the models suite and the end-to-end runs.
 """
 
 from __future__ import annotations
@@ -29,13 +30,17 @@ BENCHMARKS = {
 }
 
 
+#: Benchmarks that build tiny models take the session's model cache (built once for every suite).
+TAKES_CACHE = {"learning", "learner", "pipeline"}
+
+
 @pytest.mark.parametrize("script", sorted(BENCHMARKS))
-def test_quick_run_writes_table_and_json(script: str, tmp_path: Path) -> None:
+def test_quick_run_writes_table_and_json(script: str, tmp_path: Path, model_cache: Path) -> None:
     name, header = BENCHMARKS[script]
     env = dict(os.environ)
-    env.setdefault("HACRL_CACHE", str(REPO / ".hacrl-cache"))  # tiny models built once, shared with hacrl run
+    env["HACRL_CACHE"] = str(model_cache)
     command = [sys.executable, str(REPO / "bench" / f"{script}.py"), "--quick", "--out", str(tmp_path / "results"),
-               "--work", str(tmp_path / "work")]
+               "--work", str(tmp_path / "work")] + (["--cache", str(model_cache)] if script in TAKES_CACHE else [])
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, f"{script} failed:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
     assert header in done.stdout, done.stdout[-3000:]

@@ -29,9 +29,12 @@ def tiny_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def default_builds(tiny_cache: Path) -> dict[str, Path]:
-    """Every preset with its default warm start (the expensive fixture: about 35 s on 2 cores)."""
+def default_builds(model_cache: Path) -> dict[str, Path]:
+    """Every preset with its default warm start (the expensive fixture: about 35 s on 2 cores).
+
+    Built where `hacrl run` with ``HACRL_CACHE=model_cache`` looks for ``tiny://<preset>?seed=0``
+    (the quickstart's agents), so the benchmark smoke tests reuse these builds."""
     threads = torch.get_num_threads()
-    paths = {name: build_tiny_model(name, seed=0, cache_dir=tiny_cache) for name in PRESETS}
+    paths = {name: build_tiny_model(name, seed=0, cache_dir=model_cache / "models" / "tiny") for name in PRESETS}
     assert torch.get_num_threads() == threads, "the build must restore the caller's thread count"
     return paths

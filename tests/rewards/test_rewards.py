@@ -133,7 +133,8 @@ def test_huge_input_scores_zero_fast_and_is_counted() -> None:
     for name in reward_names():
         started = time.perf_counter()
         assert get_reward(name)(huge, "1") == 0.0
-        assert time.perf_counter() - started < 0.5, name
+        # Parsing 10 MB would take minutes; the bound catches that hang, not this machine's speed.
+        assert time.perf_counter() - started < 10, name
     assert reward_stats() == {"exact/too_long": 1, "numeric/too_long": 1, "math/too_long": 1}
 
 
@@ -142,7 +143,7 @@ def test_deep_nesting_is_rejected_before_the_parser() -> None:
     deep = "\\boxed{" + "\\frac{1}{" * 200 + "2" + "}" * 200 + "}"
     started = time.perf_counter()
     assert get_reward("math")(deep, "1") == 0.0
-    assert time.perf_counter() - started < 0.5
+    assert time.perf_counter() - started < 10  # a hang guard: the counted reason below is the proof
     assert reward_stats() == {"math/too_deep": 1}
 
 
@@ -154,7 +155,7 @@ def test_a_hanging_verification_times_out_and_the_worker_recovers() -> None:
         reward_stats(reset=True)
         started = time.perf_counter()
         assert reward("\\boxed{9^{9^{9}}}", "1") == 0.0
-        assert time.perf_counter() - started < 3.0
+        assert time.perf_counter() - started < 30  # minutes without the 1 s timeout; slack for a loaded machine
         assert reward_stats() == {"math/timeout": 1}
         assert reward("\\boxed{\\frac{6}{4}}", "1.5") == 1.0  # a fresh worker answers
         assert reward_stats() == {"math/timeout": 1, "math/worker_restart": 1}
