@@ -11,6 +11,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from hacrl_core.skipped_rows import SKIP_REASONS
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -18,29 +20,16 @@ class Problem:
 
     ``uid`` is stable across processes and machines (no ``hash()``, no wall clock); ``question``
     is the raw question before any template; ``answer`` is the gold answer as text, checked by a
-    reward function (``hacrl_core.rewards``); ``difficulty`` is 0 when the source does not grade.
+    reward function (``hacrl_core.rewards``); ``difficulty`` is 0 when the source does not grade;
+    ``solution`` is a worked solution ending in the answer where the source has one (what a
+    supervised warm start imitates), else empty.
     """
 
     uid: str
     question: str
     answer: str
     difficulty: int = 0
-
-
-#: Why a reader drops a row, as users read it in logs, reports and `hacrl validate --data`.
-SKIP_REASONS = {
-    "non_utf8": "text that is not valid UTF-8",
-    "invalid_json": "a line that is not valid JSON",
-    "not_object": "a row that is not a JSON object",
-    "missing_prompt": "no value under the prompt key (check promptKey)",
-    "missing_answer": "no value under the answer key (check answerKey)",
-    "bad_prompt": "a prompt that is neither text nor a chat message list",
-    "bad_answer": "an answer that is neither text nor a finite number",
-    "empty_prompt": "an empty prompt",
-    "empty_answer": "an empty answer",
-    "too_long": "a prompt or answer longer than any model context",
-    "invalid_gold": "a gold answer the spec's reward cannot verify (check data.reward)",
-}
+    solution: str = ""
 
 
 class PromptSource(ABC):

@@ -2,8 +2,8 @@
 
 ``open_source(uri, prompt_key=..., answer_key=..., reward=...)`` returns a ``PromptSource``:
 
-- ``builtin://arithmetic?difficulty=1-3&seed=0[&split=train|eval][&size=N]``: the built-in task
-  (``hacrl_core.data.arithmetic``);
+- ``builtin://arithmetic?difficulty=1-3&seed=0[&split=train|eval][&size=N][&format=answer|chain]``:
+  the built-in task (``hacrl_core.data.arithmetic``; ``chain`` for worked solutions);
 - a path or ``file://`` URI ending in ``.jsonl`` (one JSON object per line) or ``.parquet``;
 - ``hf://<org>/<name>?split=S`` (a hub dataset via ``datasets.load_dataset``; ``hacrl_core.data.hub``).
 
@@ -265,7 +265,7 @@ def open_source(
     return RowSource(path.name, rows, prompt_key=prompt_key, answer_key=answer_key, uid_key=uid_key, reward=reward)
 
 
-_BUILTIN_PARAMS = ("difficulty", "seed", "split", "size")
+_BUILTIN_PARAMS = ("difficulty", "seed", "split", "size", "format")
 
 
 def _builtin(uri: str, reward: str | None) -> PromptSource:
@@ -282,7 +282,10 @@ def _builtin(uri: str, reward: str | None) -> PromptSource:
         size = int(query["size"]) if "size" in query else None
     except ValueError as error:
         raise ValueError(f"{uri!r}: {error}") from None
-    task = ArithmeticTask(difficulty=difficulty, seed=seed, split=query.get("split", "train"), size=size)
+    try:
+        task = ArithmeticTask(difficulty=difficulty, seed=seed, split=query.get("split", "train"), size=size, format=query.get("format", "answer"))
+    except ValueError as error:
+        raise ValueError(f"{uri!r}: {error}") from None
     if reward is not None:
         from hacrl_core.rewards import validate_gold
 

@@ -1,88 +1,16 @@
-"""What reading a spec's datasets kept and skipped, in one shape for every place users look.
-
-Readers never raise on a bad row: they count it under a reason (``PromptSource.skipped``). A
-``DatasetReport`` turns those counts into the lines `hacrl run`, the workers' logs and
-`hacrl validate --data` print, the numbers the report and the metrics carry, and the JSON the
-learner's progress heartbeat hands to the operator (which raises a condition when a large share
-of a dataset is skipped).
-"""
+"""Reading a spec's datasets and reporting what each kept and skipped (``DatasetReport``, in
+``hacrl_core.skipped_rows`` so that the operator reads heartbeats without the data readers)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any
 
-from hacrl_core.data.base import SKIP_REASONS, PromptSource
+from hacrl_core.data.base import PromptSource
 from hacrl_core.data.datasets import open_source
+from hacrl_core.skipped_rows import DatasetReport
 
-#: A dataset that loses at least this share of its rows is worth a warning on the cluster.
-LARGE_SKIPPED_SHARE = 0.1
-
-
-@dataclass(frozen=True)
-class DatasetReport:
-    """One dataset of a spec: where it is configured, what it is, rows kept and skipped."""
-
-    field: str  # the spec's field path: "data.train", "data.eval[arith]"
-    name: str  # the source's name (file name or built-in URI)
-    rows: int  # usable rows
-    skipped: dict[str, int] = field(default_factory=dict)  # reason -> rows dropped
-    first_row: dict[str, int] = field(default_factory=dict)  # reason -> 1-based row (jsonl: line) of its first drop
-
-    @property
-    def metric_prefix(self) -> str:
-        """``data/train`` or ``data/eval/<name>``: the metric namespace of this dataset."""
-        return self.field.replace(".", "/").replace("[", "/").rstrip("]")
-
-    @property
-    def skipped_total(self) -> int:
-        return sum(self.skipped.values())
-
-    @property
-    def skipped_share(self) -> float:
-        read = self.rows + self.skipped_total
-        return self.skipped_total / read if read else 0.0
-
-    def lines(self) -> list[str]:
-        """One line per skip reason (none when nothing was skipped)."""
-        read = self.rows + self.skipped_total
-        return [
-            f"{self.field} ({self.name}): skipped {count} of {read} rows as {reason}: {SKIP_REASONS.get(reason, reason)}"
-            + (f" (first at row {self.first_row[reason]})" if reason in self.first_row else "")
-            for reason, count in sorted(self.skipped.items())
-        ]
-
-    def summary(self) -> str:
-        """``data.train (rows.jsonl): 998 rows, 2 skipped (invalid_json 1, missing_answer 1)``."""
-        if not self.skipped:
-            return f"{self.field} ({self.name}): {self.rows} rows, none skipped"
-        reasons = ", ".join(f"{reason} {count}" for reason, count in sorted(self.skipped.items()))
-        return f"{self.field} ({self.name}): {self.rows} rows, {self.skipped_total} skipped ({reasons})"
-
-    def metrics(self) -> dict[str, float]:
-        values = {f"{self.metric_prefix}/rows": float(self.rows), f"{self.metric_prefix}/skipped": float(self.skipped_total)}
-        for reason, count in self.skipped.items():
-            values[f"{self.metric_prefix}/skipped/{reason}"] = float(count)
-        return values
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "field": self.field, "name": self.name, "rows": self.rows,
-            "skipped": dict(sorted(self.skipped.items())), "first_row": dict(sorted(self.first_row.items())),
-        }
-
-    @classmethod
-    def from_dict(cls, value: Mapping[str, Any]) -> DatasetReport:
-        def counts(key: str) -> dict[str, int]:
-            found = value.get(key)
-            return {str(k): int(v) for k, v in found.items()} if isinstance(found, Mapping) else {}
-
-        return cls(
-            field=str(value.get("field", "data")), name=str(value.get("name", "")), rows=int(value.get("rows") or 0),
-            skipped=counts("skipped"), first_row=counts("first_row"),
-        )
-
+__all__ = ["DatasetReport", "describe_source", "open_dataset", "read_datasets", "spec_datasets"]
 
 def describe_source(field_path: str, source: PromptSource) -> DatasetReport:
     first_row = {reason: position + 1 for reason, position in source.first_skipped.items()}

@@ -102,7 +102,9 @@ PRESETS: dict[str, TinyPreset] = {
 }
 
 #: Query parameters a ``tiny://`` URI may carry.
-URI_PARAMS = ("seed", "warmup_steps", "difficulty", "data_seed")
+URI_PARAMS = ("seed", "warmup_steps", "difficulty", "data_seed", "format", "hidden", "layers", "tokenizer")
+#: Greedy tokens an evaluation of the warm start allows per answer format (chains are ~15-40 tokens).
+EVAL_NEW_TOKENS = {"answer": 8, "chain": 64}
 
 
 def get_preset(name: str) -> TinyPreset:
@@ -115,8 +117,11 @@ def get_preset(name: str) -> TinyPreset:
 def parse_tiny_uri(uri: str) -> dict[str, Any]:
     """``tiny://<preset>?seed=N&warmup_steps=N&difficulty=1-3&data_seed=N`` -> build arguments.
 
-    Returns ``{"preset", "seed", "warmup_steps", "task_spec"}`` (``warmup_steps`` None means the
-    preset's default). Unknown presets or parameters raise ``ValueError`` naming the valid ones.
+    Agents that differ by design: ``format=chain`` warm-starts on worked solutions (longer
+    responses), ``hidden=H`` and ``layers=L`` resize the preset (the MLP keeps the preset's
+    width ratio), ``tokenizer=char|bpe`` swaps its tokenizer. Returns ``{"preset", "seed",
+    "warmup_steps", "task_spec", "overrides"}`` (``warmup_steps`` None means the preset's
+    default). Unknown presets, parameters or values raise ``ValueError`` naming the valid ones.
     """
     parsed = urlparse(uri)
     if parsed.scheme != "tiny":
@@ -131,12 +136,48 @@ def parse_tiny_uri(uri: str) -> dict[str, Any]:
         warmup_steps = int(query["warmup_steps"]) if "warmup_steps" in query else None
         low, high = parse_range(query.get("difficulty", "1-3"))
         data_seed = int(query.get("data_seed", "0"))
+        overrides = preset_overrides(
+            hidden=int(query["hidden"]) if "hidden" in query else None,
+            layers=int(query["layers"]) if "layers" in query else None,
+            tokenizer=query.get("tokenizer"),
+        )
     except ValueError as error:
         raise ValueError(f"{uri!r}: {error}") from None
     if warmup_steps is not None and warmup_steps < 0:
         raise ValueError(f"{uri!r}: warmup_steps must be >= 0, got {warmup_steps}")
-    task_spec = f"builtin://arithmetic?difficulty={low}-{high}&seed={data_seed}"
-    return {"preset": preset, "seed": seed, "warmup_steps": warmup_steps, "task_spec": task_spec}
+    answer_format = query.get("format", "answer")
+    if answer_format not in EVAL_NEW_TOKENS:
+        raise ValueError(f"{uri!r}: format must be one of {', '.join(EVAL_NEW_TOKENS)}, got {answer_format!r}")
+    task_spec = f"builtin://arithmetic?difficulty={low}-{high}&seed={data_seed}" + (f"&format={answer_format}" if answer_format != "answer" else "")
+    return {"preset": preset, "seed": seed, "warmup_steps": warmup_steps, "task_spec": task_spec, "overrides": overrides}
+
+
+def preset_overrides(*, hidden: int | None = None, layers: int | None = None, tokenizer: str | None = None) -> dict[str, Any]:
+    """Checked ``TinyPreset`` field overrides (``apply_overrides``) from the URI's size options."""
+    overrides: dict[str, Any] = {}
+    if hidden is not None:
+        if hidden < 8 or hidden % 8:  # 4 heads of an even head size for rotary embeddings
+            raise ValueError(f"hidden must be a multiple of 8 and >= 8, got {hidden}")
+        overrides["hidden_size"] = hidden
+    if layers is not None:
+        if not 1 <= layers <= 16:
+            raise ValueError(f"layers must be between 1 and 16, got {layers}")
+        overrides["num_layers"] = layers
+    if tokenizer is not None:
+        if tokenizer not in ("char", "bpe"):
+            raise ValueError(f"tokenizer must be one of char, bpe, got {tokenizer!r}")
+        overrides["tokenizer"] = tokenizer
+    return overrides
+
+
+def apply_overrides(preset: TinyPreset, overrides: dict[str, Any]) -> TinyPreset:
+    """``preset`` resized/retokenized; the MLP keeps the preset's intermediate/hidden ratio."""
+    if not overrides:
+        return preset
+    changed = replace(preset, **overrides)
+    if "hidden_size" in overrides:
+        changed = replace(changed, intermediate_size=preset.intermediate_size * overrides["hidden_size"] // preset.hidden_size)
+    return changed
 
 
 def _task(task_spec: str, split: str) -> ArithmeticTask:
@@ -144,10 +185,13 @@ def _task(task_spec: str, split: str) -> ArithmeticTask:
     if parsed.scheme != "builtin" or parsed.netloc != "arithmetic":
         raise ValueError(f"tiny models warm-start on builtin://arithmetic only, got {task_spec!r}")
     query = {key: values[-1] for key, values in parse_qs(parsed.query).items()}
-    unknown = sorted(set(query) - {"difficulty", "seed"})
+    unknown = sorted(set(query) - {"difficulty", "seed", "format"})
     if unknown:
-        raise ValueError(f"{task_spec!r}: unknown parameter(s) {', '.join(unknown)}; valid: difficulty, seed")
-    return ArithmeticTask(difficulty=parse_range(query.get("difficulty", "1-3")), seed=int(query.get("seed", "0")), split=split, size=10**9)
+        raise ValueError(f"{task_spec!r}: unknown parameter(s) {', '.join(unknown)}; valid: difficulty, seed, format")
+    return ArithmeticTask(
+        difficulty=parse_range(query.get("difficulty", "1-3")), seed=int(query.get("seed", "0")), split=split, size=10**9,
+        format=query.get("format", "answer"),
+    )
 
 
 def cache_key(preset: TinyPreset, seed: int, task_spec: str) -> str:
@@ -169,6 +213,7 @@ def build_tiny_model(
     cache_dir: str | Path = ".hacrl-cache/models",
     warmup_steps: int | None = None,
     task_spec: str | None = None,
+    overrides: dict[str, Any] | None = None,
 ) -> Path:
     """Directory of the tiny model ``preset`` built from ``seed`` (cached; see module docstring).
 
@@ -177,10 +222,11 @@ def build_tiny_model(
         seed: initialisation and data-order seed.
         cache_dir: where builds are kept; created if missing.
         warmup_steps: supervised steps (None: the preset's default; 0: untrained).
-        task_spec: ``builtin://arithmetic?difficulty=lo-hi&seed=N`` to warm-start on
-            (default ``DEFAULT_TASK``).
+        task_spec: ``builtin://arithmetic?difficulty=lo-hi&seed=N[&format=chain]`` to warm-start
+            on (default ``DEFAULT_TASK``).
+        overrides: ``preset_overrides(...)`` (size, depth, tokenizer).
     """
-    spec = get_preset(preset)
+    spec = apply_overrides(get_preset(preset), overrides or {})
     if warmup_steps is not None:
         spec = replace(spec, warmup_steps=int(warmup_steps))
     task_spec = task_spec or DEFAULT_TASK
@@ -223,8 +269,9 @@ def _build_into(directory: Path, spec: TinyPreset, seed: int, task_spec: str) ->
                 model, tokenizer, train, steps=spec.warmup_steps, batch_size=spec.batch_size, lr=spec.learning_rate, seed=seed
             )
             trained_s = time.perf_counter() - started
-            eval_problems = [_task(task_spec, "eval").problem(i) for i in range(EVAL_PROBLEMS)]
-            accuracy = greedy_accuracy(model, tokenizer, eval_problems)
+            held_out = _task(task_spec, "eval")
+            eval_problems = [held_out.problem(i) for i in range(EVAL_PROBLEMS)]
+            accuracy = greedy_accuracy(model, tokenizer, eval_problems, max_new_tokens=EVAL_NEW_TOKENS[held_out.format])
     finally:
         torch.set_num_threads(threads)
     from hacrl_core.models.loading import save_pretrained_quietly
@@ -250,7 +297,7 @@ def _make_tokenizer(spec: TinyPreset, train: ArithmeticTask) -> Any:
     if spec.tokenizer == "char":
         return build_char_tokenizer()
     if spec.tokenizer == "bpe":
-        corpus = [f"{p.question}{p.answer}" for p in (train.problem(i) for i in range(BPE_CORPUS_PROBLEMS))]
+        corpus = [f"{p.question}{p.solution or p.answer}" for p in (train.problem(i) for i in range(BPE_CORPUS_PROBLEMS))]
         return build_bpe_tokenizer(corpus, vocab_size=spec.bpe_vocab_size)
     raise ValueError(f"preset {spec.name}: unknown tokenizer kind {spec.tokenizer!r}; valid: char, bpe")
 
@@ -291,14 +338,15 @@ def _make_model(spec: TinyPreset, tokenizer: Any) -> torch.nn.Module:
 def supervised_rows(
     tokenizer: Any, problems: Sequence[Problem], template: str = ARITHMETIC_TEMPLATE
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Right-padded ``(input_ids, attention_mask, labels)`` of ``prompt + answer + EOS``.
+    """Right-padded ``(input_ids, attention_mask, labels)`` of ``prompt + solution + EOS`` (the
+    worked solution where the problem has one, else the answer).
 
-    ``labels`` is -100 on prompt and padding, so the loss covers the answer and EOS only.
+    ``labels`` is -100 on prompt and padding, so the loss covers the solution and EOS only.
     """
     rows = []
     for problem in problems:
         prompt = encode_prompt(tokenizer, render_prompt(tokenizer, problem.question, template))
-        answer = encode_text(tokenizer, problem.answer) + [tokenizer.eos_token_id]
+        answer = encode_text(tokenizer, problem.solution or problem.answer) + [tokenizer.eos_token_id]
         rows.append((prompt + answer, [-100] * len(prompt) + answer))
     width = max(len(ids) for ids, _ in rows)
     input_ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
@@ -378,12 +426,14 @@ def generate_greedy(model: torch.nn.Module, tokenizer: Any, prompts: Sequence[st
     return tokenizer.batch_decode(output[:, width:], skip_special_tokens=True)
 
 
-def greedy_accuracy(model: torch.nn.Module, tokenizer: Any, problems: Sequence[Problem], template: str = ARITHMETIC_TEMPLATE) -> float:
+def greedy_accuracy(
+    model: torch.nn.Module, tokenizer: Any, problems: Sequence[Problem], template: str = ARITHMETIC_TEMPLATE, *, max_new_tokens: int = 8
+) -> float:
     """Share of ``problems`` whose greedy completion the ``exact`` reward accepts."""
     from hacrl_core.rewards.simple import exact_reward
 
     prompts = [render_prompt(tokenizer, problem.question, template) for problem in problems]
-    completions = generate_greedy(model, tokenizer, prompts)
+    completions = generate_greedy(model, tokenizer, prompts, max_new_tokens=max_new_tokens)
     return sum(exact_reward(text, problem.answer) for text, problem in zip(completions, problems, strict=True)) / len(problems)
 
 

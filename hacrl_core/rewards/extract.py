@@ -4,10 +4,11 @@ Extraction rule (``extract_answer``), first that applies:
 
 1. the content of the LAST ``\\boxed{...}`` (or ``\\fbox{...}``), braces matched; ``\\boxed 5``
    (no braces) takes the next whitespace-delimited token;
-2. the text after the LAST ``answer is`` (case-insensitive, optional ``:``), up to the end of that
+2. the text after the LAST ``####`` (GSM8K's final-answer marker), up to the end of that line;
+3. the text after the LAST ``answer is`` (case-insensitive, optional ``:``), up to the end of that
    line;
-3. the LAST number-like token (``-12``, ``1,000``, ``3.5``, ``2/3``, ``1e-3``);
-4. otherwise the whole response.
+4. the LAST number-like token (``-12``, ``1,000``, ``3.5``, ``2/3``, ``1e-3``);
+5. otherwise the whole response.
 
 ``normalize_answer`` then makes formatting differences vanish: strips whitespace everywhere,
 ``$``/``\\(``/``\\)`` delimiters, ``\\left``/``\\right``, LaTeX spacing commands, ``\\text{..}``
@@ -24,6 +25,7 @@ from fractions import Fraction
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*")
 _ANSWER_IS = re.compile(r"answer\s+is\s*:?", re.IGNORECASE)
+_GSM8K_MARKER = re.compile(r"####")
 # A number: digits with optional thousands groups, decimals, exponent; or a bare fraction a/b.
 _NUMBER = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d{1,3})?|[-+]?\.\d+"
 _NUMBER_TOKEN = re.compile(rf"(?:{_NUMBER})(?:\s*/\s*(?:{_NUMBER}))?")
@@ -66,12 +68,12 @@ def extract_answer(text: str) -> str:
     boxed = last_boxed(text)
     if boxed is not None:
         return boxed
-    matches = list(_ANSWER_IS.finditer(text))
-    if matches:
-        rest = text[matches[-1].end() :].strip()
-        line = rest.split("\n", 1)[0].strip()
-        if line:
-            return line
+    for marker in (_GSM8K_MARKER, _ANSWER_IS):
+        matches = list(marker.finditer(text))
+        if matches:
+            line = text[matches[-1].end() :].strip().split("\n", 1)[0].strip()
+            if line:
+                return line
     numbers = list(_NUMBER_TOKEN.finditer(text))
     if numbers:
         return numbers[-1].group(0)

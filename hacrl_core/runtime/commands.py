@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 
 
@@ -47,6 +48,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except SpecError as error:
         print(error, file=sys.stderr)
         return 2
+    stop_on_signals()
     try:
         report = run_local(args.spec, resume=args.resume, workdir=args.workdir, display=make_display(experiment, quiet=args.quiet))
     except SpecError as error:
@@ -61,6 +63,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"done. report: {report}/summary.md")
     print((report / "summary.md").read_text())
     return 0
+
+
+def stop_on_signals() -> None:
+    """Ctrl-C and SIGTERM both stop a run resumably (workers stopped, `--resume` continues).
+
+    Set explicitly: a process started in the background by a non-interactive shell inherits
+    SIGINT ignored (and Python then installs no handler of its own), and SIGTERM's default
+    would end `hacrl run` while its workers, each in its own session, kept running.
+    """
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:

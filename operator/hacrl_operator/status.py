@@ -23,7 +23,7 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from hacrl_core.data.report import LARGE_SKIPPED_SHARE, DatasetReport
+from hacrl_core.skipped_rows import LARGE_SKIPPED_SHARE, DatasetReport
 from hacrl_core.spec import Experiment
 from hacrl_operator.builders import LABEL_AGENT, LABEL_ROLE, ROLES
 

@@ -11,8 +11,9 @@ import pytest
 import yaml
 
 from hacrl_core.data import open_source
-from hacrl_core.data.base import SKIP_REASONS, PromptSource
+from hacrl_core.data.base import PromptSource
 from hacrl_core.data.report import DatasetReport, describe_source, read_datasets
+from hacrl_core.skipped_rows import SKIP_REASONS
 from hacrl_core.spec import parse_experiment
 
 REPO = Path(__file__).resolve().parents[2]
