@@ -10,7 +10,12 @@ from pathlib import Path
 
 from hacrl_core.data import PromptSource, iter_batches
 from hacrl_core.data.base import Problem
-from hacrl_core.data.report import DatasetReport, describe_source, open_dataset, spec_datasets
+from hacrl_core.data.report import (
+    DatasetReport,
+    describe_source,
+    open_dataset,
+    spec_datasets,
+)
 from hacrl_core.rewards import get_reward
 from hacrl_core.spec import (
     AgentSpec,

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hacrl_core.skipped_rows import DatasetReport
 from hacrl_core.runtime.report import write_report
-from hacrl_core.runtime.sharing import WARN_AFTER_STEPS, shared_rows_used, sharing_warning
+from hacrl_core.runtime.sharing import (
+    WARN_AFTER_STEPS,
+    shared_rows_used,
+    sharing_warning,
+)
+from hacrl_core.skipped_rows import DatasetReport
 from hacrl_core.store import open_trajectory_store
 
 
