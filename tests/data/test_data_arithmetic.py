@@ -7,7 +7,7 @@ import operator
 
 import pytest
 
-from hacrl_core.data.arithmetic import ArithmeticTask, evaluate, split_of
+from hacrl_core.data.arithmetic import ArithmeticTask, evaluate, split_of, worked_solution
 
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}
 
@@ -20,6 +20,8 @@ def _reference_value(expression: str) -> int:
             return _OPS[type(node.op)](walk(node.left), walk(node.right))
         if isinstance(node, ast.Constant) and isinstance(node.value, int):
             return node.value
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):  # negative steps of a worked chain
+            return -walk(node.operand)
         raise AssertionError(f"unexpected node {ast.dump(node)}")
 
     return walk(ast.parse(expression, mode="eval").body)
@@ -83,3 +85,36 @@ def test_invalid_arguments_are_rejected() -> None:
         ArithmeticTask(split="test")
     with pytest.raises(IndexError):
         ArithmeticTask(size=3)[3]
+
+
+@pytest.mark.parametrize(
+    ("operands", "operators", "solution"),
+    [
+        ([3, 4, 2, 5], ["+", "*", "-"], "4*2=8; 3+8=11; 11-5=6 #### 6"),
+        ([3, 4], ["+"], "3+4=7 #### 7"),
+        ([2, 3, 4], ["*", "*"], "2*3=6; 6*4=24 #### 24"),
+        ([9, 9, 9], ["-", "-"], "9-9=0; 0-9=-9 #### -9"),
+    ],
+)
+def test_worked_solution_golden(operands: list[int], operators: list[str], solution: str) -> None:
+    assert worked_solution(operands, operators) == solution
+
+
+def test_chain_solutions_are_correct_step_by_step_and_end_in_the_gold() -> None:
+    from hacrl_core.rewards import get_reward
+
+    task = ArithmeticTask(difficulty=(1, 5), seed=4, size=300, format="chain")
+    plain = ArithmeticTask(difficulty=(1, 5), seed=4, size=300)
+    for problem, same in zip(task, plain, strict=True):
+        assert (problem.uid, problem.question, problem.answer) == (same.uid, same.question, same.answer)  # format changes no problem
+        steps, _, final = problem.solution.partition(" #### ")
+        assert final == problem.answer and len(steps.split("; ")) == problem.difficulty
+        for step in steps.split("; "):
+            left, right = step.split("=")
+            assert _reference_value(left) == int(right), (problem.question, step)
+        assert get_reward("exact")(problem.solution, problem.answer) == 1.0
+        assert get_reward("exact")(problem.solution.replace(f"#### {final}", f"#### {int(final) + 1}"), problem.answer) == 0.0
+    assert plain[0].solution == plain[0].answer
+    assert "&format=chain" in task.name and "format" not in plain.name
+    with pytest.raises(ValueError, match="format must be one of answer, chain"):
+        ArithmeticTask(format="essay")

@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 
 from hacrl_core.data.arithmetic import ArithmeticTask
 from hacrl_core.models.loading import load_policy
-from hacrl_core.models.tiny import PRESETS, build_tiny_model, greedy_accuracy, parse_tiny_uri, read_build_record
+from hacrl_core.models.tiny import PRESETS, apply_overrides, build_tiny_model, cache_key, greedy_accuracy, parse_tiny_uri, read_build_record
 
 
 def test_presets_differ_in_architecture_size_and_tokenizer() -> None:
@@ -63,11 +63,43 @@ def test_tiny_uri_parsing() -> None:
         "seed": 2,
         "warmup_steps": 10,
         "task_spec": "builtin://arithmetic?difficulty=2-2&seed=1",
+        "overrides": {},
     }
     assert parse_tiny_uri("tiny://qwen2-bpe")["warmup_steps"] is None
     with pytest.raises(ValueError, match="unknown tiny preset 'gpt9'; valid: llama-char, qwen2-bpe"):
         parse_tiny_uri("tiny://gpt9")
-    with pytest.raises(ValueError, match="unknown parameter.*lr.*valid: seed, warmup_steps, difficulty, data_seed"):
+    with pytest.raises(ValueError, match="unknown parameter.*lr.*valid: seed, warmup_steps, difficulty, data_seed, format, hidden, layers, tokenizer"):
         parse_tiny_uri("tiny://llama-char?lr=1")
     with pytest.raises(ValueError, match="warmup_steps must be >= 0"):
         parse_tiny_uri("tiny://llama-char?warmup_steps=-1")
+
+
+def test_agents_that_differ_by_design_are_one_uri_option_away() -> None:
+    """Worked-chain warm start, width, depth and tokenizer from the URI, each part of the cache key."""
+    parsed = parse_tiny_uri("tiny://qwen2-bpe?format=chain&difficulty=2-3&hidden=64&layers=2&tokenizer=char")
+    assert parsed["task_spec"] == "builtin://arithmetic?difficulty=2-3&seed=0&format=chain"
+    assert parsed["overrides"] == {"hidden_size": 64, "num_layers": 2, "tokenizer": "char"}
+    resized = apply_overrides(PRESETS["qwen2-bpe"], parsed["overrides"])
+    assert (resized.hidden_size, resized.intermediate_size, resized.num_layers, resized.tokenizer, resized.architecture) == (64, 128, 2, "char", "qwen2")
+    keys = {cache_key(apply_overrides(PRESETS["qwen2-bpe"], parse_tiny_uri(uri)["overrides"]), 0, parse_tiny_uri(uri)["task_spec"])
+            for uri in ("tiny://qwen2-bpe", "tiny://qwen2-bpe?hidden=64", "tiny://qwen2-bpe?layers=2", "tiny://qwen2-bpe?tokenizer=char",
+                        "tiny://qwen2-bpe?format=chain")}
+    assert len(keys) == 5
+    for bad, message in (("hidden=60", "multiple of 8"), ("layers=0", "between 1 and 16"), ("tokenizer=word", "char, bpe"), ("format=essay", "answer, chain")):
+        with pytest.raises(ValueError, match=message):
+            parse_tiny_uri(f"tiny://llama-char?{bad}")
+
+
+def test_chain_warm_start_teaches_the_worked_format(tmp_path: Path) -> None:
+    """A short warm start on worked solutions already answers in their shape: steps, then '####'."""
+    path = build_tiny_model("llama-char", seed=0, cache_dir=tmp_path, warmup_steps=60,
+                            task_spec="builtin://arithmetic?difficulty=2-3&seed=0&format=chain")
+    model, tokenizer = load_policy(path)
+    from hacrl_core.data import open_source
+    from hacrl_core.data.templates import render_prompt
+    from hacrl_core.models.tiny import generate_greedy
+
+    problems = list(open_source("builtin://arithmetic?difficulty=2-3&split=eval&size=16&format=chain"))
+    completions = generate_greedy(model, tokenizer, [render_prompt(tokenizer, p.question) for p in problems], max_new_tokens=64)
+    shaped = [c for c in completions if "####" in c and ";" in c.split("####")[0]]
+    assert len(shaped) >= 12, completions

@@ -72,6 +72,10 @@ def test_numeric_parsing_and_tolerance(response: str, gold: str, expected: float
         ("ratio 2/3 wins", "2/3"),
         ("no numbers at all", "no numbers at all"),
         ("\\boxed{unclosed", "unclosed"),
+        ("4*2=8; 3+8=11 #### 11", "11"),  # GSM8K's marker: the number after it, not before
+        ("#### 12\nlater 13", "12"),
+        ("#### 5 then the answer is 6", "5 then the answer is 6"),
+        ("\\boxed{3} #### 4", "3"),
     ],
 )
 def test_extraction_rule(response: str, extracted: str) -> None:
