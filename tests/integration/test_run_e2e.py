@@ -221,3 +221,35 @@ def test_isolated_baselines_train_on_own_rows_only(tmp_path, cache, algorithm):
     assert report["weights_version"] == 0
     # Greedy decoding of the initial weights is exactly what the learner measured before training.
     assert report["eval/arith/accuracy"] == store.read_metrics(0, "qwen")["eval/arith/accuracy_initial"]
+
+
+def test_three_agents_each_learn_from_both_peers(tmp_path, cache):
+    """Any number of agents: three (two tokenizers, two sizes), each trained on both peers' rows."""
+    store_uri = (tmp_path / "store").as_uri()
+    document = tiny_spec("e2e-three", store_uri, steps=2)
+    agents = document["spec"]["agents"]
+    agents.append({**agents[0], "name": "llama-small", "model": "tiny://llama-char?seed=1&warmup_steps=40&hidden=64&layers=2"})
+    spec = write_spec(tmp_path, document)
+    result = subprocess.run([sys.executable, "-m", "hacrl_core.cli", "run", str(spec), "--workdir", str(tmp_path / "work"), "--quiet"],
+                            cwd=tmp_path, env=run_env(cache), capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+    names = ["llama", "qwen", "llama-small"]
+    store = open_trajectory_store(store_uri, "e2e-three")
+    assert_every_shard_once(store, 2, names)
+    for agent in names:
+        for step in range(2):
+            metrics = store.read_metrics(step, agent)
+            # 4 prompts x G 4 = 16 own rows; the same prompts' rows of *both* peers are cross rows.
+            assert metrics["learner/own_rows"] == 16 and metrics["learner/cross_rows"] == 32, (agent, step)
+            # The capability tracker sees the whole team, and ratios are taken against this agent.
+            assert {f"capability/{name}" for name in names} <= metrics.keys()
+            assert {f"capability/ratio/{name}" for name in names if name != agent} <= metrics.keys()
+            assert 0.0 <= metrics["learner/cross_clip_frac"] <= 1.0
+        assert store.read_progress(agent)["step"] == 2
+        assert store.latest_weights_version(agent) == 2
+    # All three agents read the same capability estimates at a step (one shared view of rewards).
+    step1 = [store.read_metrics(1, agent) for agent in names]
+    assert len({tuple(m[f"capability/{n}"] for n in names) for m in step1}) == 1
+    summary = (tmp_path / "work" / "report" / "summary.md").read_text()
+    assert all(f"| {name} | 2 |" in summary for name in names), summary
