@@ -253,3 +253,29 @@ def test_three_agents_each_learn_from_both_peers(tmp_path, cache):
     assert len({tuple(m[f"capability/{n}"] for n in names) for m in step1}) == 1
     summary = (tmp_path / "work" / "report" / "summary.md").read_text()
     assert all(f"| {name} | 2 |" in summary for name in names), summary
+
+
+def test_sharing_warning_fires_for_the_agent_whose_shared_rows_are_clipped_and_not_for_its_peer(tmp_path, cache):
+    """A run built so that one agent's cross rows sit outside the window and the other's inside.
+
+    With the window widened to [0.1, 1] (delta 0.9), the BPE agent's cross rows (char-level peer
+    answers, ratio 0.4-0.8) are almost all inside, while the char agent's (ratio 1-1.7: its own
+    tokens make the BPE peer's answers *more* likely) mostly stay outside: only it is warned.
+    """
+    store_uri = (tmp_path / "store").as_uri()
+    spec = write_spec(tmp_path, tiny_spec("e2e-warn", store_uri, steps=3, extra_algorithm={"delta": 0.9}))
+    result = subprocess.run([sys.executable, "-m", "hacrl_core.cli", "run", str(spec), "--workdir", str(tmp_path / "work"), "--quiet"],
+                            cwd=tmp_path, env=run_env(cache), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    store = open_trajectory_store(store_uri, "e2e-warn")
+    clipped = {agent: [store.read_metrics(step, agent)["learner/cross_clip_frac"] for step in range(3)] for agent in ("llama", "qwen")}
+    assert min(clipped["llama"]) > 0.5 and max(clipped["qwen"]) < 0.5, clipped  # the run is what it was built to be
+
+    logs = tmp_path / "work" / "logs"
+    said = "fell outside HACPO's clipping window [0.1, 1] in 3 consecutive steps"
+    assert (logs / "llama-learner.log").read_text().count(said) == 1  # once, not every step
+    assert "clipping window" not in (logs / "qwen-learner.log").read_text()
+    summary = (tmp_path / "work" / "report" / "summary.md").read_text()
+    warnings = summary.split("Warnings:", 1)[1].split("Data:", 1)[0]
+    assert "- llama: " in warnings and said in warnings and "- qwen:" not in warnings
+    assert "algorithm.delta widens the window" in warnings
