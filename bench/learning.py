@@ -1,29 +1,40 @@
 """Learning efficiency: HACPO against GSPO, GSPOx2, GRPO and naive sharing, plus the four ablations.
 
-Two tiny heterogeneous agents (the quickstart's ``llama-char``: Llama, character tokenizer,
-0.6M parameters; ``qwen-bpe``: Qwen2, byte-level BPE, 0.4M parameters) with different
-warm-start strengths (``tiny://...?warmup_steps=N``) train on the built-in arithmetic task.
-Every configuration runs for the same number of optimizer steps (same steps, promptsPerStep and
-miniBatchPrompts), over several seeds (``algorithm.seed``: data order, sampling, init of the RL
-run; the initial models are the same for every run so that seeds measure RL noise only).
+The task is the built-in worked-chain arithmetic (``builtin://arithmetic?difficulty=2-3``; the
+models answer ``4*2=8; 3+8=11 #### 11``, 15-40 response tokens; reward on the final answer only),
+where the clipping window of HACPO's cross rows can be met (docs/algorithm.md, "When does sharing
+help?"). Agents differ by design (tiny-model URI options, docs/runtime.md):
 
-Each run is a real ``hacrl run --quiet`` (four worker processes talking through a file store);
-metrics are read back from the store. Per agent and configuration it reports, mean ± standard
-deviation over seeds:
+- ``weak-char``: Llama, character tokenizer, 300 warm-start steps (about 0.2-0.3 held out);
+- ``strong-char``: the same architecture and tokenizer, 500 warm-start steps (about 0.65-0.7);
+- ``strong-bpe``: Qwen2, byte-level BPE tokenizer, smaller, 600 warm-start steps (about 0.65).
 
-- ``final``: greedy accuracy on the held-out split after the last step;
-- ``gain``: final minus initial accuracy;
-- ``auc``: area under the accuracy curve (trapezoid over the eval points, divided by the number
-  of steps, so it is the mean accuracy during training);
-- ``gain/Mtok``: gain per million rollout tokens the agent generated (its own sampling cost;
-  HACPO's cross rows are the peer's tokens, generated anyway, and count against the peer).
+Teams (``--teams``): ``same-tokenizer`` (weak-char + strong-char), ``cross-tokenizer``
+(weak-char + strong-bpe) and ``trio`` (all three: does a third agent help the weakest, or
+dilute?). Every configuration of a team runs the same number of optimizer updates (same steps,
+promptsPerStep and miniBatchPrompts) over the same seeds (``algorithm.seed``: data order,
+sampling; the initial models are the same for every run, so seeds measure RL noise only).
 
-    python bench/learning.py            # full: 5 configurations x 3 seeds + 4 ablations x 2 seeds
-    python bench/learning.py --quick    # smoke test: 2 configurations, 1 seed, 2 steps (~1-2 min)
+Each run is a real ``hacrl run --quiet`` (two worker processes per agent, a file store); metrics
+are read back from the store. Per team, configuration and agent it reports the mean and a 95%
+confidence interval (Student t over seeds) of:
 
-Results: ``bench/results/learning.json`` (every run, every curve) and one PNG per agent
-(``docs/img/learning-<agent>.png``, ``docs/img/learning-ablations-<agent>.png``). Finished runs are
-cached under ``--work`` so an interrupted benchmark continues where it stopped.
+- ``final``: greedy accuracy on the held-out split after the last step, and ``gain`` over the
+  initial accuracy;
+- ``auc``: area under the accuracy curve divided by the steps (mean accuracy during training);
+- ``Mtok``: rollout tokens the agent itself generated (HACPO's cross rows are the peer's tokens,
+  generated anyway, and count against the peer);
+
+and, paired over the same seeds, HACPO minus each other configuration (final and auc; mean, 95%
+interval, wins), plus ``tok->gspo``: the rollout tokens HACPO needed to first reach GSPO's mean
+final accuracy at an evaluation point (``-`` if it never did).
+
+    python bench/learning.py            # full: 2 teams x (4 configurations x 5 seeds + 4 ablations x 3 seeds) + trio
+    python bench/learning.py --quick    # smoke test: one team, hacpo and gspo, 1 seed, 2 steps, short warm starts
+
+Results: ``bench/results/learning.json`` (every run, every curve) and PNGs per team and agent
+(``docs/img/learning-<team>-<agent>.png``). Finished runs are cached under ``--work`` so an
+interrupted benchmark continues where it stopped.
 """
 
 from __future__ import annotations
@@ -31,9 +42,13 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import shutil
+import statistics
 import sys
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,17 +58,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import (
     DEFAULT_CACHE,
-    LLAMA,
-    QWEN,
     REPO,
     RESULTS,
-    agent_entry,
     bench_env,
     build_models,
-    experiment,
-    fmt,
     hacrl_run,
-    mean_std,
     save,
     table,
     write_spec,
@@ -71,29 +80,78 @@ CONFIGS: dict[str, tuple[str, int, str | None]] = {
     "no-exponential-importance": ("hacpo", 1, "exponentialImportance"),
     "no-stepwise-clipping": ("hacpo", 1, "stepwiseClipping"),
 }
-MAIN = ["hacpo", "gspo", "gspo-x2", "grpo", "naive"]
+MAIN = ["hacpo", "gspo", "gspo-x2", "naive"]
 ABLATIONS = [c for c in CONFIGS if c.startswith("no-")]
+TASK = "difficulty=2-3"
+#: Short team tags for run names (experiment names are at most 40 characters).
+TEAM_TAGS = {"same-tokenizer": "same", "cross-tokenizer": "cross", "trio": "trio"}
+
+
+@dataclass(frozen=True)
+class Agent:
+    name: str
+    preset: str
+    warmup_steps: int
+    options: str = ""  # further tiny:// URI options (hidden=, layers=, tokenizer=)
+
+    def uri(self, warmup_steps: int | None = None) -> str:
+        steps = self.warmup_steps if warmup_steps is None else warmup_steps
+        extra = f"&{self.options}" if self.options else ""
+        return f"tiny://{self.preset}?seed=0&warmup_steps={steps}&format=chain&{TASK}{extra}"
+
+
+WEAK_CHAR = Agent("weak-char", "llama-char", 300)
+STRONG_CHAR = Agent("strong-char", "llama-char", 500)
+STRONG_BPE = Agent("strong-bpe", "qwen2-bpe", 600)
+TEAMS: dict[str, list[Agent]] = {
+    "same-tokenizer": [WEAK_CHAR, STRONG_CHAR],
+    "cross-tokenizer": [WEAK_CHAR, STRONG_BPE],
+    "trio": [WEAK_CHAR, STRONG_CHAR, STRONG_BPE],
+}
+
+#: Two-sided 95% Student t quantiles by degrees of freedom (stdlib only; beyond 30, 1.96).
+T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+
+
+def mean_ci(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and the half-width of its 95% confidence interval (nan with fewer than two values)."""
+    values = [v for v in values if v is not None and not math.isnan(v)]
+    if not values:
+        return float("nan"), float("nan")
+    if len(values) < 2:
+        return values[0], float("nan")
+    df = len(values) - 1
+    t = T975[df - 1] if df <= len(T975) else 1.96
+    return statistics.fmean(values), t * statistics.stdev(values) / math.sqrt(len(values))
+
+
+def fmt_ci(mean: float, half: float, digits: int = 3) -> str:
+    if math.isnan(mean):
+        return "-"
+    return f"{mean:.{digits}f}" if math.isnan(half) else f"{mean:.{digits}f} ± {half:.{digits}f}"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="smoke test: hacpo and gspo, 1 seed, 2 steps, 32 eval prompts")
+    p.add_argument("--quick", action="store_true", help="smoke test: same-tokenizer, hacpo and gspo, 1 seed, 2 steps, short warm starts")
+    p.add_argument("--teams", default="same-tokenizer,cross-tokenizer,trio", help="comma-separated subset of: " + ", ".join(TEAMS))
     p.add_argument("--steps", type=int, default=20, help="optimizer steps of every run (x 2 updates)")
-    p.add_argument("--seeds", type=int, default=3, help="seeds of the main comparison")
-    p.add_argument("--ablation-seeds", type=int, default=2, help="seeds of the four ablations (the first N of --seeds)")
+    p.add_argument("--seeds", type=int, default=5, help="seeds of the main comparison")
+    p.add_argument("--ablation-seeds", type=int, default=3, help="seeds of the four ablations (the first N of --seeds)")
+    p.add_argument("--ablation-teams", default="cross-tokenizer", help="teams that run the ablations")
+    p.add_argument("--trio-configs", default="hacpo", help="configurations of the trio (GSPO trains each agent alone: the pairs' gspo rows hold)")
     p.add_argument("--prompts", type=int, default=64, help="promptsPerStep (miniBatchPrompts is half)")
     p.add_argument("--group-size", type=int, default=8)
-    p.add_argument("--difficulty", default="1")
+    p.add_argument("--max-new-tokens", type=int, default=48, help="rollout and eval budget (chains are at most 40 tokens)")
+    p.add_argument("--lr", type=float, default=1e-3, help="learning rate of every agent")
     p.add_argument("--eval-every", type=int, default=5)
-    p.add_argument("--eval-prompts", type=int, default=200)
-    p.add_argument("--llama-warmup", type=int, default=400, help="warm-start steps of llama-char (preset default 400)")
-    p.add_argument("--qwen-warmup", type=int, default=200, help="warm-start steps of qwen-bpe (preset default 300): a weaker peer")
-    p.add_argument("--llama-lr", type=float, help="learning rate of llama-char (default: the quickstart's)")
-    p.add_argument("--qwen-lr", type=float, help="learning rate of qwen-bpe (default: the quickstart's)")
+    p.add_argument("--eval-prompts", type=int, default=1000)
+    p.add_argument("--warmup", action="append", default=[], metavar="AGENT=STEPS", help="warm-start steps of an agent (repeatable)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
-                   help="an spec.algorithm field for every configuration, e.g. alpha=2, deltaStep=0, ratioBounds=[0.5,2] (repeatable; YAML values)")
+                   help="an spec.algorithm field for every configuration, e.g. alpha=2, deltaStep=0 (repeatable; YAML values)")
     p.add_argument("--name", default="", help="a variant name: results go to learning-<name>.json and runs are cached apart")
-    p.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of: " + ", ".join(CONFIGS))
+    p.add_argument("--configs", default=",".join(MAIN + ABLATIONS), help="comma-separated subset of: " + ", ".join(CONFIGS))
     p.add_argument("--work", type=Path, default=Path("/tmp/hacrl-bench/learning"), help="stores, logs and per-run cache")
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="HACRL_CACHE (tiny models are built once)")
     p.add_argument("--out", type=Path, default=RESULTS)
@@ -101,13 +159,38 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--fresh", action="store_true", help="ignore runs cached under --work")
     args = p.parse_args(argv)
     if args.quick:
-        args.steps, args.seeds, args.eval_every, args.eval_prompts, args.prompts = 2, 1, 0, 32, 16
-        if args.configs == ",".join(CONFIGS):
-            args.configs = "hacpo,gspo"
+        args.steps, args.seeds, args.eval_every, args.eval_prompts, args.prompts = 2, 1, 0, 16, 8
+        args.teams, args.configs, args.ablation_teams = "same-tokenizer", "hacpo,gspo", ""
+        # The smoke test checks the script, not the models: untrained ones are built in a second.
+        args.warmup = args.warmup or ["weak-char=0", "strong-char=0"]
+    args.warmups = {}
+    for item in args.warmup:
+        agent, _, steps = item.partition("=")
+        args.warmups[agent] = int(steps)
     return args
 
 
-def run_spec(args: argparse.Namespace, config: str, seed: int, store_dir: Path, name: str) -> dict[str, Any]:
+def plan(args: argparse.Namespace) -> list[tuple[str, str, int]]:
+    """(team, config, seed) of every run, seed-major so that load on a shared machine spreads over configs."""
+    teams = [t.strip() for t in args.teams.split(",") if t.strip()]
+    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    unknown = [t for t in teams if t not in TEAMS] + [c for c in configs if c not in CONFIGS]
+    if unknown:
+        raise SystemExit(f"unknown teams or configs {unknown}; teams: {', '.join(TEAMS)}; configs: {', '.join(CONFIGS)}")
+    trio_configs = [c.strip() for c in args.trio_configs.split(",") if c.strip()]
+    runs = []
+    for seed in range(args.seeds):
+        for team in teams:
+            for config in configs:
+                if team == "trio" and config not in trio_configs:
+                    continue
+                if config in ABLATIONS and (seed >= args.ablation_seeds or team not in args.ablation_teams.split(",")):
+                    continue
+                runs.append((team, config, seed))
+    return runs
+
+
+def run_spec(args: argparse.Namespace, team: str, config: str, seed: int, store_dir: Path, name: str) -> dict[str, Any]:
     algorithm_name, g_mult, ablation = CONFIGS[config]
     algorithm: dict[str, Any] = {
         "name": algorithm_name,
@@ -122,44 +205,147 @@ def run_spec(args: argparse.Namespace, config: str, seed: int, store_dir: Path, 
     for override in args.overrides:
         field, _, value = override.partition("=")
         algorithm[field] = yaml.safe_load(value)
-    agents = [agent_entry({**LLAMA, "lr": args.llama_lr or LLAMA["lr"]}, warmup_steps=args.llama_warmup),
-              agent_entry({**QWEN, "lr": args.qwen_lr or QWEN["lr"]}, warmup_steps=args.qwen_warmup)]
-    return experiment(name, agents, algorithm, store_uri=f"file://{store_dir}", difficulty=args.difficulty,
-                      eval_prompts=args.eval_prompts, eval_every=args.eval_every)
+    agents = [{
+        "name": agent.name,
+        "model": agent.uri(args.warmups.get(agent.name)),
+        "rollout": {"maxNewTokens": args.max_new_tokens, "batchSize": 128},
+        "learner": {"lr": args.lr, "microBatchSize": 128},
+    } for agent in TEAMS[team]]
+    data: dict[str, Any] = {"train": {"source": f"builtin://arithmetic?{TASK}&seed=0"}, "eval": [], "reward": "exact"}
+    if args.eval_prompts:
+        data["eval"] = [{"name": "arithmetic", "source": f"builtin://arithmetic?{TASK}&seed=0&split=eval&size={args.eval_prompts}",
+                         "maxPrompts": args.eval_prompts}]
+    return {
+        "apiVersion": "hacrl.io/v1alpha1",
+        "kind": "HACRLExperiment",
+        "metadata": {"name": name},
+        "spec": {
+            "agents": agents,
+            "algorithm": algorithm,
+            "data": data,
+            "evaluation": {"everySteps": args.eval_every},
+            "store": {"uri": f"file://{store_dir}"},
+            "checkpoint": {"everySteps": 1000, "keepLast": 1},
+            "metrics": {"port": 0},
+        },
+    }
 
 
 def collect(store_dir: Path, name: str, agents: list[str], steps: int) -> dict[str, Any]:
-    """Curves, tokens and rewards of one finished run, read back from its store."""
+    """Curves, cumulative rollout tokens, rewards and sharing diagnostics of one finished run."""
     from hacrl_core.store import open_trajectory_store
 
     store = open_trajectory_store(f"file://{store_dir}", name)
     result: dict[str, Any] = {}
     for agent in agents:
-        curve, rewards, tokens, seconds_update, tokens_trained = [], [], 0, 0.0, 0.0
+        curve, rewards, tokens, used, cross_ratio = [], [], [0], [], []
         for step in range(steps):
             m = store.read_metrics(step, agent)
+            tokens.append(tokens[-1] + sum(len(r["token_ids"]) for r in store.read_rollouts(step, agent)))
             if step == 0 and "eval/arithmetic/accuracy_initial" in m:
                 curve.append((0, m["eval/arithmetic/accuracy_initial"]))
             if "eval/arithmetic/accuracy" in m:
                 curve.append((step + 1, m["eval/arithmetic/accuracy"]))
             rewards.append(m.get("rollout/reward_mean"))
-            seconds_update += m.get("learner/seconds_update", 0.0)
-            tokens_trained += m.get("learner/tokens_per_second", 0.0) * m.get("learner/seconds_update", 0.0)
-            tokens += sum(len(r["token_ids"]) for r in store.read_rollouts(step, agent))
-        result[agent] = {"curve": curve, "reward": rewards, "rollout_tokens": tokens,
-                         "trained_tokens": tokens_trained, "seconds_update": seconds_update}
+            if "learner/cross_clip_frac" in m:
+                used.append(1.0 - m["learner/cross_clip_frac"])
+            if "learner/cross_ratio_mean" in m:
+                cross_ratio.append(m["learner/cross_ratio_mean"])
+        result[agent] = {"curve": curve, "reward": rewards, "tokens_by_step": tokens, "rollout_tokens": tokens[-1],
+                         "shared_rows_used": statistics.fmean(used) if used else None,
+                         "cross_ratio_mean": statistics.fmean(cross_ratio) if cross_ratio else None}
     return result
 
 
-def summarize(curve: list[tuple[int, float]], steps: int, tokens: int) -> dict[str, float]:
+def summarize(curve: list[tuple[int, float]], steps: int) -> dict[str, float]:
     if not curve:
-        return {"initial": float("nan"), "final": float("nan"), "gain": float("nan"), "auc": float("nan"), "gain_per_mtok": float("nan")}
+        return {"initial": float("nan"), "final": float("nan"), "gain": float("nan"), "auc": float("nan")}
     initial, final = curve[0][1], curve[-1][1]
     auc = sum((s1 - s0) * (a0 + a1) / 2 for (s0, a0), (s1, a1) in itertools.pairwise(curve)) / max(steps, 1) if len(curve) > 1 else final
-    return {"initial": initial, "final": final, "gain": final - initial, "auc": auc, "gain_per_mtok": (final - initial) / max(tokens / 1e6, 1e-12)}
+    return {"initial": initial, "final": final, "gain": final - initial, "auc": auc}
 
 
-def plot(runs: list[dict[str, Any]], configs: list[str], agent: str, path: Path, title: str) -> None:
+def tokens_to_reach(record: dict[str, Any], target: float) -> float | None:
+    """Rollout tokens generated up to the first evaluation at or above ``target`` (None: never)."""
+    for step, accuracy in record["curve"][1:]:
+        if accuracy >= target:
+            return float(record["tokens_by_step"][step])
+    return None
+
+
+def unique_by_seed(runs):
+    """One run per seed: GSPO trains each agent alone, so its runs in different teams are the same run."""
+    seen = set()
+    for run in runs:
+        if run["seed"] not in seen:
+            seen.add(run["seed"])
+            yield run
+
+
+def comparisons(runs: list[dict[str, Any]], team: str, agent: str) -> list[tuple[str, list[dict[str, Any]]]]:
+    """What HACPO in ``team`` is compared with, for ``agent``: the team's other configurations and,
+    for a team that runs only HACPO (the trio), the agent's GSPO runs and its HACPO runs in pairs."""
+    mine = [r for r in runs if r["team"] == team]
+    found = [(config, [r for r in mine if r["config"] == config]) for config in dict.fromkeys(r["config"] for r in mine) if config != "hacpo"]
+    if team == "trio":
+        found.append(("gspo", list(unique_by_seed(r for r in runs if r["config"] == "gspo" and agent in r["agents"]))))
+        for pair in (t for t in TEAMS if t != "trio"):
+            found.append((f"hacpo ({pair})", [r for r in runs if r["team"] == pair and r["config"] == "hacpo" and agent in r["agents"]]))
+    return found
+
+
+def report(runs: list[dict[str, Any]], args: argparse.Namespace) -> tuple[str, str, dict[str, Any]]:
+    """Per-configuration table, paired HACPO comparison table, and the summary they come from."""
+    rows, paired_rows, summary = [], [], {}
+    for team in dict.fromkeys(r["team"] for r in runs):
+        mine = [r for r in runs if r["team"] == team]
+        configs = list(dict.fromkeys(r["config"] for r in mine))
+        summary[team] = {}
+        for config in configs:
+            summary[team][config] = {}
+            for agent in (a.name for a in TEAMS[team]):
+                records = [r["agents"][agent] for r in mine if r["config"] == config]
+                stats = {key: mean_ci([m[key] for m in records]) for key in ("initial", "final", "gain", "auc")}
+                stats["rollout_tokens"] = statistics.fmean(m["rollout_tokens"] for m in records)
+                used = [m["shared_rows_used"] for m in records if m.get("shared_rows_used") is not None]
+                stats["shared_rows_used"] = statistics.fmean(used) if used else None
+                stats["seeds"] = len(records)
+                summary[team][config][agent] = stats
+                rows.append([team, config, agent, len(records), f"{stats['initial'][0]:.3f}", fmt_ci(*stats["final"]),
+                             fmt_ci(*stats["gain"]), fmt_ci(*stats["auc"]), f"{stats['rollout_tokens'] / 1e6:.3f}",
+                             "-" if stats["shared_rows_used"] is None else f"{stats['shared_rows_used']:.0%}"])
+        # HACPO against each other configuration, paired by seed (same data order and sampling seed).
+        reference = {r["seed"]: r for r in mine if r["config"] == "hacpo"}
+        for agent in (a.name for a in TEAMS[team]):
+            for label, others in comparisons(runs, team, agent):
+                pairs = [(reference[r["seed"]]["agents"][agent], r["agents"][agent]) for r in others if r["seed"] in reference]
+                if not pairs:
+                    continue
+                d_final = mean_ci([h["final"] - o["final"] for h, o in pairs])
+                d_auc = mean_ci([h["auc"] - o["auc"] for h, o in pairs])
+                wins = sum(h["final"] > o["final"] for h, o in pairs)
+                paired_rows.append([team, f"hacpo - {label}", agent, len(pairs), fmt_ci(*d_final), fmt_ci(*d_auc), f"{wins}/{len(pairs)}"])
+        gspo_runs = [r for r in runs if r["config"] == "gspo"]
+        if "hacpo" in configs:
+            for agent in (a.name for a in TEAMS[team]):
+                agent_gspo = list(unique_by_seed(r for r in gspo_runs if agent in r["agents"]))
+                gspo_finals = [r["agents"][agent]["final"] for r in agent_gspo]
+                if not gspo_finals:
+                    continue
+                target = statistics.fmean(gspo_finals)
+                reached = [tokens_to_reach(reference[s]["agents"][agent], target) for s in sorted(reference)]
+                gspo_tokens = statistics.fmean(r["agents"][agent]["rollout_tokens"] for r in agent_gspo)
+                hit = [t for t in reached if t is not None]
+                summary[team].setdefault("tokens_to_gspo_final", {})[agent] = {"target": target, "hacpo": reached, "gspo": gspo_tokens}
+                paired_rows.append([team, "tok->gspo", agent, len(reached),
+                                    f"hacpo {statistics.fmean(hit) / 1e6:.3f} Mtok ({len(hit)}/{len(reached)} reached)" if hit else f"never (0/{len(reached)})",
+                                    f"gspo {gspo_tokens / 1e6:.3f} Mtok", f"target {target:.3f}"])
+    text = table(["team", "config", "agent", "seeds", "initial", "final", "gain", "auc", "Mtok", "shared used"], rows)
+    paired = table(["team", "comparison", "agent", "seeds", "final diff", "auc diff", "wins"], paired_rows)
+    return text, paired, summary
+
+
+def plot(runs: list[dict[str, Any]], team: str, agent: str, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -167,20 +353,21 @@ def plot(runs: list[dict[str, Any]], configs: list[str], agent: str, path: Path,
     import numpy as np
 
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    for config in configs:
-        curves = [r["agents"][agent]["curve"] for r in runs if r["config"] == config and r["agents"][agent]["curve"]]
+    for config in dict.fromkeys(r["config"] for r in runs if r["team"] == team):
+        curves = [r["agents"][agent]["curve"] for r in runs if r["team"] == team and r["config"] == config and r["agents"][agent]["curve"]]
         if not curves:
             continue
         length = min(len(c) for c in curves)
         xs = np.array([p[0] for p in curves[0][:length]])
         ys = np.array([[p[1] for p in c[:length]] for c in curves])
-        mean, std = ys.mean(0), ys.std(0)
+        mean = ys.mean(0)
+        half = np.array([mean_ci(list(ys[:, i]))[1] for i in range(length)]) if len(curves) > 1 else np.zeros(length)
         style = "-" if config in ("hacpo", "gspo") else "--"
         ax.plot(xs, mean, style, marker="o", ms=3, label=f"{config} (n={len(curves)})", lw=2 if config == "hacpo" else 1.2)
-        ax.fill_between(xs, mean - std, mean + std, alpha=0.12)
+        ax.fill_between(xs, mean - np.nan_to_num(half), mean + np.nan_to_num(half), alpha=0.12)
     ax.set_xlabel("training step (2 optimizer updates each)")
     ax.set_ylabel("held-out greedy accuracy")
-    ax.set_title(title, fontsize=10)
+    ax.set_title(f"{team}: {agent} (mean, 95% CI over seeds)", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -191,77 +378,57 @@ def plot(runs: list[dict[str, Any]], configs: list[str], agent: str, path: Path,
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
-    unknown = [c for c in configs if c not in CONFIGS]
-    if unknown:
-        raise SystemExit(f"unknown configs {unknown}; valid: {', '.join(CONFIGS)}")
+    schedule = plan(args)
     prefix = ("blq" if args.quick else "bl") + (f"-{args.name}" if args.name else "")
     work = args.work / ("quick" if args.quick else "full")
     store_dir, cache_dir = work / "store", work / "runs"
     cache_dir.mkdir(parents=True, exist_ok=True)
     env = bench_env(args.cache.resolve())
-    agents = [LLAMA["name"], QWEN["name"]]
     began = time.perf_counter()
-    probe = run_spec(args, configs[0], 0, store_dir, "probe")
-    build_seconds = build_models([a["model"] for a in probe["spec"]["agents"]], args.cache.resolve())
+    uris = [a["model"] for team, config, seed in schedule for a in run_spec(args, team, config, seed, store_dir, "probe")["spec"]["agents"]]
+    build_seconds = build_models(uris, args.cache.resolve())
     print(f"models ready: {build_seconds}", flush=True)
 
     runs: list[dict[str, Any]] = []
-    for seed in range(args.seeds):  # seed-major: load noise on a shared machine spreads over configs
-        for config in configs:
-            if config in ABLATIONS and seed >= args.ablation_seeds:
+    for index, (team, config, seed) in enumerate(schedule):
+        name = f"{prefix}-{TEAM_TAGS[team]}-{config}-s{seed}"[:40]
+        fingerprint = json.dumps(run_spec(args, team, config, seed, store_dir, name), sort_keys=True)
+        cached = cache_dir / f"{name}.json"
+        if cached.exists() and not args.fresh:
+            record = json.loads(cached.read_text())
+            if record.get("fingerprint") == fingerprint:
+                runs.append(record)
+                print(f"[{index + 1}/{len(schedule)}] {name}: cached", flush=True)
                 continue
-            name = f"{prefix}-{config}-s{seed}"
-            fingerprint = json.dumps(run_spec(args, config, seed, store_dir, name), sort_keys=True)
-            cached = cache_dir / f"{name}.json"
-            if cached.exists() and not args.fresh:
-                record = json.loads(cached.read_text())
-                if record.get("fingerprint") == fingerprint:
-                    runs.append(record)
-                    print(f"{name}: cached", flush=True)
-                    continue
-            shutil.rmtree(store_dir / name, ignore_errors=True)
-            spec_path = write_spec(json.loads(fingerprint), work / "specs" / f"{name}.yaml")
-            wall = hacrl_run(spec_path, work / "workdirs" / name, env)
-            data = collect(store_dir, name, agents, args.steps)
-            record = {"name": name, "config": config, "seed": seed, "wall_seconds": wall, "fingerprint": fingerprint, "agents": {}}
-            for agent in agents:
-                record["agents"][agent] = {**data[agent], **summarize(data[agent]["curve"], args.steps, data[agent]["rollout_tokens"])}
-            cached.write_text(json.dumps(record))
-            runs.append(record)
-            shutil.rmtree(store_dir / name / "weights", ignore_errors=True)  # keep metrics, drop bulk
-            s = " ".join(f"{a}: {record['agents'][a]['initial']:.3f}->{record['agents'][a]['final']:.3f}" for a in agents)
-            print(f"{name}: {wall:.0f}s  {s}  (elapsed {time.perf_counter() - began:.0f}s)", flush=True)
+        shutil.rmtree(store_dir / name, ignore_errors=True)
+        spec_path = write_spec(json.loads(fingerprint), work / "specs" / f"{name}.yaml")
+        wall = hacrl_run(spec_path, work / "workdirs" / name, env)
+        agents = [a.name for a in TEAMS[team]]
+        data = collect(store_dir, name, agents, args.steps)
+        record = {"name": name, "team": team, "config": config, "seed": seed, "wall_seconds": wall, "fingerprint": fingerprint,
+                  "agents": {agent: {**data[agent], **summarize(data[agent]["curve"], args.steps)} for agent in agents}}
+        cached.write_text(json.dumps(record))
+        runs.append(record)
+        shutil.rmtree(store_dir / name / "weights", ignore_errors=True)  # keep metrics, drop bulk
+        shutil.rmtree(store_dir / name / "checkpoints", ignore_errors=True)
+        s = " ".join(f"{a}: {record['agents'][a]['initial']:.3f}->{record['agents'][a]['final']:.3f}" for a in agents)
+        print(f"[{index + 1}/{len(schedule)}] {name}: {wall:.0f}s  {s}  (elapsed {time.perf_counter() - began:.0f}s)", flush=True)
 
-    summary: dict[str, dict[str, Any]] = {}
-    rows = []
-    for config in configs:
-        summary[config] = {}
-        for agent in agents:
-            mine = [r["agents"][agent] for r in runs if r["config"] == config]
-            stats = {key: mean_std([m[key] for m in mine]) for key in ("initial", "final", "gain", "auc", "gain_per_mtok")}
-            stats["rollout_tokens"] = mean_std([m["rollout_tokens"] for m in mine])
-            stats["seeds"] = len(mine)
-            summary[config][agent] = stats
-            rows.append([config, agent, len(mine), fmt(*stats["initial"]), fmt(*stats["final"]), fmt(*stats["gain"]),
-                         fmt(*stats["auc"]), fmt(*stats["gain_per_mtok"], digits=2), f"{stats['rollout_tokens'][0] / 1e6:.3f}"])
-        walls = [r["wall_seconds"] for r in runs if r["config"] == config]
-        summary[config]["wall_seconds"] = mean_std(walls)
-    text = table(["config", "agent", "seeds", "initial", "final", "gain", "auc", "gain/Mtok", "Mtok"], rows)
+    text, paired, summary = report(runs, args)
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    variant = f"; {args.name}: lr {args.llama_lr or LLAMA['lr']}/{args.qwen_lr or QWEN['lr']} {' '.join(args.overrides)}" if args.name else ""
-    print(f"\nlearning{variant} ({args.steps} steps x 2 updates, {args.prompts} prompts/step, G {args.group_size}, difficulty {args.difficulty}, "
-          f"warm start llama {args.llama_warmup} / qwen {args.qwen_warmup} steps; mean ± std over {args.seeds} seeds)\n{text}")
+    variant = f"; {args.name}: {' '.join(args.overrides)}" if args.name else ""
+    print(f"\nlearning{variant} (worked-chain arithmetic {TASK}; {args.steps} steps x 2 updates, {args.prompts} prompts/step, "
+          f"G {args.group_size}, lr {args.lr}, {args.eval_prompts} eval problems; mean ± 95% CI over seeds)\n{text}\n\n"
+          f"paired by seed (HACPO minus the other; ± 95% CI)\n{paired}")
     name = ("learning-quick" if args.quick else "learning") + (f"-{args.name}" if args.name else "")
+    walls = {config: statistics.fmean(r["wall_seconds"] for r in runs if r["config"] == config) for config in dict.fromkeys(r["config"] for r in runs)}
     path = save(name, {"settings": settings, "build_seconds": build_seconds, "total_seconds": time.perf_counter() - began,
-                       "table": text, "summary": summary, "runs": runs}, args.out)
+                       "wall_seconds_by_config": walls, "table": text, "paired": paired, "summary": summary, "runs": runs}, args.out)
     print(f"wrote {path}")
     if not args.quick and not args.name:  # the documented figures come from the default run
-        for agent in agents:
-            main_cfgs = [c for c in MAIN if c in configs]
-            abl_cfgs = ["hacpo", "gspo"] + [c for c in ABLATIONS if c in configs]
-            plot(runs, main_cfgs, agent, args.img / f"learning-{agent}.png", f"{agent}: HACPO vs baselines ({args.seeds} seeds, mean ± std)")
-            plot(runs, abl_cfgs, agent, args.img / f"learning-ablations-{agent}.png", f"{agent}: HACPO ablations ({args.ablation_seeds} seeds; hacpo, gspo {args.seeds}; mean ± std)")
+        for team in dict.fromkeys(r["team"] for r in runs):
+            for agent in TEAMS[team]:
+                plot(runs, team, agent.name, args.img / f"learning-{team}-{agent.name}.png")
         print(f"wrote {args.img}/learning-*.png")
     return 0
 

@@ -22,16 +22,17 @@ pytestmark = pytest.mark.slow
 
 #: script -> (JSON name, a column header its table must have)
 BENCHMARKS = {
-    "learning": ("learning-quick", "gain/Mtok"),
+    "learning": ("learning-quick", "shared used"),
     "learner": ("learner-quick", "ratio (updates only)"),
     "pipeline": ("pipeline-quick", "overhead vs inproc"),
     "store": ("store-quick", "kB / 1000 rows"),
     "operator": ("operator-quick", "heartbeat->status median ms"),
+    "sharing": ("sharing-quick", "shared rows used"),
 }
 
 
 #: Benchmarks that build tiny models take the session's model cache (built once for every suite).
-TAKES_CACHE = {"learning", "learner", "pipeline"}
+TAKES_CACHE = {"learning", "learner", "pipeline", "sharing"}
 
 
 @pytest.mark.parametrize("script", sorted(BENCHMARKS))
