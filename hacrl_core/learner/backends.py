@@ -18,6 +18,9 @@ import torch
 
 class TrainingBackend(Protocol):
     model: torch.nn.Module  # the module to call forward on (with grad)
+    #: Classes besides tensors and plain data that ``optimizer_state`` may hold: the only ones a
+    #: checkpoint's optimizer file may rebuild (``torch.load(weights_only=True)`` refuses the rest).
+    checkpoint_globals: tuple[type, ...]
 
     def zero_grad(self) -> None: ...
 
@@ -54,6 +57,8 @@ def register_backend(name: str):
 @register_backend("torch")
 class TorchBackend:
     """AdamW on the model as it is, gradient-norm clipping, nothing else."""
+
+    checkpoint_globals: tuple[type, ...] = ()  # torch optimizer state is tensors and plain data
 
     def __init__(self, model: torch.nn.Module, settings) -> None:
         self.model = model
@@ -96,10 +101,15 @@ def available_backends() -> list[str]:
     return sorted(set(BACKENDS) | installed)
 
 
-def create_backend(name: str, model: torch.nn.Module, settings) -> TrainingBackend:
+def backend_factory(name: str) -> Callable[..., TrainingBackend]:
+    """The registered backend ``name``, importing an optional one on first use."""
     backends = available_backends()
     if name not in backends:
         raise ValueError(f"training backend {name!r} is not available here; available backends: {', '.join(backends)}")
     if name not in BACKENDS:
         importlib.import_module(OPTIONAL_BACKENDS[name][1])
-    return BACKENDS[name](model, settings)
+    return BACKENDS[name]
+
+
+def create_backend(name: str, model: torch.nn.Module, settings) -> TrainingBackend:
+    return backend_factory(name)(model, settings)

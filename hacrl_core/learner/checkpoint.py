@@ -2,14 +2,22 @@
 
 A checkpoint named N holds the state *after* N completed steps, so a learner restored from it
 runs step N next. The store makes the directory visible only once every file is in (manifest).
+
+Checkpoints come from a store that other processes can write to (a rollout pod holds the same
+credentials), so reading one must never run code: weights are safetensors, and the optimizer and
+RNG files are read with ``torch.load(weights_only=True)``, which rebuilds tensors and plain data
+(dicts, lists, tuples, numbers, strings) and refuses any other pickled object.
 """
 
 from __future__ import annotations
 
 import json
+import pickle
 import random
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -32,14 +40,32 @@ def save_checkpoint(store, agent: str, completed_steps: int, model, tokenizer, o
     shutil.rmtree(local, ignore_errors=True)
 
 
-def restore_checkpoint(store, agent: str, completed_steps: int, work_dir: Path, device: str, dtype):
-    """(model, tokenizer, optimizer_state, capability_state) of checkpoint ``completed_steps``."""
+class UnsafeCheckpointError(RuntimeError):
+    """A checkpoint file holds pickled objects other than tensors and plain data."""
+
+
+def load_tensor_state(path: Path, map_location: str | torch.device | None = None, safe_globals: Sequence[type] = ()) -> Any:
+    """A ``torch.save`` file of tensors, plain data and the ``safe_globals`` classes (a backend's
+    ``checkpoint_globals``); anything else is refused, never executed."""
+    try:
+        with torch.serialization.safe_globals(list(safe_globals)):
+            return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as error:
+        raise UnsafeCheckpointError(
+            f"{path.name} of a checkpoint holds objects other than tensors and plain data; refusing to load it "
+            f"(written by something other than a HACRL learner, or tampered with in the store): {error}"
+        ) from None
+
+
+def restore_checkpoint(store, agent: str, completed_steps: int, work_dir: Path, device: str, dtype, optimizer_globals: Sequence[type] = ()):
+    """(model, tokenizer, optimizer_state, capability_state) of checkpoint ``completed_steps``;
+    ``optimizer_globals``: the training backend's ``checkpoint_globals``."""
     local = work_dir / f"restore-{completed_steps:06d}"
     shutil.rmtree(local, ignore_errors=True)
     store.load_checkpoint(agent, completed_steps, local)
     model, tokenizer = load_policy(local / "model", dtype=dtype, device=device)
-    optimizer_state = torch.load(local / OPTIMIZER_FILE, map_location=device, weights_only=False)
-    rng = torch.load(local / RNG_FILE, weights_only=False)
+    optimizer_state = load_tensor_state(local / OPTIMIZER_FILE, map_location=device, safe_globals=optimizer_globals)
+    rng = load_tensor_state(local / RNG_FILE)
     torch.set_rng_state(rng["torch"])
     random.setstate(rng["python"])
     state = json.loads((local / STATE_FILE).read_text())

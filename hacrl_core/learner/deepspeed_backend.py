@@ -58,6 +58,10 @@ os.environ.setdefault(
 
 import deepspeed  # noqa: E402  (ImportError here keeps the backend unregistered)
 
+from deepspeed.runtime.fp16.loss_scaler import LossScaler  # noqa: E402
+from deepspeed.runtime.zero.config import ZeroStageEnum  # noqa: E402
+from deepspeed.utils.tensor_fragment import fragment_address  # noqa: E402
+
 from hacrl_core.learner.backends import register_backend  # noqa: E402
 
 log = logging.getLogger("hacrl")
@@ -111,6 +115,10 @@ def deepspeed_config(settings, zero_stage: int) -> dict[str, Any]:
 @register_backend("deepspeed")
 class DeepSpeedBackend:
     """AdamW + global-norm clipping under a DeepSpeed engine (ZeRO ``settings.zero_stage``)."""
+
+    # What a ZeRO optimizer's state_dict pickles besides tensors (measured on DeepSpeed's ZeRO-1/2
+    # state): plain records whose rebuilding runs no code of the file's choosing.
+    checkpoint_globals: tuple[type, ...] = (LossScaler, ZeroStageEnum, fragment_address)
 
     def __init__(self, model: torch.nn.Module, settings) -> None:
         ensure_distributed()

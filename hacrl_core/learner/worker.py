@@ -26,7 +26,7 @@ from hacrl_core.algorithms import (
     group_advantages,
     kl_penalty,
 )
-from hacrl_core.learner.backends import TrainingBackend, create_backend
+from hacrl_core.learner.backends import TrainingBackend, backend_factory, create_backend
 from hacrl_core.learner.batch import (
     TrainRow,
     collate_rows,
@@ -69,10 +69,11 @@ def initialize(context: WorkerContext, device: str | None = None) -> LearnerStat
     )
     latest = context.store.latest_checkpoint(context.agent_name)
     if latest is not None:
+        factory = backend_factory(settings.backend)
         model, tokenizer, optimizer_state, capability_state, local = restore_checkpoint(
-            context.store, context.agent_name, latest, context.work_dir, device, dtype
+            context.store, context.agent_name, latest, context.work_dir, device, dtype, factory.checkpoint_globals
         )
-        backend = create_backend(settings.backend, model, settings)
+        backend = factory(model, settings)
         backend.load_optimizer_state(optimizer_state)
         tracker.load_state_dict(capability_state)
         shutil.rmtree(local, ignore_errors=True)

@@ -10,7 +10,6 @@ kept in ``.hacrl-cache/torch-extensions`` of the repository, so later runs skip 
 
 from __future__ import annotations
 
-import io
 import os
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import deepspeed  # noqa: E402,F401  (`make install` installs it)
 
 from hacrl_core.algorithms import PolicyLossInputs, get_algorithm  # noqa: E402
 from hacrl_core.learner.backends import available_backends, create_backend  # noqa: E402
+from hacrl_core.learner.checkpoint import load_tensor_state  # noqa: E402
 from hacrl_core.models.loading import load_policy  # noqa: E402
 from hacrl_core.models.logprobs import sequence_logprobs  # noqa: E402
 from hacrl_core.models.tiny import build_tiny_model  # noqa: E402
@@ -157,15 +157,14 @@ def test_checkpoint_resume_round_trip(model_dir: Path, tmp_path: Path) -> None:
     first, second = make_batch(seed=3), make_batch(seed=4)
     original = fresh(model_dir, "deepspeed", zero_stage=2)
     hacpo_update(original, first)
-    buffer = io.BytesIO()
-    torch.save(original.optimizer_state(), buffer)  # what checkpoint.save_checkpoint writes
+    torch.save(original.optimizer_state(), tmp_path / "optimizer.pt")  # what checkpoint.save_checkpoint writes
     save_policy(original.unwrapped_model(), load_tokenizer(model_dir), tmp_path / "model")
     before = parameters(original)
     hacpo_update(original, second, update_index=1)
 
     restored = fresh(tmp_path / "model", "deepspeed", zero_stage=2)
-    buffer.seek(0)
-    restored.load_optimizer_state(torch.load(buffer, weights_only=False))
+    # Read as restore_checkpoint reads it: tensor-only, plus the backend's declared classes.
+    restored.load_optimizer_state(load_tensor_state(tmp_path / "optimizer.pt", safe_globals=restored.checkpoint_globals))
     for key, value in parameters(restored).items():
         torch.testing.assert_close(value, before[key], rtol=0, atol=0)
     hacpo_update(restored, second, update_index=1)
