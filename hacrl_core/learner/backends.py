@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import math
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -27,7 +28,8 @@ class TrainingBackend(Protocol):
     def backward(self, loss: torch.Tensor) -> None: ...
 
     def step(self) -> float:
-        """Clip gradients to ``grad_clip``, apply one optimizer update; the norm before clipping."""
+        """Clip gradients to ``grad_clip``, apply one optimizer update; the norm before clipping.
+        A non-finite norm means the update was not applied (where the backend can tell first)."""
 
     def optimizer_state(self) -> dict[str, Any]: ...
 
@@ -72,9 +74,10 @@ class TorchBackend:
         loss.backward()
 
     def step(self) -> float:
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
-        self.optimizer.step()
-        return float(norm)
+        norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip))
+        if math.isfinite(norm):  # a NaN/inf gradient would poison the weights and AdamW's moments
+            self.optimizer.step()
+        return norm
 
     def optimizer_state(self) -> dict[str, Any]:
         return self.optimizer.state_dict()

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import socket
 from collections.abc import Iterator
@@ -144,6 +145,8 @@ class DeepSpeedBackend:
         norm = None
         if self._self_clip:
             norm = float(torch.nn.utils.clip_grad_norm_(self.engine.module.parameters(), self.grad_clip))
+            if not math.isfinite(norm):
+                return norm  # skipped; under ZeRO the norm is known only after the step (weights are checked before publishing)
         self.engine.step()
         if norm is None:
             reported = self.engine.get_global_grad_norm()

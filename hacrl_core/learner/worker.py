@@ -35,6 +35,7 @@ from hacrl_core.learner.batch import (
     score_rows,
 )
 from hacrl_core.learner.checkpoint import restore_checkpoint, save_checkpoint
+from hacrl_core.learner.guards import ensure_finite_weights, is_finite
 from hacrl_core.metrics import WorkerMetrics
 from hacrl_core.models.loading import default_device, load_policy, save_policy
 from hacrl_core.models.logprobs import sequence_logprobs
@@ -95,6 +96,7 @@ def publish_weights(context: WorkerContext, state: LearnerState, version: int) -
     local = context.work_dir / f"publish-{version:06d}"
     shutil.rmtree(local, ignore_errors=True)
     with state.backend.gathered_weights() as model:
+        ensure_finite_weights(model, context.agent_name, f"publish weights version {version}")
         save_policy(model, state.tokenizer, local)
     context.store.publish_weights(context.agent_name, version, local)
     shutil.rmtree(local, ignore_errors=True)
@@ -231,9 +233,11 @@ def run_updates(context: WorkerContext, state: LearnerState, step: int, rows: li
     device = state.device
     advantages, discrepancy = advantages.to(device), discrepancy.to(device)
     updates = plan_updates(context, step, rows)
+    skipped = 0
     for update_index, members in enumerate(updates):
         norm = _normalizer(algorithm.aggregation, [rows[i] for i in members])
         state.backend.zero_grad()
+        finite_loss = True
         for chunk in micro_batches(members, settings.micro_batch_size):
             chunk_rows = [rows[i] for i in chunk]
             input_ids, attention, response = collate_rows(chunk_rows, pad, device)
@@ -268,13 +272,24 @@ def run_updates(context: WorkerContext, state: LearnerState, step: int, rows: li
                 kl = kl_penalty(logp_new, ref_logp, inputs.response_mask, inputs.is_own)
                 total = total + spec_algorithm.kl_coef * kl * (float(inputs.is_own.sum()) / len(chunk_rows)) * share
                 metrics["kl"] = float(kl)
+            if not is_finite(total):
+                finite_loss = False  # no backward: the update is skipped below
+                break
             state.backend.backward(total)
             for key, value in metrics.items():
                 collected.setdefault(key, []).append(value)
-        collected.setdefault("grad_norm", []).append(state.backend.step())
+        grad_norm = state.backend.step() if finite_loss else float("nan")  # backends skip a non-finite gradient
+        if not is_finite(grad_norm):
+            skipped += 1
+            state.backend.zero_grad()
+            log.warning("learner %s step %d update %d: non-finite %s; update skipped", context.agent_name, step, update_index,
+                        "gradient norm" if finite_loss else "loss")
+        else:
+            collected.setdefault("grad_norm", []).append(grad_norm)
     state.backend.zero_grad()
     summary = {f"learner/{key}": sum(values) / len(values) for key, values in collected.items()}
     summary["learner/updates"] = len(updates)
+    summary["learner/skipped_updates"] = skipped
     return summary
 
 
@@ -375,6 +390,7 @@ def run_learner_worker(context: WorkerContext) -> None:
 
         if completed % spec.checkpoint.every_steps == 0 or completed == spec.algorithm.steps:
             with state.backend.gathered_weights() as model:
+                ensure_finite_weights(model, agent.name, f"checkpoint after {completed} steps")
                 save_checkpoint(store, agent.name, completed, model, state.tokenizer, state.backend.optimizer_state(), state.tracker, context.work_dir)
             last_checkpoint = completed
             prune_checkpoints(context)

@@ -14,7 +14,8 @@ from hacrl_core.algorithms import CapabilityTracker
 from hacrl_core.data.arithmetic import ArithmeticTask
 from hacrl_core.learner.backends import create_backend
 from hacrl_core.learner.batch import TrainRow, score_rows
-from hacrl_core.learner.worker import LearnerState, pad_id, plan_updates, run_updates
+from hacrl_core.learner.guards import NonFiniteWeightsError, nonfinite_parameters
+from hacrl_core.learner.worker import LearnerState, pad_id, plan_updates, publish_weights, run_updates
 from hacrl_core.models.loading import load_policy
 from hacrl_core.models.tiny import build_tiny_model
 from hacrl_core.runtime.context import WorkerContext
@@ -98,3 +99,51 @@ def test_a_row_without_pi_old_in_a_later_update_is_an_error(tmp_path: Path, mode
     rows[later].logp_old_mean = None
     with pytest.raises(RuntimeError, match="without pi_old reached a later update"):
         trained(model_dir, context, rows)
+
+
+def initial_state(model_dir: Path, context: WorkerContext) -> LearnerState:
+    model, tokenizer = load_policy(model_dir)
+    backend = create_backend("torch", model, context.agent.learner)
+    backend.model.train()
+    return LearnerState(model, tokenizer, backend, CapabilityTracker(2), next_step=0)
+
+
+def test_a_non_finite_loss_skips_the_update_and_is_counted(tmp_path: Path, model_dir: Path) -> None:
+    context = context_for(tmp_path, "grpo")
+    state = initial_state(model_dir, context)
+    before = copy.deepcopy(state.model.state_dict())
+    rows = step_rows(state.tokenizer)
+    advantages = torch.tensor([1.0 if r.reward else -1.0 for r in rows], dtype=torch.float64)
+    poisoned = plan_updates(context, 0, rows)[1][0]  # one row of the second update only
+    advantages[poisoned] = float("nan")
+
+    summary = run_updates(context, state, 0, rows, advantages, torch.ones(len(rows), dtype=torch.float64))
+    assert summary["learner/updates"] == 2 and summary["learner/skipped_updates"] == 1
+    assert torch.isfinite(torch.tensor(summary["learner/grad_norm"]))  # the applied update's norm only
+    assert not nonfinite_parameters(state.model)
+    moved = max(float((state.model.state_dict()[k] - v).abs().max()) for k, v in before.items())
+    assert moved > 1e-4, "the first (finite) update is applied"
+
+
+def test_a_non_finite_gradient_leaves_weights_and_optimizer_untouched(tmp_path: Path, model_dir: Path) -> None:
+    context = context_for(tmp_path, "grpo")
+    state = initial_state(model_dir, context)
+    before = copy.deepcopy(state.model.state_dict())
+    for parameter in state.model.parameters():
+        parameter.grad = torch.zeros_like(parameter)
+    next(state.model.parameters()).grad[0, 0] = float("inf")
+    assert state.backend.step() == float("inf")
+    for key, value in state.model.state_dict().items():
+        assert torch.equal(value, before[key]), key
+    assert not state.backend.optimizer_state()["state"]  # AdamW's moments never saw the inf
+
+
+def test_non_finite_weights_are_never_published(tmp_path: Path, model_dir: Path) -> None:
+    context = context_for(tmp_path, "grpo")
+    state = initial_state(model_dir, context)
+    publish_weights(context, state, 1)
+    with torch.no_grad():
+        state.model.model.layers[0].mlp.up_proj.weight[0, 0] = float("nan")
+    with pytest.raises(NonFiniteWeightsError, match=r"model\.layers\.0\.mlp\.up_proj\.weight\); refusing to publish weights version 2"):
+        publish_weights(context, state, 2)
+    assert context.store.latest_weights_version("solo") == 1
