@@ -411,6 +411,12 @@ class S3ObjectStore:
                 f"{where} does not exist: create the bucket (e.g. `aws --endpoint-url "
                 f"{self.endpoint} s3 mb s3://{self.bucket}`) or fix the store URI"
             )
+        if code == "RequestTimeTooSkewed":  # a 403, but the credentials are fine
+            return StoreUnavailable(
+                f"the clock of this machine differs from the S3 server's by more than it allows "
+                f"(RequestTimeTooSkewed, HTTP {status}) on {where}: synchronise the node's clock (NTP, "
+                "chrony, or the container host's); the credentials are not the problem"
+            )
         if code in ACCESS_CODES or status == 403:
             return StoreUnavailable(
                 f"access denied ({code or status}) to {where}: check AWS_ACCESS_KEY_ID / "

@@ -172,3 +172,24 @@ def test_missing_key_is_object_not_found_not_unavailable(
         s3_store.get_file("absent", tmp_path / "absent")
     assert s3_store.exists("absent") is False
     assert s3_store.retries == 0
+
+
+def test_a_skewed_clock_is_reported_as_clock_skew_not_access_denied(
+    seaweedfs: tuple[str, str, dict[str, str]],
+    s3_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A node whose clock is an hour off signs requests the server refuses (RequestTimeTooSkewed,
+    HTTP 403): the error must send the user to the clock, not to credentials they got right."""
+    import datetime
+
+    import botocore.auth
+
+    _endpoint, bucket, _env = seaweedfs
+    skewed = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None) - datetime.timedelta(hours=1)
+    monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda *args, **kwargs: skewed)  # the node's clock
+    store = S3ObjectStore(bucket, "p", retry=FAST_RETRY)
+    with pytest.raises(StoreUnavailable, match=r"clock .* differs from the S3 server's .*RequestTimeTooSkewed.*NTP") as info:
+        store.get("k")
+    assert "access denied" not in str(info.value) and bucket in str(info.value)
+    assert store.retries == 0
