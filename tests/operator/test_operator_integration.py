@@ -239,6 +239,28 @@ def test_a_pod_override_that_would_run_privileged_is_refused_before_any_pod(clus
     assert pods_of(cluster) == {}
 
 
+def test_a_pod_name_taken_by_another_experiment_is_a_condition_and_a_warning(cluster: EmulatedCluster, op: OperatorHandle) -> None:
+    """Experiment `qs-ab` with agent `cd` and experiment `qs` with agent `ab-cd` both name a pod
+    `qs-ab-cd-learner`: the second must say so instead of waiting forever for a pod it cannot create."""
+    first, second = quickstart(), quickstart()
+    first["metadata"]["name"], first["spec"]["agents"][0]["name"] = "qs-ab", "cd"
+    second["metadata"]["name"], second["spec"]["agents"][0]["name"] = "qs", "ab-cd"
+    create_namespace(cluster)
+    apply(cluster, first)
+    wait_for(lambda: len(pods_of(cluster, "qs-ab")) == 4, what="the first experiment's 4 pods")
+    apply(cluster, second)
+    status = wait_for(lambda: condition(status_of(cluster, "qs"), "Ready").get("reason") == "PodNameTaken" and status_of(cluster, "qs"),
+                      what="PodNameTaken on the second experiment")
+    message = condition(status, "Ready")["message"]
+    assert "qs-ab-cd-learner" in message and "HACRLExperiment qs-ab" in message and "rename" in message
+    assert agent(status, "ab-cd")["learnerPod"] == "CreateFailed"
+    warnings = [e for e in cluster.get("events", namespace=NS) if e["reason"] == "PodNameTaken"]
+    assert warnings and warnings[0]["type"] == "Warning" and warnings[0]["involvedObject"]["name"] == "qs"
+    # The first experiment's pod is left alone, still owned by it.
+    owners = pods_of(cluster, "qs-ab")["qs-ab-cd-learner"]["metadata"]["ownerReferences"]
+    assert [o["name"] for o in owners] == ["qs-ab"]
+
+
 # -- 3. failure domains -----------------------------------------------------------------------
 
 

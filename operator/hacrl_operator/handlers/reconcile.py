@@ -171,6 +171,8 @@ class Reconciler:
                 if kube.create(manifest):
                     created.append(name)
                     plan.set_pod_state(agent, role, "Pending")
+                else:
+                    self.check_pod_owner(kube, namespace, name, body, plan, agent, role)
             except KubeError as error:
                 plan.set_pod_state(agent, role, "CreateFailed")
                 message = f"cannot create pod {name}: {error}"
@@ -190,6 +192,25 @@ class Reconciler:
                 message = f"cannot delete the store prefix: {type(error).__name__}: {error}"
                 _set_condition(plan, "CleanedUp", "False", "StoreUnreachable", message)
                 plan.events.append(Event("Warning", "StoreUnreachable", message))
+
+    @staticmethod
+    def check_pod_owner(kube, namespace: str, name: str, body: dict[str, Any], plan: Plan, agent: str, role: str) -> None:
+        """A pod that exists already but is not ours (another experiment whose name and agent join
+        to the same pod name, or anything else) would leave this experiment waiting forever: say so."""
+        existing = kube.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
+        if existing is None:
+            return  # gone since: the next reconcile creates it
+        uid = body["metadata"].get("uid")
+        owners = (existing.get("metadata") or {}).get("ownerReferences") or []
+        if any(owner.get("uid") == uid for owner in owners):
+            return  # ours: created by an earlier reconcile
+        holder = ", ".join(f"{o.get('kind')} {o.get('name')}" for o in owners) or "no owner"
+        message = (f"cannot create pod {name}: a pod of that name already exists and belongs to {holder}; "
+                   "rename this experiment or the agent so that experiment-agent-role names differ")
+        plan.set_pod_state(agent, role, "CreateFailed")
+        _set_condition(plan, "Ready", "False", "PodNameTaken", message)
+        plan.events.append(Event("Warning", "PodNameTaken", message))
+        logger.warning("%s/%s: %s", namespace, body["metadata"].get("name"), message)
 
     def ensure_configmap(self, experiment: Experiment, body: dict[str, Any], plan: Plan) -> None:
         kube = self._kube()
