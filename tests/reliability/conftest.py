@@ -19,7 +19,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.section("reliability figures (docs/reliability.md)")
     terminalreporter.write_line(f"faults injected: {figures['faults_total']} {figures['faults']}")
     terminalreporter.write_line(f"recoveries (workers restarted and resumed): {figures['recoveries']}")
-    terminalreporter.write_line(f"steps lost: {figures['steps_lost']}")
+    terminalreporter.write_line(f"runs verified to have lost no step and repeated none: {figures['runs_verified']}")
     for run in figures["runs"]:
         terminalreporter.write_line(f"  {run}")
     for note in figures["notes"]:

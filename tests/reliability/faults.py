@@ -37,7 +37,9 @@ TIMING_MARKERS = ("seconds", "per_second", "time")
 class Figures:
     faults: dict[str, int] = field(default_factory=dict)
     recoveries: int = 0
-    steps_lost: int = 0
+    #: Runs whose store ``assert_every_step_shard_exactly_once`` verified: no step lost, none
+    #: repeated (a lost step fails the test there, so "steps lost" is 0 by construction).
+    runs_verified: int = 0
     runs: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -46,7 +48,7 @@ class Figures:
 
     def as_dict(self) -> dict[str, Any]:
         return {"faults": dict(sorted(self.faults.items())), "faults_total": sum(self.faults.values()),
-                "recoveries": self.recoveries, "steps_lost": self.steps_lost, "runs": self.runs, "notes": self.notes}
+                "recoveries": self.recoveries, "runs_verified": self.runs_verified, "runs": self.runs, "notes": self.notes}
 
 
 LEDGER = Figures()
@@ -167,8 +169,13 @@ class ChaosMonkey(threading.Thread):
             self.stop_event.wait(0.3)
 
     def stop(self) -> None:
+        """Stop the thread; an error it met (a kill that failed, a store it could not read for
+        good) fails the test instead of vanishing with the thread."""
         self.stop_event.set()
         self.join(10)
+        assert not self.is_alive(), "the chaos thread did not stop within 10 s"
+        if self.error is not None:
+            raise AssertionError(f"the chaos thread failed: {type(self.error).__name__}: {self.error}") from self.error
 
 
 # -- SeaweedFS outage ------------------------------------------------------------------------
@@ -208,10 +215,10 @@ def all_keys(store: Any) -> list[str]:
     return store.objects.list(f"{store.experiment}/")
 
 
-def assert_every_step_shard_exactly_once(store: Any, steps: int, agents: list[str]) -> int:
+def assert_every_step_shard_exactly_once(store: Any, steps: int, agents: list[str]) -> None:
     """Every step's rollouts, scores and metrics of every agent committed, nothing else under
     steps/, no data without its marker and no marker without its data, each row once, and every
-    rollout row sampled with the weights of its own step. Returns the number of steps lost."""
+    rollout row sampled with the weights of its own step (counted in ``LEDGER.runs_verified``)."""
     keys = set(store.objects.list(f"{store.experiment}/steps/"))
     expected = set()
     lost_steps = set()
@@ -232,7 +239,7 @@ def assert_every_step_shard_exactly_once(store: Any, steps: int, agents: list[st
             assert {r["policy_version"] for r in rows} == {step}, f"step {step} agent {agent}: stale weights used"
             scores = store.read_scores(step, agent)
             assert sorted((s["prompt_uid"], s["sample_index"]) for s in scores) == sorted(ids)
-    return len(lost_steps)
+    LEDGER.runs_verified += 1
 
 
 def deterministic_metrics(store: Any, steps: int, agents: list[str]) -> dict[str, Any]:

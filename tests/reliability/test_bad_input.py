@@ -6,7 +6,8 @@ Extends (does not repeat) tests/unit/test_spec.py, tests/data and tests/rewards:
   types, negative sizes, non-mapping documents), and `hacrl run` against an S3 store with missing
   or wrong credentials;
 - data rows of 10 MB and numeric answers no verifier could ever match.
-Adversarial model outputs for the verifiers are in tests/security/test_verifier_input.py.
+Adversarial model outputs for the verifiers are in tests/security/test_security.py
+(test_verifiers_never_execute_model_output).
 """
 
 from __future__ import annotations

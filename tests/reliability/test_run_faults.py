@@ -41,6 +41,7 @@ STEPS = 5
 RUN_TIMEOUT = 600
 # The secret key of the dedicated S3 server: tests/security greps logs and objects for it.
 KNOWN_SECRET = "hacrl-known-secret-Zq81xK"
+KNOWN_ACCESS_KEY = "hacrl-known-access-Kp27vW"  # grepped too: an access key is a credential
 
 
 def spec_file(directory: Path, name: str, store_uri: str, *, endpoint: str | None = None, restart_limit: int = 20) -> Path:
@@ -137,14 +138,14 @@ def test_sigkilled_workers_at_random_points_resume_to_the_uninterrupted_result(t
     assert len(killed) == len(plan) and len(restarted) >= len(killed), (killed, restarted, output[-2000:])
     for agent in AGENTS:
         samples = monkey.checkpoints[agent]
+        assert samples, f"the monkey never saw a checkpoint of {agent}: the monotonicity check would be empty"
         assert samples == sorted(samples), f"checkpoint step of {agent} went backwards: {samples}"
         assert store.list_checkpoints(agent) == [STEPS - 1, STEPS]
-    lost = assert_every_step_shard_exactly_once(store, STEPS, AGENTS)
+    assert_every_step_shard_exactly_once(store, STEPS, AGENTS)
     assert_same_result(outcome(store), baseline)
     LEDGER.fault("sigkill", len(killed))
     LEDGER.recoveries += len(restarted)
-    LEDGER.steps_lost += lost
-    LEDGER.runs.append(f"seed {seed}: SIGKILL (step reached, agent, role, delay s) {killed}; restarts {len(restarted)}; steps lost {lost}; result equal to uninterrupted")
+    LEDGER.runs.append(f"seed {seed}: SIGKILL (step reached, agent, role, delay s) {killed}; restarts {len(restarted)}; no step lost or repeated; result equal to uninterrupted")
 
 
 def test_s3_server_killed_mid_run_and_restarted_on_same_ports(tmp_path: Path, model_cache: Path, baseline: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -160,7 +161,7 @@ def test_s3_server_killed_mid_run_and_restarted_on_same_ports(tmp_path: Path, mo
     crashes the supervisor on StoreUnavailable (bug reported with its patch; see the report).
     """
     outage = 15.0
-    server = start_seaweedfs(tmp_path / "seaweed", secret_key=KNOWN_SECRET)
+    server = start_seaweedfs(tmp_path / "seaweed", access_key=KNOWN_ACCESS_KEY, secret_key=KNOWN_SECRET)
     try:
         uri = f"s3://{server.bucket}/runs"
         spec = spec_file(tmp_path, "rel-s3-outage", uri, endpoint=server.endpoint, restart_limit=40)
@@ -174,6 +175,7 @@ def test_s3_server_killed_mid_run_and_restarted_on_same_ports(tmp_path: Path, mo
         try:
             wait_for(lambda: (store.read_progress("qwen") or {}).get("step", 0) >= 1 or process.poll() is not None,
                      RUN_TIMEOUT, "a first step through S3")
+            steps_at_outage = {agent: (store.read_progress(agent) or {}).get("step", 0) for agent in AGENTS}
             stop_server(server)
             down_at = time.monotonic()
             time.sleep(outage)
@@ -185,18 +187,20 @@ def test_s3_server_killed_mid_run_and_restarted_on_same_ports(tmp_path: Path, mo
             if process.poll() is None:
                 process.kill()
         restarted = len(watcher.first_seen) - 2 * len(AGENTS)
-        lost = assert_every_step_shard_exactly_once(store, STEPS, AGENTS)
+        # The outage hit a run in flight, and it was ridden out by restarts, not by luck.
+        assert process.returncode == 0 and min(steps_at_outage.values()) < STEPS, steps_at_outage
+        assert restarted >= 1, f"no worker was restarted across a {down_for:.0f}s outage:\n{output[-2000:]}"
+        assert_every_step_shard_exactly_once(store, STEPS, AGENTS)
         assert_same_result(outcome(store), baseline)
         for agent in AGENTS:
             assert store.list_checkpoints(agent) == [STEPS - 1, STEPS]
-            assert watcher.checkpoints[agent] == sorted(watcher.checkpoints[agent])
+            assert watcher.checkpoints[agent] and watcher.checkpoints[agent] == sorted(watcher.checkpoints[agent])
         LEDGER.fault("s3-outage", 1)
         LEDGER.recoveries += restarted
-        LEDGER.steps_lost += lost
         LEDGER.runs.append(
             f"S3 server killed for {down_for:.0f}s after step 1 and restarted on the same ports/data dir: "
             f"{restarted} worker restarts; "
-            f"steps lost {lost}; result equal to uninterrupted"
+            "no step lost or repeated; result equal to uninterrupted"
         )
         S3_RUN["dir"] = tmp_path
         S3_RUN["objects"] = {k: server.client().get_object(Bucket=server.bucket, Key=k)["Body"].read()
@@ -223,12 +227,12 @@ def test_s3_run_leaks_no_credential(tmp_path: Path) -> None:
     object the run wrote to the store."""
     if not S3_RUN:
         pytest.skip("needs test_s3_server_killed_mid_run_and_restarted_on_same_ports in the same session")
-    needle = KNOWN_SECRET.encode()
-    assert needle not in S3_RUN["output"].encode()
     files = [p for p in (S3_RUN["dir"] / "work").rglob("*") if p.is_file()]
     assert any(p.name.endswith(".log") for p in files) and any(p.name == "spec.yaml" for p in files)
-    leaked = [str(p) for p in files if needle in p.read_bytes()]
-    assert not leaked, f"secret found in {leaked}"
     assert len(S3_RUN["objects"]) > 50
-    leaked = [k for k, data in S3_RUN["objects"].items() if needle in data]
-    assert not leaked, f"secret found in store objects {leaked}"
+    for needle in (KNOWN_SECRET.encode(), KNOWN_ACCESS_KEY.encode()):
+        assert needle not in S3_RUN["output"].encode()
+        leaked = [str(p) for p in files if needle in p.read_bytes()]
+        assert not leaked, f"{needle!r} found in {leaked}"
+        leaked = [k for k, data in S3_RUN["objects"].items() if needle in data]
+        assert not leaked, f"{needle!r} found in store objects {leaked}"
