@@ -29,7 +29,7 @@ and, paired over the same seeds, HACPO minus each other configuration (final and
 interval, wins), plus ``tok->gspo``: the rollout tokens HACPO needed to first reach GSPO's mean
 final accuracy at an evaluation point (``-`` if it never did).
 
-    python bench/learning.py            # full: 2 teams x (4 configurations x 5 seeds + 4 ablations x 3 seeds) + trio
+    python bench/learning.py            # full: 2 teams x (4 configurations x 5 seeds + 4 ablations x 3 seeds) + trio x 3 seeds
     python bench/learning.py --quick    # smoke test: one team, hacpo and gspo, 1 seed, 2 steps, short warm starts
 
 Results: ``bench/results/learning.json`` (every run, every curve) and PNGs per team and agent
@@ -140,6 +140,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seeds", type=int, default=5, help="seeds of the main comparison")
     p.add_argument("--ablation-seeds", type=int, default=3, help="seeds of the four ablations (the first N of --seeds)")
     p.add_argument("--ablation-teams", default="cross-tokenizer", help="teams that run the ablations")
+    p.add_argument("--trio-seeds", type=int, default=3, help="seeds of the trio (the first N of --seeds)")
     p.add_argument("--trio-configs", default="hacpo", help="configurations of the trio (GSPO trains each agent alone: the pairs' gspo rows hold)")
     p.add_argument("--prompts", type=int, default=64, help="promptsPerStep (miniBatchPrompts is half)")
     p.add_argument("--group-size", type=int, default=8)
@@ -182,7 +183,7 @@ def plan(args: argparse.Namespace) -> list[tuple[str, str, int]]:
     for seed in range(args.seeds):
         for team in teams:
             for config in configs:
-                if team == "trio" and config not in trio_configs:
+                if team == "trio" and (config not in trio_configs or seed >= args.trio_seeds):
                     continue
                 if config in ABLATIONS and (seed >= args.ablation_seeds or team not in args.ablation_teams.split(",")):
                     continue

@@ -40,6 +40,9 @@ def test_quick_run_writes_table_and_json(script: str, tmp_path: Path, model_cach
     name, header = BENCHMARKS[script]
     env = dict(os.environ)
     env["HACRL_CACHE"] = str(model_cache)
+    # As bench_env does for the runs it starts: idle OpenMP threads sleep instead of spinning, or
+    # an in-process model build on a loaded 2-CPU machine can take ten times as long.
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     command = [sys.executable, str(REPO / "bench" / f"{script}.py"), "--quick", "--out", str(tmp_path / "results"),
                "--work", str(tmp_path / "work")] + (["--cache", str(model_cache)] if script in TAKES_CACHE else [])
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
