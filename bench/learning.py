@@ -158,6 +158,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--img", type=Path, default=REPO / "docs" / "img")
     p.add_argument("--fresh", action="store_true", help="ignore runs cached under --work")
+    p.add_argument("--report-only", action="store_true", help="report the runs of the plan already cached under --work; run nothing")
     args = p.parse_args(argv)
     if args.quick:
         args.steps, args.seeds, args.eval_every, args.eval_prompts, args.prompts = 2, 1, 0, 16, 8
@@ -401,6 +402,9 @@ def main(argv: list[str] | None = None) -> int:
                 runs.append(record)
                 print(f"[{index + 1}/{len(schedule)}] {name}: cached", flush=True)
                 continue
+        if args.report_only:
+            print(f"[{index + 1}/{len(schedule)}] {name}: not run (--report-only)", flush=True)
+            continue
         shutil.rmtree(store_dir / name, ignore_errors=True)
         spec_path = write_spec(json.loads(fingerprint), work / "specs" / f"{name}.yaml")
         wall = hacrl_run(spec_path, work / "workdirs" / name, env)
