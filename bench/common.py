@@ -59,21 +59,30 @@ def _version(module: str) -> str:
         return "?"
 
 
+def agent_document(name: str, model: str, *, lr: float, max_new_tokens: int = 8, batch_size: int = 128,
+                   micro_batch_size: int = 128) -> dict[str, Any]:
+    """One ``spec.agents`` entry."""
+    return {
+        "name": name,
+        "model": model,
+        "rollout": {"maxNewTokens": max_new_tokens, "batchSize": batch_size},
+        "learner": {"lr": lr, "microBatchSize": micro_batch_size},
+    }
+
+
 def agent_entry(agent: dict[str, Any], *, warmup_steps: int | None, model_seed: int = 0, max_new_tokens: int = 8,
                 batch_size: int = 128, micro_batch_size: int = 128) -> dict[str, Any]:
+    """The agent entry of a quickstart agent (``LLAMA``, ``QWEN``) with the given warm start."""
     query = f"seed={model_seed}" + (f"&warmup_steps={warmup_steps}" if warmup_steps is not None else "")
-    return {
-        "name": agent["name"],
-        "model": f"tiny://{agent['preset']}?{query}",
-        "rollout": {"maxNewTokens": max_new_tokens, "batchSize": batch_size},
-        "learner": {"lr": agent["lr"], "microBatchSize": micro_batch_size},
-    }
+    return agent_document(agent["name"], f"tiny://{agent['preset']}?{query}", lr=agent["lr"], max_new_tokens=max_new_tokens,
+                          batch_size=batch_size, micro_batch_size=micro_batch_size)
 
 
 def experiment(name: str, agents: list[dict[str, Any]], algorithm: dict[str, Any], *, store_uri: str,
                difficulty: str = "1", eval_prompts: int = 200, eval_every: int = 0, endpoint: str | None = None,
-               checkpoint_every: int = 1000) -> dict[str, Any]:
-    """An HACRLExperiment document on the built-in arithmetic task (metrics endpoints off)."""
+               checkpoint_every: int = 1000, eval_split_size: int | None = None) -> dict[str, Any]:
+    """An HACRLExperiment document on the built-in arithmetic task (metrics endpoints off).
+    ``eval_split_size``: generate that many held-out problems (the split's default is 200)."""
     store: dict[str, Any] = {"uri": store_uri}
     if endpoint:
         store["endpoint"] = endpoint
@@ -83,7 +92,8 @@ def experiment(name: str, agents: list[dict[str, Any]], algorithm: dict[str, Any
         "reward": "exact",
     }
     if eval_prompts:
-        data["eval"] = [{"name": "arithmetic", "source": f"builtin://arithmetic?difficulty={difficulty}&seed=0&split=eval",
+        size = f"&size={eval_split_size}" if eval_split_size else ""
+        data["eval"] = [{"name": "arithmetic", "source": f"builtin://arithmetic?difficulty={difficulty}&seed=0&split=eval{size}",
                          "maxPrompts": eval_prompts}]
     return {
         "apiVersion": "hacrl.io/v1alpha1",

@@ -60,8 +60,10 @@ from bench.common import (
     DEFAULT_CACHE,
     REPO,
     RESULTS,
+    agent_document,
     bench_env,
     build_models,
+    experiment,
     hacrl_run,
     save,
     table,
@@ -82,7 +84,7 @@ CONFIGS: dict[str, tuple[str, int, str | None]] = {
 }
 MAIN = ["hacpo", "gspo", "gspo-x2", "naive"]
 ABLATIONS = [c for c in CONFIGS if c.startswith("no-")]
-TASK = "difficulty=2-3"
+DIFFICULTY = "2-3"
 #: Short team tags for run names (experiment names are at most 40 characters).
 TEAM_TAGS = {"same-tokenizer": "same", "cross-tokenizer": "cross", "trio": "trio"}
 
@@ -97,7 +99,7 @@ class Agent:
     def uri(self, warmup_steps: int | None = None) -> str:
         steps = self.warmup_steps if warmup_steps is None else warmup_steps
         extra = f"&{self.options}" if self.options else ""
-        return f"tiny://{self.preset}?seed=0&warmup_steps={steps}&format=chain&{TASK}{extra}"
+        return f"tiny://{self.preset}?seed=0&warmup_steps={steps}&format=chain&difficulty={DIFFICULTY}{extra}"
 
 
 WEAK_CHAR = Agent("weak-char", "llama-char", 300)
@@ -207,30 +209,10 @@ def run_spec(args: argparse.Namespace, team: str, config: str, seed: int, store_
     for override in args.overrides:
         field, _, value = override.partition("=")
         algorithm[field] = yaml.safe_load(value)
-    agents = [{
-        "name": agent.name,
-        "model": agent.uri(args.warmups.get(agent.name)),
-        "rollout": {"maxNewTokens": args.max_new_tokens, "batchSize": 128},
-        "learner": {"lr": args.lr, "microBatchSize": 128},
-    } for agent in TEAMS[team]]
-    data: dict[str, Any] = {"train": {"source": f"builtin://arithmetic?{TASK}&seed=0"}, "eval": [], "reward": "exact"}
-    if args.eval_prompts:
-        data["eval"] = [{"name": "arithmetic", "source": f"builtin://arithmetic?{TASK}&seed=0&split=eval&size={args.eval_prompts}",
-                         "maxPrompts": args.eval_prompts}]
-    return {
-        "apiVersion": "hacrl.io/v1alpha1",
-        "kind": "HACRLExperiment",
-        "metadata": {"name": name},
-        "spec": {
-            "agents": agents,
-            "algorithm": algorithm,
-            "data": data,
-            "evaluation": {"everySteps": args.eval_every},
-            "store": {"uri": f"file://{store_dir}"},
-            "checkpoint": {"everySteps": 1000, "keepLast": 1},
-            "metrics": {"port": 0},
-        },
-    }
+    agents = [agent_document(agent.name, agent.uri(args.warmups.get(agent.name)), lr=args.lr, max_new_tokens=args.max_new_tokens)
+              for agent in TEAMS[team]]
+    return experiment(name, agents, algorithm, store_uri=f"file://{store_dir}", difficulty=DIFFICULTY,
+                      eval_prompts=args.eval_prompts, eval_every=args.eval_every, eval_split_size=args.eval_prompts)
 
 
 def collect(store_dir: Path, name: str, agents: list[str], steps: int) -> dict[str, Any]:
@@ -422,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     text, paired, summary = report(runs, args)
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     variant = f"; {args.name}: {' '.join(args.overrides)}" if args.name else ""
-    print(f"\nlearning{variant} (worked-chain arithmetic {TASK}; {args.steps} steps x 2 updates, {args.prompts} prompts/step, "
+    print(f"\nlearning{variant} (worked-chain arithmetic difficulty={DIFFICULTY}; {args.steps} steps x 2 updates, {args.prompts} prompts/step, "
           f"G {args.group_size}, lr {args.lr}, {args.eval_prompts} eval problems; mean ± 95% CI over seeds)\n{text}\n\n"
           f"paired by seed (HACPO minus the other; ± 95% CI)\n{paired}")
     name = ("learning-quick" if args.quick else "learning") + (f"-{args.name}" if args.name else "")

@@ -35,22 +35,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import (
     DEFAULT_CACHE,
     RESULTS,
+    agent_document,
     bench_env,
     build_models,
+    experiment,
     hacrl_run,
     save,
     table,
     write_spec,
 )
 
-#: format -> (task query, rollout max new tokens, {pairing: [(agent name, tiny:// URI), ...]})
+#: format -> (task difficulty, rollout max new tokens, {pairing: [(agent name, tiny:// URI), ...]})
 CELLS: dict[str, tuple[str, int, dict[str, list[tuple[str, str]]]]] = {
-    "answer": ("difficulty=1", 8, {
+    "answer": ("1", 8, {
         "char + char": [("char-a", "tiny://llama-char?seed=0"), ("char-b", "tiny://llama-char?seed=1")],
         "bpe + bpe": [("bpe-a", "tiny://qwen2-bpe?seed=0"), ("bpe-b", "tiny://qwen2-bpe?seed=1")],
         "char + bpe": [("char-a", "tiny://llama-char?seed=0"), ("bpe-a", "tiny://qwen2-bpe?seed=0")],
     }),
-    "chain": ("difficulty=2-3", 48, {
+    "chain": ("2-3", 48, {
         "char + char": [("char-a", "tiny://llama-char?seed=0&warmup_steps=500&format=chain&difficulty=2-3"),
                         ("char-b", "tiny://llama-char?seed=0&warmup_steps=300&format=chain&difficulty=2-3")],
         "bpe + bpe": [("bpe-a", "tiny://qwen2-bpe?seed=0&warmup_steps=600&format=chain&difficulty=2-3"),
@@ -80,23 +82,11 @@ def with_warmup(uri: str, steps: int) -> str:
     return f"{uri}&warmup_steps={steps}" if "warmup_steps=" not in uri else uri
 
 
-def spec(name: str, task: str, max_new_tokens: int, agents: list[tuple[str, str]], args: argparse.Namespace, store_dir: Path) -> dict[str, Any]:
-    return {
-        "apiVersion": "hacrl.io/v1alpha1",
-        "kind": "HACRLExperiment",
-        "metadata": {"name": name},
-        "spec": {
-            "agents": [{"name": agent, "model": uri, "rollout": {"maxNewTokens": max_new_tokens, "batchSize": 128},
-                        "learner": {"lr": 1e-4, "microBatchSize": 128}} for agent, uri in agents],
-            "algorithm": {"name": "hacpo", "groupSize": args.group_size, "promptsPerStep": args.prompts,
-                          "miniBatchPrompts": max(1, args.prompts // 2), "steps": 1, "seed": 0},
-            "data": {"train": {"source": f"builtin://arithmetic?{task}&seed=0"}, "eval": [], "reward": "exact"},
-            "evaluation": {"everySteps": 0},
-            "store": {"uri": f"file://{store_dir}"},
-            "checkpoint": {"everySteps": 1000, "keepLast": 1},
-            "metrics": {"port": 0},
-        },
-    }
+def spec(name: str, difficulty: str, max_new_tokens: int, agents: list[tuple[str, str]], args: argparse.Namespace, store_dir: Path) -> dict[str, Any]:
+    algorithm = {"name": "hacpo", "groupSize": args.group_size, "promptsPerStep": args.prompts,
+                 "miniBatchPrompts": max(1, args.prompts // 2), "steps": 1, "seed": 0}
+    documents = [agent_document(agent, uri, lr=1e-4, max_new_tokens=max_new_tokens) for agent, uri in agents]
+    return experiment(name, documents, algorithm, store_uri=f"file://{store_dir}", difficulty=difficulty, eval_prompts=0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,19 +99,19 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
     cells = []
     for fmt_name in formats:
-        task, max_new_tokens, pairings = CELLS[fmt_name]
+        difficulty, max_new_tokens, pairings = CELLS[fmt_name]
         for pairing, agents in pairings.items():
             if args.quick:
                 agents = [(agent, with_warmup(uri, 0)) for agent, uri in agents]  # the script, not the models
-            cells.append((fmt_name, task, max_new_tokens, pairing, agents))
+            cells.append((fmt_name, difficulty, max_new_tokens, pairing, agents))
     build_seconds = build_models([uri for *_, agents in cells for _, uri in agents], args.cache.resolve())
     print(f"models ready: {build_seconds}", flush=True)
 
     rows, results = [], []
-    for fmt_name, task, max_new_tokens, pairing, agents in cells:
+    for fmt_name, difficulty, max_new_tokens, pairing, agents in cells:
         name = f"sharing-{fmt_name}-{pairing.replace(' + ', '-')}"
         shutil.rmtree(store_dir / name, ignore_errors=True)
-        path = write_spec(spec(name, task, max_new_tokens, agents, args, store_dir), args.work / "specs" / f"{name}.yaml")
+        path = write_spec(spec(name, difficulty, max_new_tokens, agents, args, store_dir), args.work / "specs" / f"{name}.yaml")
         wall = hacrl_run(path, args.work / "workdirs" / name, env)
         store = open_trajectory_store(f"file://{store_dir}", name)
         lengths = {agent: statistics.fmean(len(r["token_ids"]) for r in store.read_rollouts(0, agent)) for agent, _ in agents}
