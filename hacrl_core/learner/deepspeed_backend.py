@@ -117,8 +117,9 @@ def deepspeed_config(settings, zero_stage: int) -> dict[str, Any]:
 class DeepSpeedBackend:
     """AdamW + global-norm clipping under a DeepSpeed engine (ZeRO ``settings.zero_stage``)."""
 
-    # What a ZeRO optimizer's state_dict pickles besides tensors (measured on DeepSpeed's ZeRO-1/2
-    # state): plain records whose rebuilding runs no code of the file's choosing.
+    # What a ZeRO optimizer's state_dict pickles besides tensors (read from the pickles of ZeRO 0-3
+    # states; stage 0 needs none, stage 3 no fragment_address): plain records whose rebuilding
+    # runs no code of the file's choosing.
     checkpoint_globals: tuple[type, ...] = (LossScaler, ZeroStageEnum, fragment_address)
 
     def __init__(self, model: torch.nn.Module, settings) -> None:

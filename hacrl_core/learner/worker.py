@@ -279,9 +279,8 @@ def run_updates(context: WorkerContext, state: LearnerState, step: int, rows: li
             for key, value in metrics.items():
                 collected.setdefault(key, []).append(value)
         grad_norm = state.backend.step() if finite_loss else float("nan")  # backends skip a non-finite gradient
-        if not is_finite(grad_norm):
+        if not is_finite(grad_norm):  # its gradients are dropped by the next update's zero_grad (or the last one)
             skipped += 1
-            state.backend.zero_grad()
             log.warning("learner %s step %d update %d: non-finite %s; update skipped", context.agent_name, step, update_index,
                         "gradient norm" if finite_loss else "loss")
         else:
