@@ -51,23 +51,24 @@ def check_data(path: str, spec) -> bool:
 
 
 def cmd_crd(args: argparse.Namespace) -> int:
-    from hacrl_core.crd import CRD_PATH, render_crd
+    from hacrl_core.crd import generated_files, render_crd
 
-    text = render_crd()
     if args.stdout:
-        sys.stdout.write(text)
+        sys.stdout.write(render_crd())
         return 0
-    target = Path(args.output) if args.output else CRD_PATH
+    files = [(Path(args.output), render_crd())] if args.output else generated_files()
     if args.check:
-        current = target.read_text(encoding="utf-8") if target.exists() else ""
-        if current != text:
+        stale = [target for target, text in files if (target.read_text(encoding="utf-8") if target.exists() else "") != text]
+        for target in stale:
             print(f"{target} is out of date with hacrl_core/spec.py; run `hacrl crd` to regenerate it", file=sys.stderr)
-            return 1
-        print(f"{target} is up to date")
-        return 0
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(text, encoding="utf-8")
-    print(f"wrote {target}")
+        for target, _ in files:
+            if target not in stale:
+                print(f"{target} is up to date")
+        return 1 if stale else 0
+    for target, text in files:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+        print(f"wrote {target}")
     return 0
 
 
@@ -80,9 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--data", action="store_true", help="also read every dataset and count the rows that would be skipped, per reason")
     validate.set_defaults(func=cmd_validate)
 
-    crd = commands.add_parser("crd", help="generate the HACRLExperiment CRD from the spec models")
-    crd.add_argument("--output", "-o", help="where to write it (default: the chart's crds/ folder)")
-    crd.add_argument("--check", action="store_true", help="fail if the file differs from the generated CRD")
+    crd = commands.add_parser("crd", help="generate the HACRLExperiment CRD and the admission policy's rules from the spec models")
+    crd.add_argument("--output", "-o", help="write only the CRD, there (default: both files into the chart)")
+    crd.add_argument("--check", action="store_true", help="fail if a committed file differs from the generated one")
     crd.add_argument("--stdout", action="store_true", help="print the CRD instead of writing it")
     crd.set_defaults(func=cmd_crd)
 

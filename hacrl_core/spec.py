@@ -23,6 +23,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from hacrl_core.pod_policy import override_problems
+
 API_GROUP = "hacrl.io"
 API_VERSION = "v1alpha1"
 KIND = "HACRLExperiment"
@@ -31,10 +33,10 @@ SHORT_NAME = "hx"
 
 MAX_TTL_SECONDS = 10 * 365 * 86400
 # An RFC 1123 subdomain: what Kubernetes accepts as a Secret name.
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _ENDPOINT = re.compile(r"^https?://[^\s/?#@]+(:\d{1,5})?/?$")
 _NESTED_FIELD = re.compile(r"^([A-Za-z][\w\[\]\.]*): (.*)$", re.S)
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 ALGORITHM_NAMES = ("hacpo", "gspo", "grpo", "naive")
 REWARD_NAMES = ("exact", "numeric", "math")
 SHARED_ROW_ALGORITHMS = ("hacpo", "naive")
@@ -93,63 +95,18 @@ class RoleResources(SpecModel):
     learner: KubeObject = Field(default_factory=dict, description="Kubernetes ResourceRequirements of the learner pod.")
 
 
-def weakened_pod_security(pod_spec: KubeObject) -> list[tuple[str, str]]:
-    """Where a pod-spec override would undo the workers' lock-down (non-root, unprivileged, no
-    host namespaces or host paths): one ``(path, setting)`` pair each.
-
-    The operator creates pods with its own service account, so an experiment that could ask for
-    a privileged pod would let anyone who may create experiments run one.
-    """
-    problems: list[tuple[str, str]] = []
-
-    def context(path: str, value: Any, container: bool) -> None:
-        if not isinstance(value, dict):
-            if value is None:
-                problems.append((path, "null (it would remove the non-root, unprivileged settings)"))
-            return
-        if value.get("runAsNonRoot") is False:
-            problems.append((f"{path}.runAsNonRoot", "false"))
-        if value.get("runAsUser") == 0:
-            problems.append((f"{path}.runAsUser", "0 (root)"))
-        if container and value.get("privileged") is True:
-            problems.append((f"{path}.privileged", "true"))
-        if container and value.get("allowPrivilegeEscalation") is True:
-            problems.append((f"{path}.allowPrivilegeEscalation", "true"))
-        if container and (value.get("capabilities") or {}).get("add"):
-            problems.append((f"{path}.capabilities.add", "set"))
-        if (value.get("seccompProfile") or {}).get("type") == "Unconfined":
-            problems.append((f"{path}.seccompProfile.type", "Unconfined"))
-
-    for key in ("hostNetwork", "hostPID", "hostIPC"):
-        if pod_spec.get(key) is True:
-            problems.append((key, "true"))
-    if "securityContext" in pod_spec:
-        context("securityContext", pod_spec["securityContext"], container=False)
-    for index, volume in enumerate(pod_spec.get("volumes") or []):
-        if isinstance(volume, dict) and "hostPath" in volume:
-            problems.append((f"volumes[{index}].hostPath", "set"))
-    for kind in ("containers", "initContainers", "ephemeralContainers"):
-        for index, container in enumerate(pod_spec.get(kind) or []):
-            if isinstance(container, dict) and "securityContext" in container:
-                context(f"{kind}[{index}].securityContext", container["securityContext"], container=True)
-    return problems
-
-
 class RolePodTemplates(SpecModel):
-    rollout: KubeObject = Field(default_factory=dict, description="Pod spec fields merged into the rollout pod (strategic override of the generated pod spec); it may not weaken the pods' security (root, privileged, host namespaces or paths).")
-    learner: KubeObject = Field(default_factory=dict, description="Pod spec fields merged into the learner pod; same limits as `rollout`.")
+    rollout: KubeObject = Field(default_factory=dict, description="Pod spec fields merged into the rollout pod (strategic override of the generated pod spec). An allow-list (docs/security.md): scheduling fields, resources, env from values or ConfigMaps, emptyDir/PVC/configMap/ephemeral volumes and their mounts, sidecars and init containers; no Secrets, service accounts, host settings or weaker securityContext.")
+    learner: KubeObject = Field(default_factory=dict, description="Pod spec fields merged into the learner pod; same allow-list as `rollout`.")
 
     @field_validator("rollout", "learner")
     @classmethod
-    def _keeps_pods_locked_down(cls, value: KubeObject) -> KubeObject:
-        problems = weakened_pod_security(value)
+    def _within_allow_list(cls, value: KubeObject) -> KubeObject:
+        problems = override_problems(value)
         if problems:
-            (path, setting), *others = problems
-            also = f" (also: {', '.join(f'{p}: {s}' for p, s in others)})" if others else ""
-            raise ValueError(
-                f"{path}: {setting} is not allowed: worker pods run as non-root, unprivileged, without host "
-                f"namespaces or host paths; remove it from podTemplate (docs/security.md){also}"
-            )
+            (path, problem), *others = problems
+            also = f" (also: {'; '.join(f'{p}: {q}' for p, q in others)})" if others else ""
+            raise ValueError(f"{path}: {problem}; see docs/security.md for what podTemplate may set{also}")
         return value
 
 
@@ -164,7 +121,7 @@ class AgentSpec(SpecModel):
     @field_validator("name")
     @classmethod
     def _dns_label(cls, value: str) -> str:
-        if len(value) > 40 or not _DNS_LABEL.match(value):
+        if len(value) > 40 or not DNS_LABEL.match(value):
             raise ValueError(
                 f"{value!r} is not a valid agent name: use at most 40 lower-case letters, digits and '-', "
                 "starting and ending with a letter or digit (e.g. 'qwen-small')"
@@ -266,6 +223,12 @@ class DataSpec(SpecModel):
         return value
 
 
+def secret_name(value: str | None) -> str | None:
+    if value is not None and (len(value) > 253 or not DNS_SUBDOMAIN.match(value)):
+        raise ValueError(f"{value!r} is not a Secret name: lower-case letters, digits, '-' and '.', at most 253 characters (e.g. hacrl-store)")
+    return value
+
+
 class StoreSpec(SpecModel):
     uri: str = Field("file://./runs", description="Trajectory store: `file://path` (default) or `s3://bucket/prefix`.")
     endpoint: str | None = Field(None, description="S3 endpoint URL (MinIO, SeaweedFS); empty for AWS.")
@@ -291,9 +254,7 @@ class StoreSpec(SpecModel):
     @field_validator("credentials_secret")
     @classmethod
     def _secret_name(cls, value: str | None) -> str | None:
-        if value is not None and (len(value) > 253 or not _DNS_SUBDOMAIN.match(value)):
-            raise ValueError(f"{value!r} is not a Secret name: lower-case letters, digits, '-' and '.', at most 253 characters (e.g. hacrl-store)")
-        return value
+        return secret_name(value)
 
 
 class CheckpointSpec(SpecModel):
@@ -357,6 +318,17 @@ class ExperimentSpec(SpecModel):
     suspend: bool = Field(False, description="True deletes the pods and keeps everything else; false resumes from checkpoints.")
     restart_limit: int = Field(3, ge=0, le=1000, description="Pod restarts allowed per agent before the experiment fails.")
     cleanup: CleanupSpec = Field(default_factory=CleanupSpec, description="Cleanup when finished.")
+    model_token_secret: str | None = Field(None, description="Secret with the key HF_TOKEN, given to every rollout and learner pod as HF_TOKEN (gated Hugging Face models; operator; referenced, never copied). The cluster admin must have marked it usable by experiments.")
+
+    @field_validator("model_token_secret")
+    @classmethod
+    def _token_secret_name(cls, value: str | None) -> str | None:
+        return secret_name(value)
+
+    def secret_references(self) -> list[tuple[str, str]]:
+        """``(field, Secret name)`` of every Secret the experiment's pods read."""
+        named = (("spec.store.credentialsSecret", self.store.credentials_secret), ("spec.modelTokenSecret", self.model_token_secret))
+        return [(field, name) for field, name in named if name]
 
     @model_validator(mode="after")
     def _agents(self) -> "ExperimentSpec":
@@ -390,7 +362,7 @@ class Metadata(SpecModel):
     @field_validator("name")
     @classmethod
     def _dns(cls, value: str) -> str:
-        if len(value) > 40 or not _DNS_LABEL.match(value):
+        if len(value) > 40 or not DNS_LABEL.match(value):
             raise ValueError(f"{value!r} is not a valid experiment name: at most 40 lower-case letters, digits and '-'")
         return value
 

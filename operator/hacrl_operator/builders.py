@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from hacrl_core.pod_policy import lock_down
 from hacrl_core.spec import API_GROUP, API_VERSION, KIND, Experiment, dump_experiment
 from hacrl_operator.config import OperatorConfig
 
@@ -117,6 +118,8 @@ def worker_env(experiment: Experiment, agent: str, role: str) -> list[dict[str, 
                 "name": key,
                 "valueFrom": {"secretKeyRef": {"name": spec.store.credentials_secret, "key": key}},
             })
+    if spec.model_token_secret:
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": spec.model_token_secret, "key": "HF_TOKEN"}}})
     return env
 
 
@@ -186,6 +189,8 @@ def build_pod(
             {"name": "dshm", "emptyDir": {"medium": "Memory"}},
         ],
     }
+    if config.worker_image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": secret} for secret in config.worker_image_pull_secrets]
     scheduling = spec.scheduling
     if scheduling.node_selector:
         pod_spec["nodeSelector"] = dict(scheduling.node_selector)
@@ -201,6 +206,7 @@ def build_pod(
     override = getattr(agent_spec.pod_template, role)
     if override:
         pod_spec = merge_pod_spec(pod_spec, override)
+    lock_down(pod_spec, config.run_as_user)  # whatever the override said, sidecars included
 
     metadata: dict[str, Any] = {
         "name": pod_name(name, agent, role),

@@ -12,8 +12,8 @@ import re
 from collections.abc import Mapping
 
 from hacrl_core import __version__ as _HACRL_VERSION
+from hacrl_core.spec import DNS_LABEL, DNS_SUBDOMAIN
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _IMAGE = re.compile(r"^[^\s]+$")
 
 DEFAULT_ROLLOUT_IMAGE = f"ghcr.io/hacrl/hacrl-rollout:{_HACRL_VERSION}"
@@ -49,6 +49,12 @@ class OperatorConfig:
     kubeconfig: str | None = None
     # User and group the worker containers run as (non-root).
     run_as_user: int = 1000
+    # Secrets the cluster admin marked usable by experiments (store credentials, model token):
+    # "name" (any watched namespace), "namespace/name", or "*" (any; single-tenant clusters).
+    # A list rather than a label on the Secret: the operator needs no permission on Secrets.
+    experiment_secrets: tuple[str, ...] = ()
+    # imagePullSecrets of every worker pod (the cluster admin's; experiments cannot name Secrets).
+    worker_image_pull_secrets: tuple[str, ...] = ()
 
     @property
     def clusterwide(self) -> bool:
@@ -56,6 +62,9 @@ class OperatorConfig:
 
     def watches(self, namespace: str | None) -> bool:
         return self.clusterwide or namespace in self.namespaces
+
+    def secret_allowed(self, namespace: str, name: str) -> bool:
+        return any(entry in ("*", name, f"{namespace}/{name}") for entry in self.experiment_secrets)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorConfig:
@@ -74,6 +83,8 @@ class OperatorConfig:
             watch_connect_timeout=_int(env, "HACRL_WATCH_CONNECT_TIMEOUT", defaults.watch_connect_timeout, low=1),
             kubeconfig=env.get("KUBECONFIG") or None,
             run_as_user=_int(env, "HACRL_POD_RUN_AS_USER", defaults.run_as_user, low=1),
+            experiment_secrets=_secrets(env, "HACRL_EXPERIMENT_SECRETS"),
+            worker_image_pull_secrets=_secrets(env, "HACRL_WORKER_IMAGE_PULL_SECRETS", qualified=False),
         )
 
 
@@ -118,12 +129,25 @@ def _image(env: Mapping[str, str], name: str, default: str) -> str:
     return raw
 
 
+def _secrets(env: Mapping[str, str], name: str, qualified: bool = True) -> tuple[str, ...]:
+    """Comma-separated Secret names; ``qualified`` also admits "namespace/name" and "*"."""
+    raw = _raw(env, name) or ""
+    entries = tuple(dict.fromkeys(part.strip() for part in raw.split(",") if part.strip()))
+    parts = 2 if qualified else 1
+    bad = [e for e in entries if not (qualified and e == "*") and not (
+        len(e.split("/")) <= parts and all(p and len(p) <= 253 and DNS_SUBDOMAIN.match(p) for p in e.split("/")))]
+    if bad:
+        forms = "Secret names ('hacrl-store', any namespace) or 'namespace/name', or '*' for any Secret" if qualified else "Secret names"
+        raise ConfigError(f"{name}={raw!r}: {', '.join(map(repr, bad))} is not a Secret; give a comma-separated list of {forms}")
+    return entries
+
+
 def _namespaces(env: Mapping[str, str], name: str) -> tuple[str, ...]:
     raw = _raw(env, name)
     if raw is None or raw == "*":
         return ()
     names = tuple(dict.fromkeys(part.strip() for part in raw.split(",") if part.strip()))
-    bad = [n for n in names if len(n) > 63 or not _DNS_LABEL.match(n)]
+    bad = [n for n in names if len(n) > 63 or not DNS_LABEL.match(n)]
     if bad or not names:
         raise ConfigError(
             f"{name}={raw!r}: {', '.join(map(repr, bad)) or 'empty list'} is not a namespace name; "

@@ -53,7 +53,7 @@ _WAITING_REASONS = {
 # Condition reasons that deserve a Warning event when they appear.
 WARNING_REASONS = (
     "ImagePullBackOff", "CreateContainerConfigError", "CrashLoop", "Unschedulable", "PodCreateFailed", "StoreUnreachable",
-    "ManyRowsSkipped",
+    "ManyRowsSkipped", "SecretNotAllowed",
 )
 _REASON_PRIORITY = (
     "ImagePullBackOff", "CreateContainerConfigError", "CrashLoop", "Unschedulable",
@@ -184,6 +184,8 @@ class Observed:
     pods: Iterable[Mapping[str, Any]] = ()
     progress: Mapping[str, Mapping[str, Any] | None] = dataclasses.field(default_factory=dict)
     store_error: str | None = None
+    # Secrets the spec names that the cluster admin has not marked usable (one message each).
+    refused_secrets: list[str] = dataclasses.field(default_factory=list)
     generation: int | None = None
     now: dt.datetime = dataclasses.field(default_factory=now_utc)
 
@@ -339,6 +341,8 @@ def _plan_valid(observed: Observed, experiment: Experiment, old: dict[str, Any],
         _plan_finished(plan, experiment, views, conditions, observed.now, old)
     elif spec.suspend:
         _plan_suspended(plan, views, conditions)
+    elif observed.refused_secrets:
+        _plan_secrets_refused(plan, observed.refused_secrets, conditions)
     else:
         _plan_active(plan, experiment, views, conditions, observed, old)
     status["step"] = min((e["step"] for e in status["agentProgress"]), default=0)
@@ -436,6 +440,16 @@ def _plan_suspended(plan: Plan, views: dict[tuple[str, str], PodView], condition
     status["message"] = "spec.suspend is true: pods deleted; set it to false to resume from the checkpoints"
     conditions.set("Suspended", True, "Suspended", status["message"])
     conditions.set("Ready", False, "Suspended", "no pods while suspended")
+
+
+def _plan_secrets_refused(plan: Plan, refused: list[str], conditions: _Conditions) -> None:
+    """No new pod while the spec names a Secret the admin has not approved; pods already running
+    (created before the admin narrowed the list) are left alone rather than killed mid-step."""
+    message = "; ".join(refused)
+    conditions.set("Ready", False, "SecretNotAllowed", message)  # a Warning event as it appears
+    if plan.status["phase"] == "Suspended":
+        plan.status["phase"] = "Pending"
+    plan.status["message"] = "waiting for an approved Secret: " + message
 
 
 def _plan_active(

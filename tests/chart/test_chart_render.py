@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from hacrl_core.crd import CRD_PATH, render_crd
+from hacrl_core.pod_policy import admission_rules
 from hacrl_operator.builders import CREDENTIAL_KEYS
 from hacrl_operator.config import OperatorConfig
 from tests.chart.rendering import (
@@ -44,10 +45,10 @@ def test_lint_strict(values: Path):
 
 @pytest.mark.parametrize("values", CI_VALUES, ids=CI_IDS)
 def test_rendered_objects_are_valid_kubernetes(values: Path):
-    docs = render((str(values),), extra=("--include-crds",))
-    assert docs, "nothing rendered"
     problems = []
-    for version in KUBE_VERSIONS:
+    for version in KUBE_VERSIONS:  # rendered for each: some objects need a newer API (the admission policy)
+        docs = render((str(values),), extra=("--include-crds", "--kube-version", version))
+        assert docs, "nothing rendered"
         for doc in docs:
             if doc["apiVersion"].startswith(FOREIGN_GROUPS):
                 continue
@@ -62,6 +63,27 @@ def test_rendered_objects_are_valid_kubernetes(values: Path):
 def test_older_kubernetes_is_refused(version: str):
     result = run_helm("template", RELEASE, str(CHART), "--kube-version", version, check=False)
     assert result.returncode != 0 and "kubeVersion" in result.stderr
+
+
+def test_admission_policy_ships_the_generated_rules_where_the_api_exists():
+    policies = objects(render(extra=("--kube-version", "1.30.0")), "ValidatingAdmissionPolicy")
+    assert [p["spec"]["validations"] for p in policies] == [admission_rules()]
+    (binding,) = objects(render(extra=("--kube-version", "1.30.0")), "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {"policyName": policies[0]["metadata"]["name"], "validationActions": ["Deny"]}
+    assert policies[0]["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["hacrlexperiments"]
+    assert not objects(render(extra=("--kube-version", "1.29.0")), "ValidatingAdmissionPolicy"), "v1 needs Kubernetes 1.30"
+    assert not objects(render(sets=("admissionPolicy.enabled=false",), extra=("--kube-version", "1.30.0")), "ValidatingAdmissionPolicy")
+
+
+def test_experiment_secrets_and_worker_pull_secrets_reach_the_operator():
+    def operator_env(*sets: str) -> dict[str, str]:
+        (deployment,) = [d for d in objects(render(sets=sets), "Deployment") if d["metadata"]["name"].endswith("operator")]
+        return {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+    assert operator_env()["HACRL_EXPERIMENT_SECRETS"] == "" and "HACRL_WORKER_IMAGE_PULL_SECRETS" not in operator_env()
+    env = operator_env("experimentSecrets={hacrl-store,ml/hf-token}", "minio.enabled=true", "workerImagePullSecrets[0].name=regcred")
+    assert env["HACRL_EXPERIMENT_SECRETS"] == f"hacrl-store,ml/hf-token,{RELEASE}-minio"
+    assert env["HACRL_WORKER_IMAGE_PULL_SECRETS"] == "regcred"
 
 
 def test_crd_is_shipped_unchanged_and_alone():

@@ -496,6 +496,8 @@ def run_operator(cluster: EmulatedCluster, **env: str) -> Iterator[OperatorHandl
         "HACRL_OPERATOR_HEALTH_PORT": str(free_port()),
         "HACRL_ROLLOUT_IMAGE": "registry.test/hacrl-rollout:test",
         "HACRL_LEARNER_IMAGE": "registry.test/hacrl-learner:test",
+        # The Secrets the tests' experiments name, approved as a cluster admin would.
+        "HACRL_EXPERIMENT_SECRETS": "s3-creds,store-creds",
         **env,
     }
     config = OperatorConfig.from_env(settings)

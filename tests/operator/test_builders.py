@@ -61,7 +61,7 @@ def test_pod_runs_the_worker_with_labels_owner_security_and_metrics(role: str) -
     assert pod["spec"]["restartPolicy"] == "Never"
     assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
     assert c["securityContext"] == {
-        "runAsNonRoot": True, "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True, "privileged": False, "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
         "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
     }
     mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
@@ -97,10 +97,12 @@ def test_resources_scheduling_images_and_pod_template_override() -> None:
     )
     exp.spec.agents[0].resources.rollout = {"limits": {"nvidia.com/gpu": 2}}
     exp.spec.agents[0].pod_template.rollout = {
-        "containers": [{"name": "rollout", "env": [{"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"}]}, {"name": "sidecar", "image": "s"}],
+        "containers": [{"name": "rollout", "env": [{"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"}], "securityContext": None},
+                       {"name": "sidecar", "image": "s"}],
+        "initContainers": [{"name": "fetch", "image": "f", "securityContext": {"runAsUser": 2000}}],
         "volumes": [{"name": "cache", "persistentVolumeClaim": {"claimName": "hf-cache"}}],
         "enableServiceLinks": None,
-        "hostIPC": True,
+        "securityContext": None,
     }
     pod = builders.build_pod(exp, "llama-char", "rollout", OWNER, CONFIG)
     spec = pod["spec"]
@@ -112,7 +114,16 @@ def test_resources_scheduling_images_and_pod_template_override() -> None:
     assert env(pod)["VLLM_LOGGING_LEVEL"]["value"] == "DEBUG" and "HACRL_AGENT" in env(pod)
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["cache"] == {"name": "cache", "persistentVolumeClaim": {"claimName": "hf-cache"}}
-    assert "enableServiceLinks" not in spec and spec["hostIPC"] is True
+    assert "enableServiceLinks" not in spec
+    # Every container, sidecars and init containers included, runs locked down whatever the
+    # override said (a null securityContext, none at all, or only a user id).
+    locked = {"runAsNonRoot": True, "privileged": False, "allowPrivilegeEscalation": False,
+              "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
+    for c in spec["containers"] + spec["initContainers"]:
+        assert {k: c["securityContext"].get(k) for k in locked} == locked, c["name"]
+    assert spec["initContainers"][0]["securityContext"]["runAsUser"] == 2000
+    assert spec["securityContext"] == {"runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000, "runAsNonRoot": True,
+                                       "seccompProfile": {"type": "RuntimeDefault"}}
     learner = builders.build_pod(exp, "llama-char", "learner", OWNER, CONFIG)
     assert container(learner)["image"] == "img/learner:1" and "resources" not in container(learner)
 

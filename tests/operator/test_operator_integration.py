@@ -157,8 +157,9 @@ def test_store_credentials_by_reference_resources_and_scheduling(cluster: Emulat
     )
     document["spec"]["agents"][0]["resources"] = {"learner": {"limits": {"nvidia.com/gpu": 1, "memory": "16Gi"}}}
     document["spec"]["agents"][0]["podTemplate"] = {
-        "learner": {"containers": [{"name": "learner", "env": [{"name": "NCCL_DEBUG", "value": "INFO"}]}], "serviceAccountName": "trainer"}
+        "learner": {"containers": [{"name": "learner", "env": [{"name": "NCCL_DEBUG", "value": "INFO"}]}], "runtimeClassName": "nvidia"}
     }
+    document["spec"]["modelTokenSecret"] = "store-creds"
     create_namespace(cluster)
     apply(cluster, document)
     pods = wait_for(lambda: len(pods_of(cluster)) == 4 and pods_of(cluster), what="4 pods")
@@ -171,8 +172,9 @@ def test_store_credentials_by_reference_resources_and_scheduling(cluster: Emulat
     assert env["NCCL_DEBUG"]["value"] == "INFO" and env["HACRL_METRICS_BIND"]["value"] == "0.0.0.0"
     assert container["resources"] == {"limits": {"nvidia.com/gpu": 1, "memory": "16Gi"}}
     assert container["image"] == "registry.test/custom-learner:1" and container["imagePullPolicy"] == "Always"
+    assert env["HF_TOKEN"] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "store-creds", "key": "HF_TOKEN"}}}
     spec = learner["spec"]
-    assert spec["serviceAccountName"] == "trainer"
+    assert spec["runtimeClassName"] == "nvidia" and spec["automountServiceAccountToken"] is False and "serviceAccountName" not in spec
     assert spec["nodeSelector"] == {"gpu": "h100"} and spec["priorityClassName"] == "training" and spec["schedulerName"] == "volcano"
     assert spec["tolerations"][0]["key"] == "nvidia.com/gpu" and "nodeAffinity" in spec["affinity"]
     rollout = pods["quickstart-llama-char-rollout"]
@@ -237,6 +239,30 @@ def test_a_pod_override_that_would_run_privileged_is_refused_before_any_pod(clus
     field = "spec.agents[0].podTemplate.learner.containers[0].securityContext.privileged"
     assert condition(status, "Failed")["reason"] == "InvalidSpec" and field in condition(status, "Failed")["message"]
     assert pods_of(cluster) == {}
+
+
+def test_a_secret_the_admin_did_not_approve_gets_no_pod_until_the_spec_names_one_that_is(cluster: EmulatedCluster, op: OperatorHandle) -> None:
+    """The harness approves s3-creds and store-creds only (HACRL_EXPERIMENT_SECRETS), as a cluster
+    admin would: an experiment naming another team's Secret must not get a pod that reads it."""
+    document = quickstart(store={"uri": "s3://bucket/runs", "endpoint": "http://127.0.0.1:9", "credentialsSecret": "team-b-creds"})
+    document["spec"]["modelTokenSecret"] = "team-b-hf"
+    create_namespace(cluster)
+    apply(cluster, document)
+    status = wait_for(lambda: condition(status_of(cluster), "Ready").get("reason") == "SecretNotAllowed" and status_of(cluster),
+                      what="SecretNotAllowed")
+    message = condition(status, "Ready")["message"]
+    assert "spec.store.credentialsSecret: Secret 'team-b-creds'" in message and "spec.modelTokenSecret: Secret 'team-b-hf'" in message
+    assert "experimentSecrets" in message and status["phase"] == "Pending"
+    warnings = [e for e in cluster.get("events", namespace=NS) if e["reason"] == "SecretNotAllowed"]
+    assert len(warnings) == 1 and warnings[0]["type"] == "Warning"
+    time.sleep(1.0)  # several reconciles (0.2 s apart): still no pod, still one warning
+    assert pods_of(cluster) == {}
+    assert len([e for e in cluster.get("events", namespace=NS) if e["reason"] == "SecretNotAllowed"]) == 1
+    cluster.kubectl("patch", "hx", "quickstart", "-n", NS, "--type=merge", "-p",
+            json.dumps({"spec": {"store": {"credentialsSecret": "s3-creds"}, "modelTokenSecret": None}}))
+    pods = wait_for(lambda: len(pods_of(cluster)) == 4 and pods_of(cluster), what="4 pods once the Secret is approved")
+    env = {e["name"]: e for e in pods["quickstart-llama-char-learner"]["spec"]["containers"][0]["env"]}
+    assert env["AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"]["name"] == "s3-creds" and "HF_TOKEN" not in env
 
 
 def test_a_pod_name_taken_by_another_experiment_is_a_condition_and_a_warning(cluster: EmulatedCluster, op: OperatorHandle) -> None:

@@ -129,3 +129,12 @@ tests/chart/test_rbac.py fails when these and RULES differ in either direction.
 {{- fail "minio.secretNamespaces is set but minio.enabled is false: enable MinIO or remove minio.secretNamespaces" }}
 {{- end }}
 {{- end }}
+
+{{/* Secrets experiments may name: the admin's list, plus the in-chart MinIO's Secret. */}}
+{{- define "hacrl-operator.experimentSecrets" -}}
+{{- $secrets := .Values.experimentSecrets | default list -}}
+{{- if .Values.minio.enabled -}}
+{{- $secrets = append $secrets (include "hacrl-operator.minio.secretName" .) -}}
+{{- end -}}
+{{- join "," (uniq $secrets) -}}
+{{- end }}

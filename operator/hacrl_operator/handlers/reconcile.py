@@ -110,7 +110,8 @@ class Reconciler:
                 progress, store_error = self.read_progress(experiment)
         observed = Observed(
             experiment=experiment, spec_errors=errors, status=status, pods=pods, progress=progress,
-            store_error=store_error, generation=body.get("metadata", {}).get("generation"), now=now_utc(),
+            store_error=store_error, refused_secrets=self.refused_secrets(experiment, namespace),
+            generation=body.get("metadata", {}).get("generation"), now=now_utc(),
         )
         plan = plan_reconcile(observed)
         if experiment is not None:
@@ -133,6 +134,17 @@ class Reconciler:
             return parse_experiment(builders.experiment_from_body(body), f"{metadata.get('namespace')}/{metadata.get('name')}"), None
         except SpecError as error:
             return None, error.errors
+
+    def refused_secrets(self, experiment: Experiment | None, namespace: str) -> list[str]:
+        """One message per Secret the spec names that the cluster admin has not marked usable."""
+        if experiment is None:
+            return []
+        return [
+            f"{field}: Secret {secret!r} is not approved for experiments; ask the cluster admin to add "
+            f"'{secret}' or '{namespace}/{secret}' to the chart value experimentSecrets (HACRL_EXPERIMENT_SECRETS)"
+            for field, secret in experiment.spec.secret_references()
+            if not self.config.secret_allowed(namespace, secret)
+        ]
 
     def read_progress(self, experiment: Experiment) -> tuple[dict[str, dict[str, Any] | None], str | None]:
         progress: dict[str, dict[str, Any] | None] = {}
