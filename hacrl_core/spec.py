@@ -234,6 +234,7 @@ class StoreSpec(SpecModel):
     endpoint: str | None = Field(None, description="S3 endpoint URL (MinIO, SeaweedFS); empty for AWS.")
     region: str | None = Field(None, description="S3 region.")
     credentials_secret: str | None = Field(None, description="Secret with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (operator; referenced, never copied).")
+    adopt_existing: bool = Field(False, description="Operator: let this experiment take over the store prefix of a deleted experiment of the same namespace and name and resume from its checkpoints; false refuses such a prefix (condition StoreOwnedByAnother).")
 
     @field_validator("uri")
     @classmethod

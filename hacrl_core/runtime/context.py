@@ -24,7 +24,8 @@ from hacrl_core.spec import (
     SpecError,
     load_experiment,
 )
-from hacrl_core.store import TrajectoryStore, open_trajectory_store
+from hacrl_core.store import TrajectoryStore, describe_prefix, open_experiment_store
+from hacrl_core.store.ownership import Owner, claim
 
 log = logging.getLogger("hacrl")
 
@@ -80,10 +81,11 @@ class WorkerContext:
         problems = unsupported_settings(experiment)
         if problems:
             raise SpecError(str(spec_path), problems)
-        store_spec = experiment.spec.store
-        store = open_trajectory_store(
-            store_spec.uri, experiment.name, endpoint=store_spec.endpoint, region=store_spec.region
-        )
+        store = open_experiment_store(experiment)
+        uid = os.environ.get("HACRL_EXPERIMENT_UID")
+        if uid:  # a pod of the operator's: claim the prefix for this experiment object, or stop here
+            owner = Owner(name=experiment.name, uid=uid, namespace=experiment.metadata.namespace)
+            claim(store, owner, adopt=experiment.spec.store.adopt_existing, where=describe_prefix(experiment))
         context = cls(experiment=experiment, agent_name=agent, store=store)
         context.work_dir = cache_root() / "work" / experiment.name / agent
         context.work_dir.mkdir(parents=True, exist_ok=True)

@@ -15,13 +15,15 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hacrl_core.data.report import DatasetReport, read_datasets
 from hacrl_core.runtime.context import unsupported_settings
 from hacrl_core.spec import Experiment, SpecError, dump_experiment, load_experiment
-from hacrl_core.store import TrajectoryStore, open_trajectory_store
+from hacrl_core.store import TrajectoryStore, describe_prefix, open_experiment_store
+from hacrl_core.store.ownership import Owner, StoreOwnedByAnother, claim
 
 ROLES = ("rollout", "learner")
 POLL_SECONDS = 0.25
@@ -99,7 +101,7 @@ def prepare(spec_path: str | Path, *, resume: bool, workdir: str | Path | None =
     if problems:
         raise SpecError(str(spec_path), problems)
     store_spec = experiment.spec.store
-    store = open_trajectory_store(store_spec.uri, experiment.name, endpoint=store_spec.endpoint, region=store_spec.region)
+    store = open_experiment_store(experiment)
     started = any(store.read_progress(a.name) for a in experiment.spec.agents) or bool(store.list_steps())
     if started and not resume:
         raise RunError(
@@ -117,6 +119,12 @@ def prepare(spec_path: str | Path, *, resume: bool, workdir: str | Path | None =
                 f"the spec of {experiment.name!r} changed since the run started; resuming with a different spec would mix "
                 "two experiments in one store prefix: restore the original spec or use a new metadata.name"
             )
+    # A fresh run owns the prefix; --resume is the explicit request to take over whatever ran there.
+    owner = Owner(name=experiment.name, uid=f"local-{uuid.uuid4()}", namespace=experiment.metadata.namespace)
+    try:
+        claim(store, owner, adopt=resume, where=describe_prefix(experiment))
+    except StoreOwnedByAnother as error:
+        raise RunError(f"{error} (or `hacrl run --resume` to take it over)") from None
     store.put_spec(rendered)
     workdir = Path(workdir or Path("hacrl-runs") / experiment.name).resolve()
     (workdir / "logs").mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,7 @@
 - ``commit``: objects and directories visible only when complete (marker/manifest + sha256).
 - ``trajectories``: tokenizer-neutral rollout and score rows in Parquet.
 - ``layout`` + ``trajectory_store``: one experiment's keys and ``TrajectoryStore``.
+- ``ownership``: the owner record that keeps one experiment out of another's prefix.
 """
 
 from hacrl_core.store.commit import (
@@ -34,7 +35,12 @@ from hacrl_core.store.trajectories import (
     scores_from_parquet,
     scores_to_parquet,
 )
-from hacrl_core.store.trajectory_store import TrajectoryStore, open_trajectory_store
+from hacrl_core.store.trajectory_store import (
+    TrajectoryStore,
+    describe_prefix,
+    open_experiment_store,
+    open_trajectory_store,
+)
 
 __all__ = [
     "ROLLOUT_SCHEMA",
@@ -53,6 +59,8 @@ __all__ = [
     "get_dir",
     "is_committed",
     "list_committed_dirs",
+    "describe_prefix",
+    "open_experiment_store",
     "open_object_store",
     "open_trajectory_store",
     "put_committed",

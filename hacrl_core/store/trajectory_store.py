@@ -210,3 +210,21 @@ def open_trajectory_store(
 ) -> TrajectoryStore:
     """``TrajectoryStore`` of ``experiment`` in the store ``uri`` (see ``open_object_store``)."""
     return TrajectoryStore(open_object_store(uri, endpoint=endpoint, region=region), experiment)
+
+
+def experiment_root(uri: str, namespace: str | None) -> str:
+    """The store root of an experiment: ``uri``, then its namespace when it has one, so that
+    experiments of the same name in two namespaces never share a prefix."""
+    return f"{uri.rstrip('/')}/{layout.check_name('namespace', namespace)}" if namespace else uri
+
+
+def open_experiment_store(experiment: Any) -> TrajectoryStore:
+    """``TrajectoryStore`` of an ``Experiment`` (hacrl_core.spec): keyed by namespace and name."""
+    spec = experiment.spec.store
+    root = experiment_root(spec.uri, experiment.metadata.namespace)
+    return open_trajectory_store(root, experiment.name, endpoint=spec.endpoint, region=spec.region)
+
+
+def describe_prefix(experiment: Any) -> str:
+    """Where an experiment's objects live, for messages: ``<root>/<name>/``."""
+    return f"{experiment_root(experiment.spec.store.uri, experiment.metadata.namespace).rstrip('/')}/{experiment.name}/"

@@ -93,7 +93,7 @@ def build_configmap(experiment: Experiment, owner: dict[str, Any]) -> dict[str, 
     }
 
 
-def worker_env(experiment: Experiment, agent: str, role: str) -> list[dict[str, Any]]:
+def worker_env(experiment: Experiment, agent: str, role: str, uid: str | None = None) -> list[dict[str, Any]]:
     spec = experiment.spec
     env: list[dict[str, Any]] = [
         {"name": "HACRL_EXPERIMENT", "value": experiment.name},
@@ -118,6 +118,8 @@ def worker_env(experiment: Experiment, agent: str, role: str) -> list[dict[str, 
                 "name": key,
                 "valueFrom": {"secretKeyRef": {"name": spec.store.credentials_secret, "key": key}},
             })
+    if uid:  # the workers claim the store prefix for this experiment object (store/ownership.py)
+        env.append({"name": "HACRL_EXPERIMENT_UID", "value": uid})
     if spec.model_token_secret:
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": spec.model_token_secret, "key": "HF_TOKEN"}}})
     return env
@@ -145,7 +147,7 @@ def build_pod(
         "imagePullPolicy": spec.images.pull_policy,
         "command": ["hacrl", "worker", role, "--spec", SPEC_PATH, "--agent", agent],
         "workingDir": WORK_DIR,
-        "env": worker_env(experiment, agent, role),
+        "env": worker_env(experiment, agent, role, owner["metadata"].get("uid")),
         "securityContext": {
             "runAsNonRoot": True,
             "allowPrivilegeEscalation": False,

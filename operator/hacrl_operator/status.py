@@ -53,7 +53,7 @@ _WAITING_REASONS = {
 # Condition reasons that deserve a Warning event when they appear.
 WARNING_REASONS = (
     "ImagePullBackOff", "CreateContainerConfigError", "CrashLoop", "Unschedulable", "PodCreateFailed", "StoreUnreachable",
-    "ManyRowsSkipped", "SecretNotAllowed",
+    "ManyRowsSkipped", "SecretNotAllowed", "StoreOwnedByAnother",
 )
 _REASON_PRIORITY = (
     "ImagePullBackOff", "CreateContainerConfigError", "CrashLoop", "Unschedulable",
@@ -184,8 +184,9 @@ class Observed:
     pods: Iterable[Mapping[str, Any]] = ()
     progress: Mapping[str, Mapping[str, Any] | None] = dataclasses.field(default_factory=dict)
     store_error: str | None = None
-    # Secrets the spec names that the cluster admin has not marked usable (one message each).
-    refused_secrets: list[str] = dataclasses.field(default_factory=list)
+    # Why no pod may be created: (reason, message) pairs, e.g. a Secret the cluster admin has not
+    # approved (SecretNotAllowed) or a store prefix another experiment owns (StoreOwnedByAnother).
+    blocked: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     generation: int | None = None
     now: dt.datetime = dataclasses.field(default_factory=now_utc)
 
@@ -341,8 +342,8 @@ def _plan_valid(observed: Observed, experiment: Experiment, old: dict[str, Any],
         _plan_finished(plan, experiment, views, conditions, observed.now, old)
     elif spec.suspend:
         _plan_suspended(plan, views, conditions)
-    elif observed.refused_secrets:
-        _plan_secrets_refused(plan, observed.refused_secrets, conditions)
+    elif observed.blocked:
+        _plan_blocked(plan, observed.blocked, conditions)
     else:
         _plan_active(plan, experiment, views, conditions, observed, old)
     status["step"] = min((e["step"] for e in status["agentProgress"]), default=0)
@@ -442,14 +443,15 @@ def _plan_suspended(plan: Plan, views: dict[tuple[str, str], PodView], condition
     conditions.set("Ready", False, "Suspended", "no pods while suspended")
 
 
-def _plan_secrets_refused(plan: Plan, refused: list[str], conditions: _Conditions) -> None:
-    """No new pod while the spec names a Secret the admin has not approved; pods already running
-    (created before the admin narrowed the list) are left alone rather than killed mid-step."""
-    message = "; ".join(refused)
-    conditions.set("Ready", False, "SecretNotAllowed", message)  # a Warning event as it appears
+def _plan_blocked(plan: Plan, blocked: list[tuple[str, str]], conditions: _Conditions) -> None:
+    """No new pod while something the operator checks refuses the experiment; pods already running
+    (created before, e.g. before the admin narrowed the approved Secrets) are left alone rather
+    than killed mid-step."""
+    message = "; ".join(text for _, text in blocked)
+    conditions.set("Ready", False, blocked[0][0], message)  # a Warning event as it appears
     if plan.status["phase"] == "Suspended":
         plan.status["phase"] = "Pending"
-    plan.status["message"] = "waiting for an approved Secret: " + message
+    plan.status["message"] = "waiting: " + message
 
 
 def _plan_active(

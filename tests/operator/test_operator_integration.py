@@ -26,6 +26,7 @@ from harness import (
 
 from hacrl_core.spec import parse_experiment
 from hacrl_core.store import open_trajectory_store
+from hacrl_core.store.ownership import Owner, claim
 
 NS = "hx-test"
 QUICKSTART = REPO / "examples/quickstart.yaml"
@@ -79,6 +80,14 @@ def run_all_pods(cluster: EmulatedCluster, experiment: str = "quickstart", names
 
 def store_uri(tmp_path: Path) -> str:
     return f"file://{tmp_path / 'store'}"
+
+
+def worker_store(cluster: EmulatedCluster, uri: str, name: str = "quickstart") -> Any:
+    """The experiment's store as its workers open it (keyed by namespace and name), with the owner
+    record they write when they start (HACRL_EXPERIMENT_UID, hacrl_core/store/ownership.py)."""
+    store = open_trajectory_store(f"{uri}/{NS}", name)
+    claim(store, Owner(name=name, uid=cluster.get("hx", name, NS)["metadata"]["uid"], namespace=NS), adopt=False, where=uri)
+    return store
 
 
 def start_running(cluster: EmulatedCluster, document: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -265,6 +274,32 @@ def test_a_secret_the_admin_did_not_approve_gets_no_pod_until_the_spec_names_one
     assert env["AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"]["name"] == "s3-creds" and "HF_TOKEN" not in env
 
 
+def test_a_store_prefix_left_by_a_deleted_experiment_is_refused_until_adopted(cluster: EmulatedCluster, op: OperatorHandle, tmp_path: Path) -> None:
+    """An experiment deleted and re-created with the same name gets a new uid: the old run's
+    prefix (owner record with the old uid) is refused, with a condition and a Warning, and taken
+    over only when the spec says so (store.adoptExisting). Cleanup never deletes what it does not own."""
+    uri = store_uri(tmp_path)
+    old = open_trajectory_store(f"{uri}/{NS}", "quickstart")
+    claim(old, Owner(name="quickstart", uid="uid-of-the-deleted-one", namespace=NS), adopt=False, where=uri)
+    old.write_progress("llama-char", heartbeat("llama-char", 5))
+    create_namespace(cluster)
+    apply(cluster, quickstart(store={"uri": uri}, cleanup={"onFailure": "delete-store", "onSuccess": "delete-store"}))
+    status = wait_for(lambda: condition(status_of(cluster), "Ready").get("reason") == "StoreOwnedByAnother" and status_of(cluster),
+                      what="StoreOwnedByAnother")
+    message = condition(status, "Ready")["message"]
+    assert f"{NS}/quickstart/ belongs to experiment {NS}/quickstart (uid uid-of-the-deleted-one)" in message
+    assert "adoptExisting" in message and status["phase"] == "Pending"
+    warnings = [e for e in cluster.get("events", namespace=NS) if e["reason"] == "StoreOwnedByAnother"]
+    assert len(warnings) == 1 and warnings[0]["type"] == "Warning"
+    assert pods_of(cluster) == {}
+    # Deleting it now must not delete the old run's data (the finalizer checks the record).
+    cluster.kubectl("delete", "hx", "quickstart", "-n", NS, "--timeout=20s")
+    assert old.read_progress("llama-char") is not None
+    # Re-created with adoptExisting: the operator creates the pods; the workers take the record over.
+    apply(cluster, quickstart(store={"uri": uri, "adoptExisting": True}))
+    wait_for(lambda: len(pods_of(cluster)) == 4, what="4 pods once the prefix is adopted")
+
+
 def test_a_pod_name_taken_by_another_experiment_is_a_condition_and_a_warning(cluster: EmulatedCluster, op: OperatorHandle) -> None:
     """Experiment `qs-ab` with agent `cd` and experiment `qs` with agent `ab-cd` both name a pod
     `qs-ab-cd-learner`: the second must say so instead of waiting forever for a pod it cannot create."""
@@ -373,7 +408,7 @@ def heartbeat(name: str, step: int, steps: int = 12, **extra: Any) -> dict[str, 
 def test_progress_heartbeats_update_status(cluster: EmulatedCluster, op: OperatorHandle, tmp_path: Path) -> None:
     uri = store_uri(tmp_path)
     start_running(cluster, quickstart(store={"uri": uri}))
-    store = open_trajectory_store(uri, "quickstart")
+    store = worker_store(cluster, uri)
     start = time.monotonic()
     store.write_progress("llama-char", heartbeat("llama-char", 5))
     store.write_progress("qwen-bpe", heartbeat("qwen-bpe", 4))
@@ -390,7 +425,7 @@ def test_progress_heartbeats_update_status(cluster: EmulatedCluster, op: Operato
 def test_completion_succeeds_and_applies_the_cleanup_policy(cluster: EmulatedCluster, op: OperatorHandle, tmp_path: Path, policy: str) -> None:
     uri = store_uri(tmp_path)
     start_running(cluster, quickstart(store={"uri": uri}, cleanup={"onSuccess": policy}))
-    store = open_trajectory_store(uri, "quickstart")
+    store = worker_store(cluster, uri)
     store.write_progress("llama-char", heartbeat("llama-char", QUICKSTART_STEPS))
     status = wait_for(lambda: agent(status_of(cluster), "llama-char").get("step") == QUICKSTART_STEPS and status_of(cluster), what="llama-char done")
     assert status["phase"] == "Running"
@@ -410,7 +445,7 @@ def test_completion_succeeds_and_applies_the_cleanup_policy(cluster: EmulatedClu
 def test_ttl_after_finished_deletes_the_experiment_and_children(cluster: EmulatedCluster, op: OperatorHandle, tmp_path: Path) -> None:
     uri = store_uri(tmp_path)
     start_running(cluster, quickstart(store={"uri": uri}, cleanup={"onSuccess": "keep", "ttlSecondsAfterFinished": 1}))
-    store = open_trajectory_store(uri, "quickstart")
+    store = worker_store(cluster, uri)
     for name in AGENTS:
         store.write_progress(name, heartbeat(name, QUICKSTART_STEPS))
     wait_for(lambda: status_of(cluster).get("phase") == "Succeeded", what="Succeeded")
@@ -431,8 +466,8 @@ def test_delete_runs_the_finalizer_only_when_the_policy_deletes_the_store(cluste
     apply(cluster, kept)
     apply(cluster, quickstart(store={"uri": uri}, cleanup={"onFailure": "delete-store"}))
     wait_for(lambda: len(pods_of(cluster)) == 4 and len(pods_of(cluster, "kept")) == 4, what="pods of both")
-    store = open_trajectory_store(uri, "quickstart")
-    other = open_trajectory_store(uri, "kept")
+    store = worker_store(cluster, uri)
+    other = worker_store(cluster, uri, "kept")
     store.write_progress("llama-char", heartbeat("llama-char", 3))
     other.write_progress("llama-char", heartbeat("llama-char", 3))
     body = wait_for(lambda: (cluster.get("hx", "quickstart", NS)["metadata"].get("finalizers") or None) and cluster.get("hx", "quickstart", NS), what="finalizer")

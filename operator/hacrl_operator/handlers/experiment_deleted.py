@@ -15,7 +15,8 @@ import kopf
 
 from hacrl_core.spec import API_GROUP, API_VERSION, PLURAL
 from hacrl_operator.config import OperatorConfig
-from hacrl_operator.handlers.reconcile import Reconciler
+from hacrl_core.store.ownership import StoreOwnedByAnother
+from hacrl_operator.handlers.reconcile import Reconciler, delete_owned_store
 from hacrl_operator.status import cleanup_action
 
 
@@ -44,7 +45,10 @@ def register_experiment_deleted(registry: kopf.OperatorRegistry, config: Operato
             if condition.get("type") == "CleanedUp" and condition.get("reason") == "StoreDeleted" and condition.get("status") == "True":
                 return
         try:
-            deleted = reconciler.store(experiment).delete_experiment()
+            deleted = delete_owned_store(reconciler.store(experiment), experiment, body)
+        except StoreOwnedByAnother as error:
+            logger.warning("store of %s/%s left alone: %s", namespace, name, error)
+            return
         except Exception as error:
             raise kopf.TemporaryError(f"cannot delete the store prefix of {name} in {experiment.spec.store.uri}: {error}", delay=5) from error
         logger.info("deleted %s objects of %s from %s (cleanup policy %s, phase %s)", deleted, name, experiment.spec.store.uri, action, phase)

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hacrl_core.spec import Experiment, SpecError, parse_experiment
+from hacrl_core.store.ownership import StoreOwnedByAnother
 from hacrl_operator import builders
 from hacrl_operator.config import OperatorConfig
 from hacrl_operator.kube import Kube, KubeError
@@ -37,11 +38,18 @@ logger = logging.getLogger("hacrl_operator.reconcile")
 StoreOpener = Callable[[Experiment], Any]
 
 
-def open_store(experiment: Experiment) -> Any:
-    from hacrl_core.store import open_trajectory_store
+def delete_owned_store(store: Any, experiment: Experiment, body: dict[str, Any]) -> int:
+    """Delete the experiment's prefix only if its owner record names this experiment object."""
+    from hacrl_core.store import describe_prefix
+    from hacrl_core.store.ownership import delete_if_owned
 
-    store = experiment.spec.store
-    return open_trajectory_store(store.uri, experiment.name, endpoint=store.endpoint, region=store.region)
+    return delete_if_owned(store, str((body.get("metadata") or {}).get("uid")), where=describe_prefix(experiment))
+
+
+def open_store(experiment: Experiment) -> Any:
+    from hacrl_core.store import open_experiment_store
+
+    return open_experiment_store(experiment)
 
 
 @dataclasses.dataclass
@@ -66,7 +74,7 @@ class Reconciler:
         self.store_opener = store_opener
         self._slots: dict[tuple[str, str], _Slot] = {}
         self._guard = threading.Lock()
-        self._stores: dict[tuple[str, str, str | None, str | None], Any] = {}
+        self._stores: dict[tuple[str, str | None, str, str | None, str | None], Any] = {}
         self.known: set[tuple[str, str]] = set()  # experiments seen, for the periodic ticker
 
     # -- serialisation -------------------------------------------------------------------------
@@ -104,13 +112,17 @@ class Reconciler:
         pods: list[dict[str, Any]] = []
         progress: dict[str, dict[str, Any] | None] = {}
         store_error = None
+        blocked: list[tuple[str, str]] = []
         if experiment is not None:
             pods = kube.list_pods(namespace, {builders.LABEL_EXPERIMENT: name})
             if not _store_deleted(status):
                 progress, store_error = self.read_progress(experiment)
+            blocked = [("SecretNotAllowed", m) for m in self.refused_secrets(experiment, namespace)]
+            if store_error is None and not _store_deleted(status):
+                blocked += [("StoreOwnedByAnother", m) for m in self.store_owner_refusal(experiment, body)]
         observed = Observed(
             experiment=experiment, spec_errors=errors, status=status, pods=pods, progress=progress,
-            store_error=store_error, refused_secrets=self.refused_secrets(experiment, namespace),
+            store_error=store_error, blocked=blocked,
             generation=body.get("metadata", {}).get("generation"), now=now_utc(),
         )
         plan = plan_reconcile(observed)
@@ -135,10 +147,24 @@ class Reconciler:
         except SpecError as error:
             return None, error.errors
 
-    def refused_secrets(self, experiment: Experiment | None, namespace: str) -> list[str]:
-        """One message per Secret the spec names that the cluster admin has not marked usable."""
-        if experiment is None:
+    def store_owner_refusal(self, experiment: Experiment, body: dict[str, Any]) -> list[str]:
+        """Why this experiment object may not use its store prefix (another uid owns it), if so.
+        Read-only: the workers write the record, with credentials the operator may not have."""
+        from hacrl_core.store import describe_prefix
+        from hacrl_core.store.ownership import Owner, StoreOwnedByAnother, check_owner
+
+        metadata = body.get("metadata") or {}
+        claimant = Owner(name=experiment.name, uid=str(metadata.get("uid")), namespace=metadata.get("namespace"))
+        try:
+            check_owner(self.store(experiment), claimant, adopt=experiment.spec.store.adopt_existing, where=describe_prefix(experiment))
+        except StoreOwnedByAnother as error:
+            return [str(error)]
+        except Exception:  # noqa: BLE001 - unreachable store: StoreReachable already says why
             return []
+        return []
+
+    def refused_secrets(self, experiment: Experiment, namespace: str) -> list[str]:
+        """One message per Secret the spec names that the cluster admin has not marked usable."""
         return [
             f"{field}: Secret {secret!r} is not approved for experiments; ask the cluster admin to add "
             f"'{secret}' or '{namespace}/{secret}' to the chart value experimentSecrets (HACRL_EXPERIMENT_SECRETS)"
@@ -159,7 +185,7 @@ class Reconciler:
 
     def store(self, experiment: Experiment) -> Any:
         spec = experiment.spec.store
-        key = (spec.uri, experiment.name, spec.endpoint, spec.region)
+        key = (spec.uri, experiment.metadata.namespace, experiment.name, spec.endpoint, spec.region)
         with self._guard:
             store = self._stores.get(key)
         if store is None:
@@ -198,8 +224,12 @@ class Reconciler:
             plan.events.append(Event("Normal", "PodsCreated", f"created {len(created)} pods: {', '.join(created)}"))
         if plan.delete_store:
             try:
-                deleted = self.store(experiment).delete_experiment()
+                deleted = delete_owned_store(self.store(experiment), experiment, body)
                 plan.events.append(Event("Normal", "StoreDeleted", f"deleted {deleted} objects of {experiment.name} from {experiment.spec.store.uri}"))
+            except StoreOwnedByAnother as error:
+                message = f"cleanup skipped: {error}"
+                _set_condition(plan, "CleanedUp", "False", "StoreNotOwned", message)
+                plan.events.append(Event("Warning", "StoreNotOwned", message))
             except Exception as error:
                 message = f"cannot delete the store prefix: {type(error).__name__}: {error}"
                 _set_condition(plan, "CleanedUp", "False", "StoreUnreachable", message)
