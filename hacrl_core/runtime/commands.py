@@ -21,16 +21,23 @@ def _setup_worker_process() -> None:
 def cmd_worker(args: argparse.Namespace) -> int:
     _setup_worker_process()
     from hacrl_core.runtime.context import WorkerContext
+    from hacrl_core.store.fencing import FENCED_EXIT_CODE, FencedOut, Lease
 
     context = WorkerContext.from_spec_file(args.spec, args.agent)
-    if args.role == "rollout":
-        from hacrl_core.rollout.worker import run_rollout_worker
+    try:
+        generation = os.environ.get("HACRL_FENCE_GENERATION")  # set by `hacrl run`; pods take the next one
+        Lease.acquire(context.store, args.agent, args.role, int(generation) if generation else None)  # every later write checks it
+        if args.role == "rollout":
+            from hacrl_core.rollout.worker import run_rollout_worker
 
-        run_rollout_worker(context)
-    else:
-        from hacrl_core.learner.worker import run_learner_worker
+            run_rollout_worker(context)
+        else:
+            from hacrl_core.learner.worker import run_learner_worker
 
-        run_learner_worker(context)
+            run_learner_worker(context)
+    except FencedOut as error:
+        logging.getLogger("hacrl.worker").error("%s", error)
+        return FENCED_EXIT_CODE
     return 0
 
 

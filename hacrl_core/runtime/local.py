@@ -23,6 +23,7 @@ from hacrl_core.data.report import DatasetReport, read_datasets
 from hacrl_core.runtime.context import unsupported_settings
 from hacrl_core.spec import Experiment, SpecError, dump_experiment, load_experiment
 from hacrl_core.store import TrajectoryStore, describe_prefix, open_experiment_store
+from hacrl_core.store.fencing import FENCED_EXIT_CODE, claim_run_generation
 from hacrl_core.store.ownership import Owner, StoreOwnedByAnother, claim
 
 ROLES = ("rollout", "learner")
@@ -75,6 +76,7 @@ class LocalRun:
     workers: list[WorkerProcess] = field(default_factory=list)
     restarts: dict[str, int] = field(default_factory=dict)
     datasets: list[DatasetReport] = field(default_factory=list)
+    generation: int = 0  # fencing generation of this run's workers (store/fencing.py)
 
 
 def free_ports(first: int, count: int, host: str) -> list[int]:
@@ -130,7 +132,7 @@ def prepare(spec_path: str | Path, *, resume: bool, workdir: str | Path | None =
     (workdir / "logs").mkdir(parents=True, exist_ok=True)
     local_spec = workdir / "spec.yaml"
     local_spec.write_text(rendered, encoding="utf-8")
-    return LocalRun(experiment, local_spec, workdir, store)
+    return LocalRun(experiment, local_spec, workdir, store, generation=claim_run_generation(store))
 
 
 def check_datasets(run: LocalRun, display) -> None:
@@ -173,6 +175,7 @@ def start_workers(run: LocalRun) -> None:
                 HACRL_METRICS_BIND=spec.metrics.bind_address,
                 OMP_NUM_THREADS=threads,
                 HACRL_TORCH_THREADS=threads,
+                HACRL_FENCE_GENERATION=str(run.generation),
             )
             # Four workers share a few cores: OpenMP threads spinning while they wait for work
             # steal the cores the other workers need (tiny-model steps got several times slower).
@@ -211,6 +214,12 @@ def supervise(run: LocalRun, display) -> None:
             if code == 0:
                 worker.finished = True
                 continue
+            if code == FENCED_EXIT_CODE:  # restarting it would fence the newer worker in turn
+                raise RunError(
+                    f"another run took over experiment {run.experiment.name!r}: the {worker.role} worker of agent "
+                    f"{worker.agent!r} was superseded by a newer one and stopped ({worker.log_path}: {worker.log_tail(1)}); "
+                    "this `hacrl run` stops, the other one continues"
+                )
             run.restarts[worker.agent] += 1
             if run.restarts[worker.agent] > limit:
                 raise RunError(

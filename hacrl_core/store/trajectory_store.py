@@ -42,6 +42,12 @@ class TrajectoryStore:
     def __init__(self, objects: ObjectStore, experiment: str) -> None:
         self.objects = objects
         self.experiment = layout.check_name("experiment", experiment)
+        # Called before every write; a worker's lease installs its check here (fencing.py).
+        self.fence: Callable[[], None] | None = None
+
+    def _before_write(self) -> None:
+        if self.fence is not None:
+            self.fence()
 
     def __repr__(self) -> str:
         return f"TrajectoryStore({self.objects!r}, {self.experiment!r})"
@@ -64,6 +70,7 @@ class TrajectoryStore:
     # -- spec ------------------------------------------------------------------------------
 
     def put_spec(self, text: str) -> str:
+        self._before_write()
         key = layout.spec_key(self.experiment)
         put_committed(self.objects, key, text.encode("utf-8"))
         return key
@@ -76,6 +83,7 @@ class TrajectoryStore:
     # -- per-step shards -------------------------------------------------------------------
 
     def write_rollouts(self, step: int, agent: str, rows: list[dict[str, Any]]) -> str:
+        self._before_write()
         key = layout.rollouts_key(self.experiment, step, agent)
         self._check_rows(rows, step, agent)
         put_committed(self.objects, key, rollouts_to_parquet(rows))
@@ -92,6 +100,7 @@ class TrajectoryStore:
         return is_committed(self.objects, layout.rollouts_key(self.experiment, step, agent))
 
     def write_scores(self, step: int, agent: str, rows: list[dict[str, Any]]) -> str:
+        self._before_write()
         key = layout.scores_key(self.experiment, step, agent)
         self._check_rows(rows, step, agent)
         put_committed(self.objects, key, scores_to_parquet(rows))
@@ -108,6 +117,7 @@ class TrajectoryStore:
         return is_committed(self.objects, layout.scores_key(self.experiment, step, agent))
 
     def write_metrics(self, step: int, agent: str, metrics: dict[str, Any]) -> str:
+        self._before_write()
         key = layout.metrics_key(self.experiment, step, agent)
         put_committed(self.objects, key, json.dumps(metrics, sort_keys=True).encode())
         return key
@@ -131,6 +141,7 @@ class TrajectoryStore:
     # -- weights and checkpoints (committed directories) -----------------------------------
 
     def publish_weights(self, agent: str, version: int, local_dir: Path | str) -> str:
+        self._before_write()
         prefix = layout.weights_prefix(self.experiment, agent, version)
         put_dir(self.objects, prefix, local_dir)
         return prefix
@@ -148,6 +159,7 @@ class TrajectoryStore:
         )
 
     def save_checkpoint(self, agent: str, step: int, local_dir: Path | str) -> str:
+        self._before_write()
         prefix = layout.checkpoint_prefix(self.experiment, agent, step)
         put_dir(self.objects, prefix, local_dir)
         return prefix
@@ -171,6 +183,7 @@ class TrajectoryStore:
 
     def delete_checkpoint(self, agent: str, step: int) -> int:
         """Remove one checkpoint; its manifest goes first so no reader sees it half-deleted."""
+        self._before_write()
         prefix = layout.checkpoint_prefix(self.experiment, agent, step)
         removed = self.objects.delete_prefix(manifest_key(prefix))
         return removed + self.objects.delete_prefix(prefix + "/")
@@ -178,6 +191,7 @@ class TrajectoryStore:
     # -- progress heartbeat ----------------------------------------------------------------
 
     def write_progress(self, agent: str, progress: dict[str, Any]) -> str:
+        self._before_write()
         key = layout.progress_key(self.experiment, agent)
         self.objects.put(key, json.dumps(progress, sort_keys=True).encode())
         return key
@@ -197,6 +211,7 @@ class TrajectoryStore:
 
     def delete_experiment(self) -> int:
         """Delete every object of the experiment; returns how many."""
+        self._before_write()
         return self.objects.delete_prefix(layout.experiment_prefix(self.experiment) + "/")
 
 

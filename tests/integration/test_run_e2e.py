@@ -132,21 +132,60 @@ def pending_signals(pid: int) -> set[int]:
     return set()
 
 
+def hold_qwen_learner(workdir: Path) -> dict:
+    """Hold a naive-sharing run mid-way by construction, not by timing: qwen's learner is stopped
+    (SIGSTOP) as soon as it exists. llama's learner then completes step 0 (naive sharing needs only
+    qwen's step-0 rollouts, sampled from the initial model) and waits at step 1 for qwen rollouts
+    that need qwen's weights version 1. Returns the learner's worker-table entry."""
+    learner = wait_for(
+        lambda: next((w for w in worker_table(workdir) if (w["agent"], w["role"]) == ("qwen", "learner")), None),
+        300, "the qwen learner to start",
+    )
+    os.killpg(learner["pid"], signal.SIGSTOP)
+    return learner
+
+
+def test_two_concurrent_runs_of_one_spec_the_newer_wins_and_no_step_is_lost_or_torn(tmp_path, cache):
+    """Two `hacrl run` of one spec at once (the second with --resume while the first still runs):
+    the second run's workers claim a newer fencing generation, the first run's workers stop at
+    their next write (exit code 3) and the first run says another run took over; the second
+    finishes with every shard of every step present once and intact."""
+    store_uri = (tmp_path / "store").as_uri()
+    spec = write_spec(tmp_path, tiny_spec("e2e-fence", store_uri, steps=3, algorithm="naive"))
+    first = start_run(spec, tmp_path, run_env(cache))
+    store = open_trajectory_store(store_uri, "e2e-fence")
+    learner = hold_qwen_learner(tmp_path / "work")
+    second_dir = tmp_path / "second"
+    second_dir.mkdir()
+    try:
+        wait_for(lambda: (store.read_progress("llama") or {}).get("step", 0) >= 1, 300, "llama to finish a step in the first run")
+        second = start_run(spec, second_dir, run_env(cache), "--resume")
+        lease = "e2e-fence/leases/qwen.learner.json"
+        wait_for(lambda: store.objects.exists(lease) and json.loads(store.objects.get(lease))["generation"] == 2, 300,
+                 "the second run's qwen learner to claim generation 2")
+    finally:
+        os.killpg(learner["pid"], signal.SIGCONT)  # the late worker of the first run wakes up
+    output, _ = first.communicate(timeout=300)
+    assert first.returncode == 1, output
+    assert "another run took over experiment 'e2e-fence'" in output and "superseded" in output
+    resumed, _ = second.communicate(timeout=600)
+    assert second.returncode == 0, resumed
+    assert_every_shard_once(store, 3, ["llama", "qwen"])
+    for step in range(3):
+        for agent in ("llama", "qwen"):  # every shard reads back verified against its commit marker
+            store.read_rollouts(step, agent)
+            store.read_scores(step, agent)
+            assert store.read_metrics(step, agent)
+    assert store.read_progress("llama")["done"] and store.read_progress("qwen")["done"]
+
+
 def test_interrupted_run_resumes_with_resume_flag(tmp_path, cache):
     store_uri = (tmp_path / "store").as_uri()
     spec = write_spec(tmp_path, tiny_spec("e2e-resume", store_uri, steps=3, algorithm="naive"))
     process = start_run(spec, tmp_path, run_env(cache))
     store = open_trajectory_store(store_uri, "e2e-resume")
 
-    # Hold the run mid-way by construction, not by timing: qwen's learner is stopped (SIGSTOP) as
-    # soon as it exists. llama's learner then completes step 0 (naive sharing needs only qwen's
-    # step-0 rollouts, sampled from the initial model) and waits at step 1 for qwen rollouts that
-    # need qwen's weights version 1. So the Ctrl-C below always lands in an unfinished run.
-    learner = wait_for(
-        lambda: next((w for w in worker_table(tmp_path / "work") if (w["agent"], w["role"]) == ("qwen", "learner")), None),
-        300, "the qwen learner to start",
-    )
-    os.killpg(learner["pid"], signal.SIGSTOP)
+    learner = hold_qwen_learner(tmp_path / "work")  # so the Ctrl-C below always lands in an unfinished run
     try:
         wait_for(lambda: (store.read_progress("llama") or {}).get("step", 0) >= 1, 300, "llama to finish a step")
         assert (store.read_progress("qwen") or {}).get("step", 0) < 3, "qwen's learner finished before it was stopped"

@@ -119,9 +119,9 @@ def test_documents_without_pod_templates_are_admitted() -> None:
 
 
 def test_secret_problems_point_to_the_first_class_fields() -> None:
-    (path, problem), = override_problems({"containers": [{"name": "rollout", "envFrom": [{"secretRef": {"name": "x"}}]}]})
+    (_, problem), = override_problems({"containers": [{"name": "rollout", "envFrom": [{"secretRef": {"name": "x"}}]}]})
     assert "spec.store.credentialsSecret and spec.modelTokenSecret" in problem
-    (path, problem), = override_problems({"serviceAccountName": "x"})
+    (_, problem), = override_problems({"serviceAccountName": "x"})
     assert "without a service account token" in problem
 
 

@@ -12,7 +12,14 @@ import yaml
 from hacrl_core.runtime.context import WorkerContext
 from hacrl_core.spec import parse_experiment
 from hacrl_core.store import describe_prefix, open_experiment_store
-from hacrl_core.store.ownership import Owner, StoreOwnedByAnother, check_owner, claim, delete_if_owned, read_owner
+from hacrl_core.store.ownership import (
+    Owner,
+    StoreOwnedByAnother,
+    check_owner,
+    claim,
+    delete_if_owned,
+    read_owner,
+)
 
 DOCUMENT = {
     "apiVersion": "hacrl.io/v1alpha1",

@@ -14,8 +14,8 @@ from typing import Any
 import kopf
 
 from hacrl_core.spec import API_GROUP, API_VERSION, PLURAL
-from hacrl_operator.config import OperatorConfig
 from hacrl_core.store.ownership import StoreOwnedByAnother
+from hacrl_operator.config import OperatorConfig
 from hacrl_operator.handlers.reconcile import Reconciler, delete_owned_store
 from hacrl_operator.status import cleanup_action
 
