@@ -6,7 +6,9 @@ running the same worker entry points as `hacrl run` (DESIGN.md sections 1 and 4)
 
 from __future__ import annotations
 
+import base64
 import copy
+import hashlib
 from typing import Any
 
 from hacrl_core.pod_policy import lock_down
@@ -34,7 +36,11 @@ def configmap_name(experiment: str) -> str:
 
 
 def pod_name(experiment: str, agent: str, role: str) -> str:
-    return f"{experiment}-{agent}-{role}"
+    """``<experiment>-<agent>-<role>-<hash>``: readable, and injective thanks to the hash of the
+    (experiment, agent) pair. Without it experiment `a-b` with agent `c` and experiment `a` with
+    agent `b-c` would both need pod `a-b-c-learner`."""
+    digest = base64.b32encode(hashlib.sha256(f"{experiment}/{agent}".encode()).digest()).decode().lower()
+    return f"{experiment}-{agent}-{role}-{digest[:5]}"
 
 
 def experiment_labels(experiment: str) -> dict[str, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,8 @@ def test_experiment_from_body_drops_volatile_metadata() -> None:
 @pytest.mark.parametrize("role", builders.ROLES)
 def test_pod_runs_the_worker_with_labels_owner_security_and_metrics(role: str) -> None:
     pod = builders.build_pod(experiment(), "qwen-bpe", role, OWNER, CONFIG)
-    assert pod["metadata"]["name"] == f"quickstart-qwen-bpe-{role}"
+    assert pod["metadata"]["name"] == builders.pod_name("quickstart", "qwen-bpe", role)
+    assert re.fullmatch(rf"quickstart-qwen-bpe-{role}-[a-z2-7]{{5}}", pod["metadata"]["name"])
     labels = pod["metadata"]["labels"]
     assert (labels["hacrl.io/experiment"], labels["hacrl.io/agent"], labels["hacrl.io/role"]) == ("quickstart", "qwen-bpe", role)
     assert pod["metadata"]["ownerReferences"][0]["uid"] == "u-1"

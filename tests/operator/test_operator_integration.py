@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+from hacrl_operator.builders import pod_name
 from harness import (
     REPO,
     EmulatedCluster,
@@ -116,11 +117,11 @@ def test_quickstart_creates_configmap_and_labelled_owned_pods(cluster: EmulatedC
     rendered = parse_experiment(yaml.safe_load(configmap["data"]["spec.yaml"]))
     assert rendered.spec == parse_experiment(yaml.safe_load(QUICKSTART.read_text())).spec
 
-    assert sorted(pods) == sorted(f"quickstart-{a}-{r}" for a in AGENTS for r in ("rollout", "learner"))
+    assert sorted(pods) == sorted(pod_name("quickstart", a, r) for a in AGENTS for r in ("rollout", "learner"))
     for name, pod in pods.items():
         labels = pod["metadata"]["labels"]
         role, agent_name = labels["hacrl.io/role"], labels["hacrl.io/agent"]
-        assert labels["hacrl.io/experiment"] == "quickstart" and name == f"quickstart-{agent_name}-{role}"
+        assert labels["hacrl.io/experiment"] == "quickstart" and name == pod_name("quickstart", agent_name, role)
         owner = pod["metadata"]["ownerReferences"][0]
         assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == ("HACRLExperiment", "quickstart", uid, True)
         (container,) = pod["spec"]["containers"]
@@ -172,7 +173,7 @@ def test_store_credentials_by_reference_resources_and_scheduling(cluster: Emulat
     create_namespace(cluster)
     apply(cluster, document)
     pods = wait_for(lambda: len(pods_of(cluster)) == 4 and pods_of(cluster), what="4 pods")
-    learner = pods["quickstart-llama-char-learner"]
+    learner = pods[pod_name("quickstart", "llama-char", "learner")]
     (container,) = learner["spec"]["containers"]
     env = {e["name"]: e for e in container["env"]}
     for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
@@ -186,7 +187,7 @@ def test_store_credentials_by_reference_resources_and_scheduling(cluster: Emulat
     assert spec["runtimeClassName"] == "nvidia" and spec["automountServiceAccountToken"] is False and "serviceAccountName" not in spec
     assert spec["nodeSelector"] == {"gpu": "h100"} and spec["priorityClassName"] == "training" and spec["schedulerName"] == "volcano"
     assert spec["tolerations"][0]["key"] == "nvidia.com/gpu" and "nodeAffinity" in spec["affinity"]
-    rollout = pods["quickstart-llama-char-rollout"]
+    rollout = pods[pod_name("quickstart", "llama-char", "rollout")]
     assert rollout["spec"]["containers"][0]["image"] == "registry.test/hacrl-rollout:test"
     assert "resources" not in rollout["spec"]["containers"][0] and "serviceAccountName" not in rollout["spec"]
     # The operator has no S3 credentials here: the store is unreachable, and the status says so.
@@ -205,14 +206,14 @@ def test_pod_waiting_reasons_become_conditions_and_warnings(cluster: EmulatedClu
     create_namespace(cluster)
     apply(cluster, quickstart())
     wait_for(lambda: len(pods_of(cluster)) == 4, what="4 pods")
-    cluster.set_pod_phase("quickstart-qwen-bpe-rollout", NS, "Pending", containerStatuses=[
+    cluster.set_pod_phase(pod_name("quickstart", "qwen-bpe", "rollout"), NS, "Pending", containerStatuses=[
         {"name": "rollout", "ready": False, "restartCount": 0, "image": "x", "imageID": "",
          "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image \"x\""}}}
     ])
     status = wait_for(lambda: condition(status_of(cluster), "Ready").get("reason") == "ImagePullBackOff" and status_of(cluster), what="ImagePullBackOff")
-    assert "quickstart-qwen-bpe-rollout" in condition(status, "Ready")["message"]
+    assert pod_name("quickstart", "qwen-bpe", "rollout") in condition(status, "Ready")["message"]
     assert agent(status, "qwen-bpe")["rolloutPod"] == "ImagePullBackOff"
-    cluster.set_pod_phase("quickstart-qwen-bpe-rollout", NS, "Pending", containerStatuses=None, conditions=[
+    cluster.set_pod_phase(pod_name("quickstart", "qwen-bpe", "rollout"), NS, "Pending", containerStatuses=None, conditions=[
         {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes have nvidia.com/gpu"}
     ])
     wait_for(lambda: condition(status_of(cluster), "Ready").get("reason") == "Unschedulable", what="Unschedulable")
@@ -270,7 +271,7 @@ def test_a_secret_the_admin_did_not_approve_gets_no_pod_until_the_spec_names_one
     cluster.kubectl("patch", "hx", "quickstart", "-n", NS, "--type=merge", "-p",
             json.dumps({"spec": {"store": {"credentialsSecret": "s3-creds"}, "modelTokenSecret": None}}))
     pods = wait_for(lambda: len(pods_of(cluster)) == 4 and pods_of(cluster), what="4 pods once the Secret is approved")
-    env = {e["name"]: e for e in pods["quickstart-llama-char-learner"]["spec"]["containers"][0]["env"]}
+    env = {e["name"]: e for e in pods[pod_name("quickstart", "llama-char", "learner")]["spec"]["containers"][0]["env"]}
     assert env["AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"]["name"] == "s3-creds" and "HF_TOKEN" not in env
 
 
@@ -300,26 +301,34 @@ def test_a_store_prefix_left_by_a_deleted_experiment_is_refused_until_adopted(cl
     wait_for(lambda: len(pods_of(cluster)) == 4, what="4 pods once the prefix is adopted")
 
 
-def test_a_pod_name_taken_by_another_experiment_is_a_condition_and_a_warning(cluster: EmulatedCluster, op: OperatorHandle) -> None:
-    """Experiment `qs-ab` with agent `cd` and experiment `qs` with agent `ab-cd` both name a pod
-    `qs-ab-cd-learner`: the second must say so instead of waiting forever for a pod it cannot create."""
+def test_pod_names_are_injective_and_a_name_taken_by_something_else_is_a_condition(cluster: EmulatedCluster, op: OperatorHandle) -> None:
+    """Experiment `qs-ab` with agent `cd` and experiment `qs` with agent `ab-cd` would both need a
+    pod `qs-ab-cd-learner` without the hash suffix: both now get their own 4 pods. A pod of the
+    needed name that something else created must be said (PodNameTaken), not waited for."""
     first, second = quickstart(), quickstart()
     first["metadata"]["name"], first["spec"]["agents"][0]["name"] = "qs-ab", "cd"
     second["metadata"]["name"], second["spec"]["agents"][0]["name"] = "qs", "ab-cd"
     create_namespace(cluster)
     apply(cluster, first)
-    wait_for(lambda: len(pods_of(cluster, "qs-ab")) == 4, what="the first experiment's 4 pods")
     apply(cluster, second)
-    status = wait_for(lambda: condition(status_of(cluster, "qs"), "Ready").get("reason") == "PodNameTaken" and status_of(cluster, "qs"),
-                      what="PodNameTaken on the second experiment")
+    wait_for(lambda: len(pods_of(cluster, "qs-ab")) == 4 and len(pods_of(cluster, "qs")) == 4, what="4 pods of each experiment")
+    names = set(pods_of(cluster, "qs-ab")) | set(pods_of(cluster, "qs"))
+    assert len(names) == 8 and pod_name("qs-ab", "cd", "learner") != pod_name("qs", "ab-cd", "learner")
+
+    squatter = pod_name("quickstart", "llama-char", "learner")
+    cluster.kubectl("apply", "-n", NS, "-f", "-", input=json.dumps({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": squatter, "namespace": NS},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }))
+    apply(cluster, quickstart())
+    status = wait_for(lambda: condition(status_of(cluster), "Ready").get("reason") == "PodNameTaken" and status_of(cluster),
+                      what="PodNameTaken")
     message = condition(status, "Ready")["message"]
-    assert "qs-ab-cd-learner" in message and "HACRLExperiment qs-ab" in message and "rename" in message
-    assert agent(status, "ab-cd")["learnerPod"] == "CreateFailed"
+    assert squatter in message and "no owner" in message and "rename" in message
+    assert agent(status, "llama-char")["learnerPod"] == "CreateFailed"
     warnings = [e for e in cluster.get("events", namespace=NS) if e["reason"] == "PodNameTaken"]
-    assert warnings and warnings[0]["type"] == "Warning" and warnings[0]["involvedObject"]["name"] == "qs"
-    # The first experiment's pod is left alone, still owned by it.
-    owners = pods_of(cluster, "qs-ab")["qs-ab-cd-learner"]["metadata"]["ownerReferences"]
-    assert [o["name"] for o in owners] == ["qs-ab"]
+    assert warnings and warnings[0]["type"] == "Warning" and warnings[0]["involvedObject"]["name"] == "quickstart"
+    assert not cluster.get("pods", squatter, NS)["metadata"].get("ownerReferences")  # left alone
 
 
 # -- 3. failure domains -----------------------------------------------------------------------
@@ -328,7 +337,7 @@ def test_a_pod_name_taken_by_another_experiment_is_a_condition_and_a_warning(clu
 def test_failed_pod_recreated_for_its_agent_only_up_to_the_restart_limit(cluster: EmulatedCluster, op: OperatorHandle) -> None:
     pods = start_running(cluster, quickstart(restartLimit=2))
     uids = {name: p["metadata"]["uid"] for name, p in pods.items()}
-    failing = "quickstart-llama-char-learner"
+    failing = pod_name("quickstart", "llama-char", "learner")
 
     start = time.monotonic()
     cluster.set_pod_phase(failing, NS, "Failed", containerStatuses=[
@@ -340,30 +349,30 @@ def test_failed_pod_recreated_for_its_agent_only_up_to_the_restart_limit(cluster
     for name in uids:
         if not name.startswith("quickstart-llama-char"):
             assert now[name]["metadata"]["uid"] == uids[name], f"{name} of the other agent was touched"
-    assert now["quickstart-llama-char-rollout"]["metadata"]["uid"] == uids["quickstart-llama-char-rollout"]
+    assert now[pod_name("quickstart", "llama-char", "rollout")]["metadata"]["uid"] == uids[pod_name("quickstart", "llama-char", "rollout")]
     status = wait_for(lambda: agent(status_of(cluster), "llama-char").get("restarts") == 1 and status_of(cluster), what="restarts 1")
     assert agent(status, "qwen-bpe")["restarts"] == 0
     failed_events = [e for e in cluster.get("events", namespace=NS) if e["reason"] == "PodFailed"]
     assert failed_events and "OOMKilled" in failed_events[0]["message"]
 
     # Deleting a pod by hand is healed the same way (and counts).
-    before = pods_of(cluster)["quickstart-llama-char-rollout"]["metadata"]["uid"]
-    cluster.set_pod_phase("quickstart-llama-char-learner", NS, "Running")
+    before = pods_of(cluster)[pod_name("quickstart", "llama-char", "rollout")]["metadata"]["uid"]
+    cluster.set_pod_phase(pod_name("quickstart", "llama-char", "learner"), NS, "Running")
     wait_for(lambda: agent(status_of(cluster), "llama-char").get("learnerPod") == "Running", what="recreated learner running")
-    cluster.kubectl("delete", "pod", "quickstart-llama-char-rollout", "-n", NS, "--wait=false")
-    wait_for(lambda: (pods_of(cluster).get("quickstart-llama-char-rollout") or {}).get("metadata", {}).get("uid") not in (None, before), what="deleted pod recreated")
+    cluster.kubectl("delete", "pod", pod_name("quickstart", "llama-char", "rollout"), "-n", NS, "--wait=false")
+    wait_for(lambda: (pods_of(cluster).get(pod_name("quickstart", "llama-char", "rollout")) or {}).get("metadata", {}).get("uid") not in (None, before), what="deleted pod recreated")
     wait_for(lambda: agent(status_of(cluster), "llama-char").get("restarts") == 2, what="restarts 2")
     assert "PodLost" in event_reasons(cluster)
 
     # The third failure exceeds restartLimit 2: the experiment fails with the reason.
-    cluster.set_pod_phase("quickstart-llama-char-rollout", NS, "Failed")
+    cluster.set_pod_phase(pod_name("quickstart", "llama-char", "rollout"), NS, "Failed")
     status = wait_for(lambda: status_of(cluster).get("phase") == "Failed" and status_of(cluster), what="phase Failed")
     assert condition(status, "Failed")["reason"] == "RestartLimitExceeded"
     assert "llama-char" in condition(status, "Failed")["message"] and "restartLimit 2" in condition(status, "Failed")["message"]
     assert status.get("completionTime")
     assert agent(status, "llama-char")["restarts"] == 2
     # cleanup.onFailure defaults to keep: the failed pod stays for its logs.
-    assert pods_of(cluster)["quickstart-llama-char-rollout"]["status"]["phase"] == "Failed"
+    assert pods_of(cluster)[pod_name("quickstart", "llama-char", "rollout")]["status"]["phase"] == "Failed"
 
 
 # -- 4. suspend / resume ----------------------------------------------------------------------
@@ -430,7 +439,7 @@ def test_completion_succeeds_and_applies_the_cleanup_policy(cluster: EmulatedClu
     status = wait_for(lambda: agent(status_of(cluster), "llama-char").get("step") == QUICKSTART_STEPS and status_of(cluster), what="llama-char done")
     assert status["phase"] == "Running"
     # The other learner finishes by exiting 0 (pod Succeeded) without a final heartbeat.
-    cluster.set_pod_phase("quickstart-qwen-bpe-learner", NS, "Succeeded")
+    cluster.set_pod_phase(pod_name("quickstart", "qwen-bpe", "learner"), NS, "Succeeded")
     status = wait_for(lambda: status_of(cluster).get("phase") == "Succeeded" and status_of(cluster), what="phase Succeeded")
     assert status["step"] == QUICKSTART_STEPS and status.get("completionTime")
     assert condition(status, "Succeeded")["reason"] == "AllAgentsFinished"
@@ -542,7 +551,7 @@ def test_python_m_hacrl_operator_as_a_process(cluster: EmulatedCluster, tmp_path
         create_namespace(cluster)
         apply(cluster, quickstart())
         pods = wait_for(lambda: len(pods_of(cluster)) == 4 and pods_of(cluster), timeout=30, what="pods from the operator process")
-        assert pods["quickstart-qwen-bpe-learner"]["spec"]["containers"][0]["image"].startswith("ghcr.io/hacrl/hacrl-learner:")
+        assert pods[pod_name("quickstart", "qwen-bpe", "learner")]["spec"]["containers"][0]["image"].startswith("ghcr.io/hacrl/hacrl-learner:")
         with urllib.request.urlopen(f"http://127.0.0.1:{health}/healthz", timeout=5) as response:
             assert response.status == 200
     finally:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
+from hacrl_operator.builders import pod_name
 from hacrl_operator.status import Observed, plan_reconcile, status_patch, summarize_pod
 
 from hacrl_core.spec import parse_experiment
@@ -31,7 +32,7 @@ def pod(agent: str, role: str, phase: str = "Running", *, waiting: str | None = 
         status["containerStatuses"] = [{"name": role, "state": state}]
     if unschedulable:
         status["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes"}]
-    metadata: dict[str, Any] = {"name": f"quickstart-{agent}-{role}", "labels": {"hacrl.io/agent": agent, "hacrl.io/role": role, "hacrl.io/experiment": "quickstart"}}
+    metadata: dict[str, Any] = {"name": pod_name("quickstart", agent, role), "labels": {"hacrl.io/agent": agent, "hacrl.io/role": role, "hacrl.io/experiment": "quickstart"}}
     if terminating:
         metadata["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     return {"metadata": metadata, "status": status}
@@ -123,7 +124,7 @@ def test_first_reconcile_creates_every_pod_and_configmap() -> None:
 def test_failed_pod_is_replaced_and_counted_for_its_agent_only() -> None:
     pods = [pod("llama-char", "learner", "Failed", terminated={"exitCode": 1, "reason": "Error"})] + all_pods()[:1] + all_pods()[2:]
     p = plan(status=running_status(), pods=pods)
-    assert p.delete_pods == ["quickstart-llama-char-learner"] and p.create_pods == [("llama-char", "learner")]
+    assert p.delete_pods == [pod_name("quickstart", "llama-char", "learner")] and p.create_pods == [("llama-char", "learner")]
     llama, qwen = p.status["agentProgress"]
     assert (llama["restarts"], llama["learnerPod"], qwen["restarts"]) == (1, "Restarting", 0)
     assert [e.reason for e in p.events if e.type == "Warning"] == ["PodFailed"]
@@ -136,7 +137,7 @@ def test_failed_pod_is_replaced_and_counted_for_its_agent_only() -> None:
 def test_missing_pod_counts_as_restart_only_if_it_existed(previous_state: str | None, restarts: int) -> None:
     old = running_status()
     old["agentProgress"][0]["learnerPod"] = previous_state
-    pods = [p for p in all_pods() if p["metadata"]["name"] != "quickstart-llama-char-learner"]
+    pods = [p for p in all_pods() if p["metadata"]["name"] != pod_name("quickstart", "llama-char", "learner")]
     p = plan(status=old, pods=pods)
     assert p.create_pods == [("llama-char", "learner")]
     assert p.status["agentProgress"][0]["restarts"] == restarts
@@ -232,7 +233,7 @@ def test_invalid_spec_fails_with_field_paths_and_recovers() -> None:
 
 def test_orphan_pods_of_removed_agents_are_deleted() -> None:
     p = plan(status=running_status(), pods=all_pods() + [pod("gone", "learner")])
-    assert p.delete_pods == ["quickstart-gone-learner"]
+    assert p.delete_pods == [pod_name("quickstart", "gone", "learner")]
 
 
 def test_last_transition_time_moves_only_with_the_status() -> None:
