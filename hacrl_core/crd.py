@@ -26,7 +26,34 @@ CRD_PATH = Path("charts/hacrl-operator/crds/hacrlexperiments.hacrl.io.yaml")
 # The pod-override allow-list as the validations of the chart's ValidatingAdmissionPolicy.
 ADMISSION_RULES_PATH = Path("charts/hacrl-operator/files/admission-rules.yaml")
 
-_KEPT = ("type", "description", "enum", "minimum", "maximum", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format")
+_KEPT = (
+    "type", "description", "enum", "minimum", "maximum", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format",
+    "x-kubernetes-validations", "x-kubernetes-list-type", "x-kubernetes-list-map-keys",
+)
+
+# Rules on the whole object (CEL sees metadata.name there, and status next to spec).
+EXPERIMENT_NAME_RULE = {
+    "rule": "self.metadata.name.size() <= 40 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",
+    "message": "metadata.name must be a DNS label of at most 40 characters (lower-case letters, digits, '-'): it prefixes pod names and store keys",
+}
+_STARTED = "!has(oldSelf.status) || !has(oldSelf.status.startTime) || oldSelf.status.startTime == ''"
+
+
+def _unchanged(path: str) -> str:
+    return f"(has(self.{path}) == has(oldSelf.{path})) && (!has(self.{path}) || self.{path} == oldSelf.{path})"
+
+
+# What must not change once the pods were first created (status.startTime): a different team,
+# algorithm or data would mix two experiments in one store prefix. Before that, everything may be
+# fixed in place (an invalid spec, a typo); resources, scheduling and pod templates may always change.
+IMMUTABLE_RULES = [
+    {"rule": f"{_STARTED} || self.spec.agents.map(a, [a.name, a.model]) == oldSelf.spec.agents.map(a, [a.name, a.model])",
+     "message": "spec.agents (names and models) cannot change once the experiment started; create a new experiment"},
+    {"rule": f"{_STARTED} || ({_unchanged('spec.algorithm')})",
+     "message": "spec.algorithm cannot change once the experiment started; create a new experiment"},
+    {"rule": f"{_STARTED} || self.spec.data == oldSelf.spec.data",
+     "message": "spec.data cannot change once the experiment started; create a new experiment"},
+]
 
 
 def to_structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
@@ -51,6 +78,10 @@ def to_structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any
         schema.setdefault("type", "string")
 
     node: dict[str, Any] = {key: schema[key] for key in _KEPT if key in schema}
+    # Schema defaults, so the API server fills them in (`kubectl get -o yaml` shows what runs);
+    # only plain values: objects default through their own fields' defaults.
+    if schema.get("default") is not None and not isinstance(schema["default"], dict):
+        node["default"] = schema["default"]
     for exclusive, inclusive in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
         if exclusive in schema:
             node[inclusive] = schema[exclusive]
@@ -128,6 +159,7 @@ def build_crd() -> dict[str, Any]:
                             "type": "object",
                             "description": "A team of heterogeneous language-model agents trained together with HACPO.",
                             "required": ["spec"],
+                            "x-kubernetes-validations": [EXPERIMENT_NAME_RULE, *IMMUTABLE_RULES],
                             "properties": {
                                 "apiVersion": {"type": "string"},
                                 "kind": {"type": "string"},

@@ -111,8 +111,9 @@ class RolePodTemplates(SpecModel):
 
 
 class AgentSpec(SpecModel):
-    name: str = Field(description="Agent name: a DNS label (lower-case letters, digits, '-'), unique in the experiment; used in pod names and store keys.")
-    model: str = Field(description="Model: a local path, a hub id (`org/name`), an `s3://bucket/prefix`, or `tiny://<preset>?seed=N` (offline tiny model).")
+    name: str = Field(description="Agent name: a DNS label (lower-case letters, digits, '-'), unique in the experiment; used in pod names and store keys.",
+                      json_schema_extra={"pattern": DNS_LABEL.pattern, "maxLength": 40})
+    model: str = Field(max_length=1024, description="Model: a local path, a hub id (`org/name`), an `s3://bucket/prefix`, or `tiny://<preset>?seed=N` (offline tiny model).")
     rollout: RolloutSettings = Field(default_factory=RolloutSettings, description="Rollout worker settings.")
     learner: LearnerSettings = Field(default_factory=LearnerSettings, description="Learner worker settings.")
     resources: RoleResources = Field(default_factory=RoleResources, description="Per-role Kubernetes resources (operator only).")
@@ -144,6 +145,14 @@ class Ablations(SpecModel):
 
 
 class AlgorithmSpec(SpecModel):
+    # The cross-field rules of the validators below, as CEL the API server checks at admission.
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "!has(self.promptsPerStep) || !has(self.miniBatchPrompts) || "
+                 "(self.miniBatchPrompts <= self.promptsPerStep && self.promptsPerStep % self.miniBatchPrompts == 0)",
+         "message": "miniBatchPrompts must divide promptsPerStep (e.g. promptsPerStep 128 with miniBatchPrompts 64)"},
+        {"rule": "!has(self.ratioBounds) || (self.ratioBounds[0] > 0.0 && self.ratioBounds[0] <= 1.0 && self.ratioBounds[1] >= 1.0)",
+         "message": "ratioBounds must be [low, high] with 0 < low <= 1 <= high"},
+    ]})
     name: Literal["hacpo", "gspo", "grpo", "naive"] = Field("hacpo", description="`hacpo`; `gspo` and `grpo` (isolated agents); `naive` (shared rows, no mechanisms). GSPOx2 is `gspo` with groupSize doubled.")
     group_size: int = Field(8, ge=2, le=1024, description="G: responses sampled per prompt per agent (paper: 8).")
     prompts_per_step: int = Field(128, ge=1, le=1_000_000, description="B: prompts per training step, shared by all agents (paper: 128).")
@@ -199,20 +208,20 @@ class AlgorithmSpec(SpecModel):
 
 
 class DataSource(SpecModel):
-    source: str = Field(description="`builtin://arithmetic?difficulty=1-3&seed=0`, a .jsonl/.parquet path or URI.")
-    prompt_key: str = Field("prompt", description="Key of the prompt in each row (dotted for nested keys).")
-    answer_key: str = Field("answer", description="Key of the gold answer (dotted, e.g. `reward_model.ground_truth`).")
+    source: str = Field(max_length=4096, description="`builtin://arithmetic?difficulty=1-3&seed=0`, a .jsonl/.parquet path or URI.")
+    prompt_key: str = Field("prompt", max_length=256, description="Key of the prompt in each row (dotted for nested keys).")
+    answer_key: str = Field("answer", max_length=256, description="Key of the gold answer (dotted, e.g. `reward_model.ground_truth`).")
 
 
 class EvalSet(DataSource):
-    name: str = Field(description="Name of the eval set in metrics and reports.")
+    name: str = Field(max_length=63, description="Name of the eval set in metrics and reports.")
     max_prompts: int = Field(256, ge=1, description="Prompts evaluated at most.")
 
 
 class DataSpec(SpecModel):
     train: DataSource = Field(description="Training prompts.")
-    eval: list[EvalSet] = Field(default_factory=list, description="Held-out sets evaluated every `evaluation.everySteps`.")
-    template: str = Field("{question}", description="Prompt template; `{question}` is replaced by the row's prompt. Each agent then applies its own chat template.")
+    eval: list[EvalSet] = Field(default_factory=list, max_length=32, description="Held-out sets evaluated every `evaluation.everySteps`.")
+    template: str = Field("{question}", max_length=16384, description="Prompt template; `{question}` is replaced by the row's prompt. Each agent then applies its own chat template.")
     reward: Literal["exact", "numeric", "math"] = Field("math", description="Verifier: `exact`, `numeric` or `math` (Math-Verify).")
 
     @field_validator("template")
@@ -307,7 +316,16 @@ class SchedulingSpec(SpecModel):
 
 
 class ExperimentSpec(SpecModel):
-    agents: list[AgentSpec] = Field(min_length=1, description="The agents trained together; at least 2 for hacpo and naive.")
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "(has(self.algorithm) && has(self.algorithm.name) && !(self.algorithm.name in " + str(list(SHARED_ROW_ALGORITHMS)).replace("'", '"')
+                 + ")) || self.agents.size() >= 2",
+         "message": "hacpo and naive share rollouts between agents and need at least 2 agents; add an agent or use gspo/grpo"},
+    ]})
+
+    # Bounded (as are the strings the CRD's CEL rules compare) so that the API server's cost
+    # estimate of those rules stays far below its limit.
+    agents: list[AgentSpec] = Field(min_length=1, max_length=32, description="The agents trained together; at least 2 for hacpo and naive.",
+                                    json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]})
     algorithm: AlgorithmSpec = Field(default_factory=AlgorithmSpec, description="Algorithm and its hyper-parameters.")
     data: DataSpec = Field(description="Training data, eval sets, template and reward.")
     store: StoreSpec = Field(default_factory=StoreSpec, description="Where trajectories, weights and checkpoints live.")

@@ -1,0 +1,183 @@
+"""The CRD's admission-time checks, evaluated on the generated CRD itself: the CEL rules
+(x-kubernetes-validations, run with cel-python at the schema location the API server runs them),
+the name patterns and limits (JSON Schema), and the schema defaults. Each rule is checked to
+refuse what the spec's Python validators refuse, so `kubectl apply` and `hacrl validate` agree.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import celpy
+import jsonschema
+import pytest
+import yaml
+
+from hacrl_core.crd import build_crd
+from hacrl_core.spec import SpecError, dump_experiment, parse_experiment
+from tests.unit.test_crd import openapi_to_jsonschema
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICKSTART = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
+SCHEMA = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
+def rules(schema: dict[str, Any], path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], dict[str, str]]]:
+    for rule in schema.get("x-kubernetes-validations", []):
+        yield path, rule
+    for name, sub in (schema.get("properties") or {}).items():
+        yield from rules(sub, (*path, name))
+    if "items" in schema:
+        yield from rules(schema["items"], (*path, "*"))
+
+
+def values_at(document: Any, path: tuple[str, ...]) -> list[Any]:
+    if not path:
+        return [document]
+    head, *rest = path
+    if head == "*":
+        return [v for item in (document or []) for v in values_at(item, tuple(rest))]
+    if not isinstance(document, dict) or head not in document:
+        return []  # the API server runs a rule only where its value exists
+    return values_at(document[head], tuple(rest))
+
+
+def violations(document: dict[str, Any], old: dict[str, Any] | None = None) -> list[str]:
+    """Messages of every CEL rule of the CRD that refuses ``document`` (an update of ``old``)."""
+    env = celpy.Environment()
+    failed = []
+    for path, rule in rules(SCHEMA):
+        transition = "oldSelf" in rule["rule"]
+        if transition and old is None:
+            continue  # transition rules run on updates only
+        if transition and path:
+            raise AssertionError("this harness pairs old and new values only at the root")
+        program = env.program(env.compile(rule["rule"]))
+        for value in values_at(document, path):
+            activation = {"self": celpy.json_to_cel(value)}
+            if transition:
+                activation["oldSelf"] = celpy.json_to_cel(old)
+            result = program.evaluate(activation)
+            if isinstance(result, celpy.CELEvalError) or not bool(result):
+                failed.append(rule["message"])
+    return failed
+
+
+def python_refuses(document: dict[str, Any]) -> bool:
+    try:
+        parse_experiment(document)
+    except SpecError:
+        return True
+    return False
+
+
+def changed(path: str, value: Any, document: dict[str, Any] | None = None) -> dict[str, Any]:
+    document = copy.deepcopy(document or QUICKSTART)
+    *parents, last = path.split(".")
+    node = document
+    for part in parents:
+        node = node[int(part)] if part.isdigit() else node[part]
+    node[int(last) if last.isdigit() else last] = value
+    return document
+
+
+def test_the_quickstart_passes_every_rule() -> None:
+    assert violations(QUICKSTART) == []
+    assert violations(QUICKSTART, old=QUICKSTART) == []
+
+
+@pytest.mark.parametrize(("case", "document", "message"), [
+    ("mini-batch-does-not-divide", changed("spec.algorithm.miniBatchPrompts", 3), "miniBatchPrompts must divide promptsPerStep"),
+    ("mini-batch-larger", changed("spec.algorithm.miniBatchPrompts", 1024), "miniBatchPrompts must divide promptsPerStep"),
+    ("ratio-bounds", changed("spec.algorithm.ratioBounds", [1.5, 10.0]), "ratioBounds must be [low, high]"),
+    ("hacpo-alone", changed("spec.agents", QUICKSTART["spec"]["agents"][:1]), "need at least 2 agents"),
+    ("name-upper-case", changed("metadata.name", "Quick_Start"), "metadata.name must be a DNS label"),
+    ("name-too-long", changed("metadata.name", "q" * 41), "metadata.name must be a DNS label"),
+])
+def test_cross_field_rules_refuse_what_the_spec_refuses(case: str, document: dict[str, Any], message: str) -> None:
+    found = violations(document)
+    assert any(message in m for m in found), found
+    assert python_refuses(document), f"{case}: the CRD refuses what `hacrl validate` accepts"
+
+
+def test_a_single_isolated_agent_is_fine() -> None:
+    document = changed("spec.algorithm.name", "gspo", changed("spec.agents", QUICKSTART["spec"]["agents"][:1]))
+    assert violations(document) == [] and not python_refuses(document)
+
+
+def started(document: dict[str, Any]) -> dict[str, Any]:
+    return {**copy.deepcopy(document), "status": {"phase": "Running", "startTime": "2026-12-03T10:00:00Z"}}
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("spec.algorithm.steps", 99, "spec.algorithm cannot change"),
+    ("spec.agents.0.model", "tiny://llama-char?seed=1", "spec.agents (names and models) cannot change"),
+    ("spec.agents.1.name", "renamed", "spec.agents (names and models) cannot change"),
+    ("spec.data.train.source", "builtin://arithmetic?difficulty=4-5", "spec.data cannot change"),
+])
+def test_agents_algorithm_and_data_are_immutable_once_started(field: str, value: Any, message: str) -> None:
+    old = started(QUICKSTART)
+    new = changed(field, value, old)
+    assert any(message in m for m in violations(new, old=old))
+    pending = copy.deepcopy(QUICKSTART)  # before the pods were first created, a fix in place is fine
+    assert violations(changed(field, value, pending), old=pending) == []
+
+
+def test_resources_scheduling_and_suspend_may_change_while_running() -> None:
+    old = started(QUICKSTART)
+    new = changed("spec.agents.0.resources", {"learner": {"limits": {"memory": "32Gi"}}}, old)
+    new = changed("spec.suspend", True, new)
+    new = changed("spec.scheduling", {"nodeSelector": {"pool": "gpu"}}, new)
+    assert violations(new, old=old) == []
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("spec.agents.0.name", "Llama_Char"),
+    ("spec.agents.0.name", "a" * 41),
+    ("spec.agents.0.model", "m" * 1025),
+    ("spec.data.eval", [{"name": f"e{i}", "source": "builtin://arithmetic"} for i in range(33)]),
+])
+def test_names_and_sizes_are_limited_in_the_schema_as_in_the_spec(field: str, value: Any) -> None:
+    document = changed(field, value)
+    jsonschema.validate(QUICKSTART, openapi_to_jsonschema(SCHEMA))
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(document, openapi_to_jsonschema(SCHEMA))
+    assert python_refuses(document)
+
+
+def test_agents_are_a_list_map_keyed_by_name_and_conditions_by_type() -> None:
+    agents = SCHEMA["properties"]["spec"]["properties"]["agents"]
+    assert (agents["x-kubernetes-list-type"], agents["x-kubernetes-list-map-keys"], agents["maxItems"]) == ("map", ["name"], 32)
+    conditions = SCHEMA["properties"]["status"]["properties"]["conditions"]
+    assert (conditions["x-kubernetes-list-type"], conditions["x-kubernetes-list-map-keys"]) == ("map", ["type"])
+    item = conditions["items"]
+    assert set(item["required"]) == {"type", "status", "reason", "lastTransitionTime"}
+    assert item["properties"]["lastTransitionTime"]["format"] == "date-time" and item["properties"]["message"]["maxLength"] == 32768
+
+
+def apply_defaults(value: Any, schema: dict[str, Any]) -> Any:
+    """Structural defaulting as the API server does it: a missing field with a default gets it,
+    inside every object that is present."""
+    if isinstance(value, dict) and "properties" in schema:
+        for name, sub in schema["properties"].items():
+            if name not in value and "default" in sub:
+                value[name] = copy.deepcopy(sub["default"])
+            if name in value:
+                value[name] = apply_defaults(value[name], sub)
+    elif isinstance(value, list) and "items" in schema:
+        return [apply_defaults(item, schema["items"]) for item in value]
+    return value
+
+
+def test_schema_defaults_are_the_spec_defaults() -> None:
+    spec_schema = SCHEMA["properties"]["spec"]
+    algorithm = spec_schema["properties"]["algorithm"]["properties"]
+    assert (algorithm["groupSize"]["default"], algorithm["delta"]["default"], algorithm["ratioBounds"]["default"]) == (8, 0.2, [0.1, 10.0])
+    minimal = copy.deepcopy(QUICKSTART)
+    defaulted = copy.deepcopy(minimal)
+    defaulted["spec"] = apply_defaults(defaulted["spec"], spec_schema)
+    assert defaulted != minimal, "the quickstart leaves fields to their defaults"
+    assert dump_experiment(parse_experiment(defaulted)) == dump_experiment(parse_experiment(minimal))
