@@ -190,6 +190,42 @@ def test_worker_pods_match_the_pod_monitor():
     assert [p["name"] for p in pod["spec"]["containers"][0]["ports"]] == ["metrics"]
 
 
+def selects(selector: dict, labels: dict) -> bool:
+    return all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items())
+
+
+def test_network_policies_select_the_pods_they_are_for():
+    from hacrl_core.spec import load_experiment
+    from hacrl_operator.builders import build_pod
+
+    assert not objects(render(sets=("minio.enabled=true",)), "NetworkPolicy"), "off by default"
+    docs = render(sets=("networkPolicy.enabled=true", "minio.enabled=true", "watchNamespaces={team-a,team-b}"))
+    policies = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in objects(docs, "NetworkPolicy")}
+    workers = [p for (ns, name), p in policies.items() if name.endswith("-workers")]
+    assert sorted(p["metadata"]["namespace"] for p in workers) == ["team-a", "team-b"]
+    # The worker policy selects the pods the operator builds and opens only their metrics port.
+    experiment = load_experiment(ROOT / "examples" / "kind-tiny.yaml")
+    owner = {"metadata": {"name": experiment.name, "namespace": "team-a", "uid": "u"}}
+    for role in ("rollout", "learner"):
+        pod = build_pod(experiment, experiment.spec.agents[0].name, role, owner, OperatorConfig())
+        assert selects(workers[0]["spec"]["podSelector"], pod["metadata"]["labels"])
+        (port,) = pod["spec"]["containers"][0]["ports"]
+        assert workers[0]["spec"]["ingress"] == [{"ports": [{"port": port["name"], "protocol": "TCP"}]}]
+    # MinIO's policy selects the MinIO pods and admits workers, the operator and the bucket Job.
+    (minio,) = [p for (ns, name), p in policies.items() if name.endswith("-minio")]
+    (minio_deployment,) = [d for d in objects(docs, "Deployment") if d["metadata"]["name"].endswith("-minio")]
+    (operator,) = [d for d in objects(docs, "Deployment") if not d["metadata"]["name"].endswith("-minio")]
+    (job,) = objects(docs, "Job")
+    assert selects(minio["spec"]["podSelector"], minio_deployment["spec"]["template"]["metadata"]["labels"])
+    peers = minio["spec"]["ingress"][0]["from"]
+    for labels in (pod["metadata"]["labels"], operator["spec"]["template"]["metadata"]["labels"], job["spec"]["template"]["metadata"]["labels"]):
+        assert any(selects(peer["podSelector"], labels) for peer in peers), labels
+    assert not selects(peers[0]["podSelector"], {"app": "something-else"}) and peers[0]["namespaceSelector"] == {}
+    assert minio["spec"]["ingress"][0]["ports"] == [{"port": "s3", "protocol": "TCP"}]
+    ports = {p["name"] for c in minio_deployment["spec"]["template"]["spec"]["containers"] for p in c.get("ports", [])}
+    assert "s3" in ports
+
+
 def test_minio_off_by_default():
     docs = render()
     assert not [d for d in docs if "minio" in d["metadata"]["name"]]

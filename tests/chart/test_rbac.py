@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-import pytest
+import copy
 
+import pytest
 from hacrl_operator.rbac import RULES
+
 from tests.chart.rendering import CHART, NAMESPACE, objects, render
 
 Grant = tuple[str, str, str]  # (apiGroup, resource, verb)
+AGGREGATE = "rbac.authorization.k8s.io/aggregate-to-"
 
 
 def declared(scope: str) -> set[Grant]:
@@ -47,10 +50,15 @@ def test_rules_are_not_empty_and_cover_both_scopes():
     assert not any(r.resource == "secrets" for r in RULES), "the operator never reads Secrets"
 
 
+def operator_cluster_roles(docs) -> list[dict]:
+    """The ClusterRoles of the operator itself (not those aggregated into users' roles)."""
+    return [r for r in objects(docs, "ClusterRole") if not any(k.startswith(AGGREGATE) for k in r["metadata"]["labels"])]
+
+
 def test_clusterwide_rbac_equals_rules():
     docs = render()
     assert not objects(docs, "Role") and not objects(docs, "RoleBinding")
-    roles = {role["metadata"]["name"]: role for role in objects(docs, "ClusterRole")}
+    roles = {role["metadata"]["name"]: role for role in operator_cluster_roles(docs)}
     assert len(roles) == 2
     by_grants = {frozenset(granted(role)): role for role in roles.values()}
     assert set(map(frozenset, (declared("cluster"), declared("namespace")))) == set(by_grants), (
@@ -64,7 +72,7 @@ def test_clusterwide_rbac_equals_rules():
 @pytest.mark.parametrize("namespaces", [["team-a", "team-b"], ["ml"]])
 def test_namespaced_rbac_equals_rules(namespaces):
     docs = render(sets=("watchNamespaces={" + ",".join(namespaces) + "}",))
-    (cluster_role,) = objects(docs, "ClusterRole")
+    (cluster_role,) = operator_cluster_roles(docs)
     assert granted(cluster_role) == declared("cluster"), "cluster rules drifted from RULES"
     assert len(bound_to_operator(docs, cluster_role)) == 1
     roles = objects(docs, "Role")
@@ -86,10 +94,32 @@ def test_rbac_can_be_left_to_the_cluster_admin():
 
 
 def test_drift_is_detected():
-    """The comparison is not vacuous: one verb more or less is a difference."""
-    extra = declared("namespace") | {("", "secrets", "get")}
-    fewer = declared("namespace") - {("", "pods", "delete")}
-    assert extra != declared("namespace") and fewer != declared("namespace")
-    role = {"kind": "Role", "metadata": {"name": "x"}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["*"]}]}
+    """The comparison is not vacuous: the rendered role with one verb less, or one grant more, no
+    longer equals the declared rules, and a wildcard is refused."""
+    role = next(r for r in operator_cluster_roles(render()) if granted(r) == declared("namespace"))
+    fewer = copy.deepcopy(role)
+    pods = next(rule for rule in fewer["rules"] if rule["resources"] == ["pods"])
+    pods["verbs"].remove("delete")
+    assert granted(fewer) == declared("namespace") - {("", "pods", "delete")} != declared("namespace")
+    more = copy.deepcopy(role)
+    more["rules"].append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]})
+    assert granted(more) - declared("namespace") == {("", "secrets", "get")}
+    wildcard = {"kind": "Role", "metadata": {"name": "x"}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["*"]}]}
     with pytest.raises(AssertionError, match="wildcard"):
-        granted(role)
+        granted(wildcard)
+
+
+def test_users_with_the_built_in_roles_can_manage_or_read_experiments():
+    docs = render()
+    aggregated = {label: r for r in objects(docs, "ClusterRole") for label in r["metadata"]["labels"] if label.startswith(AGGREGATE)}
+    assert set(aggregated) == {f"{AGGREGATE}{role}" for role in ("admin", "edit", "view")}
+    edit, view = aggregated[f"{AGGREGATE}edit"], aggregated[f"{AGGREGATE}view"]
+    assert aggregated[f"{AGGREGATE}admin"] is edit
+    assert {("hacrl.io", "hacrlexperiments", v) for v in ("create", "patch", "delete", "get", "list", "watch")} <= granted(edit)
+    assert not any(resource == "hacrlexperiments/status" and verb not in ("get", "list", "watch") for _, resource, verb in granted(edit)), \
+        "users must not write status: the operator owns it"
+    assert granted(view) == {("hacrl.io", r, v) for r in ("hacrlexperiments", "hacrlexperiments/status") for v in ("get", "list", "watch")}
+    for role in (edit, view):
+        assert not bound_to_operator(docs, role)
+    assert not [r for r in objects(render(sets=("rbac.aggregateToDefaultRoles=false",)), "ClusterRole")
+                if any(k.startswith(AGGREGATE) for k in r["metadata"]["labels"])]

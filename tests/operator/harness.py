@@ -110,6 +110,30 @@ def _fields_match(selector: str | None, obj: dict[str, Any]) -> bool:
 REQUEST_HISTORY = 20
 
 
+def rbac_access(method: str, path: str, query: Any) -> tuple[str, str, str] | None:
+    """The (verb, apiGroup, resource) RBAC checks for an API request; None for non-resource URLs
+    (discovery, /version), which every authenticated client may read."""
+    parts = path.strip("/").split("/")
+    if parts[:2] == ["api", "v1"]:
+        group, rest = "", parts[2:]
+    elif parts[:1] == ["apis"] and len(parts) >= 3:
+        group, rest = parts[1], parts[3:]
+    else:
+        return None
+    if len(rest) >= 2 and rest[0] == "namespaces" and (len(rest) > 2 or method != "GET"):
+        rest = rest[2:]  # /namespaces/<ns>/<resource>...; /namespaces/<ns> itself is the namespace
+    if not rest:
+        return None
+    resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
+    named = len(rest) > 1
+    verb = {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method)
+    if method == "GET":
+        verb = "get" if named else ("watch" if query.get("watch") in ("true", "True", "1") else "list")
+    elif method == "DELETE":
+        verb = "delete" if named else "deletecollection"
+    return (verb, group, resource) if verb else None
+
+
 class PatchedEmulator(kmock.KubernetesEmulator):
     """kmock's Kubernetes emulator with the gaps listed in the module docstring covered."""
 
@@ -118,8 +142,15 @@ class PatchedEmulator(kmock.KubernetesEmulator):
         self.fallback["get /version/"] << self._serve_server_version
         self._versions = itertools.count(1)
         self._namespaces: dict[str, str] = {}
+        # (verb, apiGroup, resource) of every request not sent by kubectl: what the operator asks
+        # the API server for, checked against the RBAC the chart grants (``rbac_problems``).
+        self.access: set[tuple[str, str, str]] = set()
 
     async def __call__(self, raw_request: Any) -> Any:
+        if not raw_request.headers.get("User-Agent", "").startswith("kubectl"):
+            access = rbac_access(raw_request.method, raw_request.path, raw_request.rel_url.query)
+            if access:
+                self.access.add(access)
         # kmock keeps every request ever served and matches each new one by scanning that history
         # (quadratic: with 50 experiments the emulator alone saturated a CPU and the operator
         # benchmark never finished). Nothing here reads old requests: keep a short tail.
@@ -513,9 +544,22 @@ def run_operator(cluster: EmulatedCluster, **env: str) -> Iterator[OperatorHandl
             yield handle
     assert runner.exit_code == 0, runner.output[-3000:]
     assert runner.exception is None, runner.exception
+    assert not rbac_problems(cluster), rbac_problems(cluster)
     errors = logs.errors(handle.allowed_errors)
     assert not errors, "operator logged errors:\n" + "\n".join(errors)
     assert not cluster.server_errors(), cluster.server_errors()
+
+
+def rbac_problems(cluster: EmulatedCluster) -> list[str]:
+    """Requests the operator made that hacrl_operator.rbac does not grant. The chart renders
+    exactly those rules (tests/chart/test_rbac.py), so this is the check that the chart's RBAC is
+    enough for everything the operator did in the test."""
+    from hacrl_operator.rbac import RULES
+
+    granted = {(verb, rule.api_group, rule.resource) for rule in RULES for verb in rule.verbs}
+    emulator = cluster.emulator
+    return sorted(f"{verb} {group or 'core'}/{resource}" for verb, group, resource in (emulator.access if emulator else ())
+                  if (verb, group, resource) not in granted)
 
 
 def _healthy(port: int) -> bool:

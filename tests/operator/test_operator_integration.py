@@ -21,6 +21,7 @@ from harness import (
     EmulatedCluster,
     OperatorHandle,
     measure,
+    rbac_problems,
     run_operator,
     wait_for,
 )
@@ -329,6 +330,22 @@ def test_pod_names_are_injective_and_a_name_taken_by_something_else_is_a_conditi
     warnings = [e for e in cluster.get("events", namespace=NS) if e["reason"] == "PodNameTaken"]
     assert warnings and warnings[0]["type"] == "Warning" and warnings[0]["involvedObject"]["name"] == "quickstart"
     assert not cluster.get("pods", squatter, NS)["metadata"].get("ownerReferences")  # left alone
+
+
+def test_every_request_the_operator_makes_is_granted_by_the_rbac_the_chart_renders(cluster: EmulatedCluster, op: OperatorHandle) -> None:
+    """The emulator records (verb, group, resource) of every request not sent by kubectl, and every
+    operator test ends by checking them against hacrl_operator.rbac (= the chart's rules,
+    tests/chart/test_rbac.py). Here: the record holds what a run needs, and a request outside the
+    rules is caught."""
+    start_running(cluster, quickstart())
+    access = cluster.emulator.access
+    for needed in (("create", "", "pods"), ("list", "", "pods"), ("create", "", "configmaps"), ("create", "", "events"),
+                   ("watch", "hacrl.io", "hacrlexperiments"), ("patch", "hacrl.io", "hacrlexperiments/status")):
+        assert needed in access, (needed, sorted(access))
+    assert rbac_problems(cluster) == []
+    op.reconciler.kube.get(f"/api/v1/namespaces/{NS}/secrets/anything")  # the operator never reads Secrets
+    assert rbac_problems(cluster) == ["get core/secrets"]
+    access.discard(("get", "", "secrets"))  # the harness checks again when the operator stops
 
 
 # -- 3. failure domains -----------------------------------------------------------------------
