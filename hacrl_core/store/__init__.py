@@ -27,14 +27,6 @@ from hacrl_core.store.file_store import FileObjectStore
 from hacrl_core.store.objects import ObjectStore, open_object_store
 from hacrl_core.store.retry import RetryPolicy
 from hacrl_core.store.s3_store import S3ObjectStore
-from hacrl_core.store.trajectories import (
-    ROLLOUT_SCHEMA,
-    SCORE_SCHEMA,
-    rollouts_from_parquet,
-    rollouts_to_parquet,
-    scores_from_parquet,
-    scores_to_parquet,
-)
 from hacrl_core.store.trajectory_store import (
     TrajectoryStore,
     describe_prefix,
@@ -70,3 +62,15 @@ __all__ = [
     "scores_from_parquet",
     "scores_to_parquet",
 ]
+
+# The Parquet codec (pyarrow, numpy) loads on first use, so that importing the store to read JSON
+# objects (the operator) stays light.
+_LAZY = {"ROLLOUT_SCHEMA", "SCORE_SCHEMA", "rollouts_from_parquet", "rollouts_to_parquet", "scores_from_parquet", "scores_to_parquet"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        from hacrl_core.store import trajectories
+
+        return getattr(trajectories, name)
+    raise AttributeError(f"module 'hacrl_core.store' has no attribute {name!r}")

@@ -26,14 +26,16 @@ from hacrl_core.store.commit import (
 )
 from hacrl_core.store.errors import CorruptObject, ObjectNotFound
 from hacrl_core.store.objects import ObjectStore, open_object_store
-from hacrl_core.store.trajectories import (
-    rollouts_from_parquet,
-    rollouts_to_parquet,
-    scores_from_parquet,
-    scores_to_parquet,
-)
 
 T = TypeVar("T")
+
+
+def trajectories() -> Any:
+    """The Parquet row codec, imported on first use: readers of progress and owner records (the
+    operator) then never load pyarrow and numpy."""
+    from hacrl_core.store import trajectories as codec
+
+    return codec
 
 
 class TrajectoryStore:
@@ -86,13 +88,13 @@ class TrajectoryStore:
         self._before_write()
         key = layout.rollouts_key(self.experiment, step, agent)
         self._check_rows(rows, step, agent)
-        put_committed(self.objects, key, rollouts_to_parquet(rows))
+        put_committed(self.objects, key, trajectories().rollouts_to_parquet(rows))
         return key
 
     def read_rollouts(self, step: int, agent: str, *, wait: float = 0.0) -> list[dict[str, Any]]:
         key = layout.rollouts_key(self.experiment, step, agent)
         what = f"rollouts of step {step} from agent {agent!r}"
-        return rollouts_from_parquet(
+        return trajectories().rollouts_from_parquet(
             self._waiting(what, lambda: get_committed(self.objects, key, wait=wait))
         )
 
@@ -103,13 +105,13 @@ class TrajectoryStore:
         self._before_write()
         key = layout.scores_key(self.experiment, step, agent)
         self._check_rows(rows, step, agent)
-        put_committed(self.objects, key, scores_to_parquet(rows))
+        put_committed(self.objects, key, trajectories().scores_to_parquet(rows))
         return key
 
     def read_scores(self, step: int, agent: str, *, wait: float = 0.0) -> list[dict[str, Any]]:
         key = layout.scores_key(self.experiment, step, agent)
         what = f"scores of step {step} from agent {agent!r}"
-        return scores_from_parquet(
+        return trajectories().scores_from_parquet(
             self._waiting(what, lambda: get_committed(self.objects, key, wait=wait))
         )
 
