@@ -23,9 +23,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-# Pod spec fields an override may set (or delete with null).
+# Pod spec fields an override may set (or delete with null), plus `metadata` (labels and
+# annotations only; the operator's own labels win).
 POD_FIELDS = (
-    "affinity", "nodeSelector", "tolerations", "topologySpreadConstraints", "priorityClassName",
+    "metadata", "affinity", "nodeSelector", "tolerations", "topologySpreadConstraints", "priorityClassName",
     "schedulerName", "runtimeClassName", "terminationGracePeriodSeconds", "activeDeadlineSeconds",
     "dnsConfig", "enableServiceLinks", "containers", "initContainers", "volumes", "securityContext",
 )
@@ -40,6 +41,7 @@ VOLUME_MOUNT_FIELDS = ("name", "mountPath", "subPath", "subPathExpr", "readOnly"
 ENV_VALUE_SOURCES = ("configMapKeyRef", "fieldRef", "resourceFieldRef")
 ENV_FROM_FIELDS = ("configMapRef", "prefix")
 PORT_FIELDS = ("name", "containerPort", "protocol")
+METADATA_FIELDS = ("labels", "annotations")
 
 # Security settings merged over the override; an override may repeat them, never change them.
 LOCKED_POD_SECURITY: dict[str, Any] = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
@@ -144,6 +146,10 @@ def override_problems(override: dict[str, Any]) -> list[Problem]:
                     problems.append((f"volumes[{index}]", f"needs exactly one source of: {', '.join(VOLUME_SOURCES)}"))
         elif key == "securityContext":
             _security_context("securityContext", value, LOCKED_POD_SECURITY, POD_SECURITY_FIELDS, problems)
+        elif key == "metadata":
+            for part, items in _keys("metadata", value, METADATA_FIELDS, problems).items():
+                if not (isinstance(items, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in items.items())):
+                    problems.append((f"metadata.{part}", "must map strings to strings"))
     return problems
 
 
@@ -220,6 +226,8 @@ def admission_rules() -> list[dict[str, str]]:
                     f"{SECRETS_HINT} (docs/security.md)"},
         {"expression": _for_each_template(f"!has(t.volumes) || t.volumes.all(v, {volume})"),
          "message": f"podTemplate volumes: exactly one of {', '.join(VOLUME_SOURCES)} each (docs/security.md)"},
+        {"expression": _for_each_template(f"!has(t.metadata) || {_only('t.metadata', METADATA_FIELDS)}"),
+         "message": "podTemplate metadata: labels and annotations only (docs/security.md)"},
         {"expression": _for_each_template(
             f"!has(t.securityContext) || {_cel_security('t.securityContext', LOCKED_POD_SECURITY, POD_SECURITY_FIELDS)}"),
          "message": "podTemplate securityContext: worker pods run as a non-root user with the RuntimeDefault seccomp profile (docs/security.md)"},

@@ -211,17 +211,21 @@ def build_pod(
     if scheduling.scheduler_name:
         pod_spec["schedulerName"] = scheduling.scheduler_name
 
-    override = getattr(agent_spec.pod_template, role)
+    override = dict(getattr(agent_spec.pod_template, role))
+    extra = override.pop("metadata", None) or {}
     if override:
         pod_spec = merge_pod_spec(pod_spec, override)
     lock_down(pod_spec, config.run_as_user)  # whatever the override said, sidecars included
 
+    # The user's labels and annotations (e.g. a scheduler's queue), under the operator's own: the
+    # labels the operator, its NetworkPolicy and the PodMonitor select by cannot be changed.
     metadata: dict[str, Any] = {
         "name": pod_name(name, agent, role),
         "namespace": owner["metadata"]["namespace"],
-        "labels": pod_labels(name, agent, role),
+        "labels": {**(extra.get("labels") or {}), **pod_labels(name, agent, role)},
         "ownerReferences": [owner_reference(owner)],
     }
+    annotations = {**(extra.get("annotations") or {}), **annotations}
     if annotations:
         metadata["annotations"] = annotations
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}

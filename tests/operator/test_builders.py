@@ -105,6 +105,7 @@ def test_resources_scheduling_images_and_pod_template_override() -> None:
         "volumes": [{"name": "cache", "persistentVolumeClaim": {"claimName": "hf-cache"}}],
         "enableServiceLinks": None,
         "securityContext": None,
+        "metadata": {"labels": {"kueue.x-k8s.io/queue-name": "gpu", "hacrl.io/role": "spoofed"}, "annotations": {"team": "a"}},
     }
     pod = builders.build_pod(exp, "llama-char", "rollout", OWNER, CONFIG)
     spec = pod["spec"]
@@ -116,7 +117,10 @@ def test_resources_scheduling_images_and_pod_template_override() -> None:
     assert env(pod)["VLLM_LOGGING_LEVEL"]["value"] == "DEBUG" and "HACRL_AGENT" in env(pod)
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["cache"] == {"name": "cache", "persistentVolumeClaim": {"claimName": "hf-cache"}}
-    assert "enableServiceLinks" not in spec
+    assert "enableServiceLinks" not in spec and "metadata" not in spec
+    labels = pod["metadata"]["labels"]
+    assert labels["kueue.x-k8s.io/queue-name"] == "gpu" and labels["hacrl.io/role"] == "rollout"  # the operator's labels win
+    assert pod["metadata"]["annotations"]["team"] == "a"
     # Every container, sidecars and init containers included, runs locked down whatever the
     # override said (a null securityContext, none at all, or only a user id).
     locked = {"runAsNonRoot": True, "privileged": False, "allowPrivilegeEscalation": False,

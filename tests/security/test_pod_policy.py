@@ -75,6 +75,8 @@ CASES: list[tuple[str, dict[str, Any], str | None]] = [
                                 "containers": [{"name": "learner", "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
                                                                                       "readOnlyRootFilesystem": True, "runAsUser": 2000}}]}, None),
     ("delete-a-default", {"enableServiceLinks": None}, None),
+    ("labels-and-annotations", {"metadata": {"labels": {"kueue.x-k8s.io/queue-name": "gpu"}, "annotations": {"team": "a"}}}, None),
+    ("metadata-name", {"metadata": {"name": "other-pod"}}, "metadata.name"),
 ]
 
 
