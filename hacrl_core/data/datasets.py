@@ -35,10 +35,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import urlparse
 
 from hacrl_core.data.arithmetic import ArithmeticTask
 from hacrl_core.data.base import Problem, PromptSource
+from hacrl_core.uri import uri_query
 
 _MISSING = object()
 # ~25k tokens of English: past any context a rollout is sampled in. Gold answers are short.
@@ -272,10 +273,7 @@ def _builtin(uri: str, reward: str | None) -> PromptSource:
     parsed = urlparse(uri)
     if parsed.netloc != "arithmetic":
         raise ValueError(f"unknown built-in source {parsed.netloc!r} in {uri!r}; valid: arithmetic")
-    query = {key: values[-1] for key, values in parse_qs(parsed.query, strict_parsing=False).items()}
-    unknown = sorted(set(query) - set(_BUILTIN_PARAMS))
-    if unknown:
-        raise ValueError(f"{uri!r}: unknown parameter(s) {', '.join(unknown)}; valid: {', '.join(_BUILTIN_PARAMS)}")
+    query = uri_query(parsed.query, _BUILTIN_PARAMS, repr(uri))
     try:
         difficulty = parse_range(query.get("difficulty", "1-3"))
         seed = int(query.get("seed", "0"))

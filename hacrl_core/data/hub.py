@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from typing import Any
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import urlparse
 
 from hacrl_core.data.base import PromptSource
+from hacrl_core.uri import uri_query
 
 SCHEME = "hf://"
 _PARAMS = ("split", "config", "revision")
@@ -32,10 +33,7 @@ def parse_hub_uri(uri: str) -> dict[str, str | None]:
     name = (parsed.netloc + parsed.path).strip("/")
     if parsed.scheme != "hf" or name.count("/") != 1 or not all(name.split("/")):
         raise ValueError(f"data source {uri!r}: expected hf://<org>/<name>[?split=train&config=C&revision=R]")
-    query = {key: values[-1] for key, values in parse_qs(parsed.query).items()}
-    unknown = sorted(set(query) - set(_PARAMS))
-    if unknown:
-        raise ValueError(f"data source {uri!r}: unknown parameter(s) {', '.join(unknown)}; valid: {', '.join(_PARAMS)}")
+    query = uri_query(parsed.query, _PARAMS, f"data source {uri!r}")
     return {"name": name, "split": query.get("split", "train"), "config": query.get("config"), "revision": query.get("revision")}
 
 

@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import urlparse
 
 import torch
 
@@ -51,6 +51,7 @@ from hacrl_core.data.datasets import parse_range
 from hacrl_core.data.templates import ARITHMETIC_TEMPLATE, render_prompt
 from hacrl_core.models.encoding import encode_prompt, encode_text
 from hacrl_core.models.tokenizers import build_bpe_tokenizer, build_char_tokenizer
+from hacrl_core.uri import uri_query
 
 #: Bump when a change to this module changes what a build produces (invalidates caches).
 BUILD_VERSION = 1
@@ -127,10 +128,7 @@ def parse_tiny_uri(uri: str) -> dict[str, Any]:
     if parsed.scheme != "tiny":
         raise ValueError(f"not a tiny:// URI: {uri!r}")
     preset = get_preset(parsed.netloc).name
-    query = {key: values[-1] for key, values in parse_qs(parsed.query).items()}
-    unknown = sorted(set(query) - set(URI_PARAMS))
-    if unknown:
-        raise ValueError(f"{uri!r}: unknown parameter(s) {', '.join(unknown)}; valid: {', '.join(URI_PARAMS)}")
+    query = uri_query(parsed.query, URI_PARAMS, repr(uri))
     try:
         seed = int(query.get("seed", "0"))
         warmup_steps = int(query["warmup_steps"]) if "warmup_steps" in query else None
@@ -184,10 +182,7 @@ def _task(task_spec: str, split: str) -> ArithmeticTask:
     parsed = urlparse(task_spec)
     if parsed.scheme != "builtin" or parsed.netloc != "arithmetic":
         raise ValueError(f"tiny models warm-start on builtin://arithmetic only, got {task_spec!r}")
-    query = {key: values[-1] for key, values in parse_qs(parsed.query).items()}
-    unknown = sorted(set(query) - {"difficulty", "seed", "format"})
-    if unknown:
-        raise ValueError(f"{task_spec!r}: unknown parameter(s) {', '.join(unknown)}; valid: difficulty, seed, format")
+    query = uri_query(parsed.query, ("difficulty", "seed", "format"), repr(task_spec))
     return ArithmeticTask(
         difficulty=parse_range(query.get("difficulty", "1-3")), seed=int(query.get("seed", "0")), split=split, size=10**9,
         format=query.get("format", "answer"),
