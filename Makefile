@@ -2,12 +2,17 @@
 PYTHON ?= python3.11
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: install test quickstart crd lint
+.PHONY: install install-core test quickstart crd lint
 
-# torch first, pinned: on these machines 2.13.0 is a CPU wheel on disk; any other spec pulls a
-# multi-GB CUDA build. kubernetes<37 avoids a python-dateutil conflict with botocore.
-install:
+# What `hacrl run` needs and nothing more: the quickstart's first step stays light (no DeepSpeed
+# build, no helm, no test tools). torch first, pinned: on these machines 2.13.0 is a CPU wheel on
+# disk; any other spec pulls a multi-GB CUDA build.
+install-core:
 	$(PIP) install --quiet torch==2.13.0
+	$(PIP) install --quiet -e '.[math]'
+
+# Everything the test suite uses. kubernetes<37 avoids a python-dateutil conflict with botocore.
+install: install-core
 	$(PIP) install --quiet -e '.[test,operator,math]'
 	# DeepSpeed for the `deepspeed` learner backend and its CPU tests. Its sdist imports torch
 	# while building: --no-build-isolation builds it against the torch above (an isolated build
@@ -21,7 +26,7 @@ install:
 test: install
 	$(PYTHON) -m pytest -q
 
-quickstart: install
+quickstart: install-core
 	hacrl run examples/quickstart.yaml
 
 crd:
