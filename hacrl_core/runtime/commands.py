@@ -42,6 +42,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    # Before torch loads: `hacrl run` builds tiny models in this process while other work shares
+    # the CPUs, and spinning OpenMP threads made a 20-s warm start take minutes (docs/benchmarks.md).
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from hacrl_core.runtime.display import make_display
     from hacrl_core.runtime.local import RunError, run_local
     from hacrl_core.spec import SpecError, load_experiment
