@@ -15,6 +15,7 @@ import kubernetes.client
 import kubernetes.config
 from kubernetes.client.exceptions import ApiException
 
+from hacrl_core import __version__
 from hacrl_core.spec import API_GROUP, API_VERSION, PLURAL
 from hacrl_operator.config import OperatorConfig
 
@@ -45,6 +46,8 @@ class Kube:
     def __init__(self, configuration: kubernetes.client.Configuration) -> None:
         self.configuration = configuration
         self.api = kubernetes.client.ApiClient(configuration)
+        # Says who is asking in API server audit logs (kopf's own requests say kopf/<version>).
+        self.api.user_agent = f"hacrl-operator/{__version__}"
 
     def close(self) -> None:
         self.api.close()

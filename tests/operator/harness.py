@@ -110,6 +110,9 @@ def _fields_match(selector: str | None, obj: dict[str, Any]) -> bool:
 REQUEST_HISTORY = 20
 
 
+OPERATOR_USER_AGENTS = ("kopf/", "hacrl-operator/")
+
+
 def rbac_access(method: str, path: str, query: Any) -> tuple[str, str, str] | None:
     """The (verb, apiGroup, resource) RBAC checks for an API request; None for non-resource URLs
     (discovery, /version), which every authenticated client may read."""
@@ -142,12 +145,13 @@ class PatchedEmulator(kmock.KubernetesEmulator):
         self.fallback["get /version/"] << self._serve_server_version
         self._versions = itertools.count(1)
         self._namespaces: dict[str, str] = {}
-        # (verb, apiGroup, resource) of every request not sent by kubectl: what the operator asks
-        # the API server for, checked against the RBAC the chart grants (``rbac_problems``).
+        # (verb, apiGroup, resource) of every request the operator sends (kopf's and its own
+        # client's, told apart from kubectl and test drivers by User-Agent), checked against the
+        # RBAC the chart grants (``rbac_problems``).
         self.access: set[tuple[str, str, str]] = set()
 
     async def __call__(self, raw_request: Any) -> Any:
-        if not raw_request.headers.get("User-Agent", "").startswith("kubectl"):
+        if raw_request.headers.get("User-Agent", "").startswith(OPERATOR_USER_AGENTS):
             access = rbac_access(raw_request.method, raw_request.path, raw_request.rel_url.query)
             if access:
                 self.access.add(access)

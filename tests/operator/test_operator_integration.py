@@ -470,13 +470,14 @@ def test_completion_succeeds_and_applies_the_cleanup_policy(cluster: EmulatedClu
 
 def test_ttl_after_finished_deletes_the_experiment_and_children(cluster: EmulatedCluster, op: OperatorHandle, tmp_path: Path) -> None:
     uri = store_uri(tmp_path)
-    start_running(cluster, quickstart(store={"uri": uri}, cleanup={"onSuccess": "keep", "ttlSecondsAfterFinished": 1}))
+    # 5 s: long enough for the check below on a loaded machine, short enough to wait for.
+    start_running(cluster, quickstart(store={"uri": uri}, cleanup={"onSuccess": "keep", "ttlSecondsAfterFinished": 5}))
     store = worker_store(cluster, uri)
     for name in AGENTS:
         store.write_progress(name, heartbeat(name, QUICKSTART_STEPS))
     wait_for(lambda: status_of(cluster).get("phase") == "Succeeded", what="Succeeded")
     assert len(pods_of(cluster)) == 4  # keep
-    wait_for(lambda: cluster.get("hx", "quickstart", NS) is None, timeout=10, what="experiment deleted after its TTL")
+    wait_for(lambda: cluster.get("hx", "quickstart", NS) is None, timeout=20, what="experiment deleted after its TTL")
     wait_for(lambda: pods_of(cluster) == {} and cluster.get("configmap", "quickstart-spec", NS) is None, what="children garbage-collected")
     assert store.read_progress("llama-char") is not None  # keep: the store stays
 
