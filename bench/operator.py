@@ -110,6 +110,7 @@ def run_scale(n: int, args: argparse.Namespace) -> dict[str, Any]:
     from harness import EmulatedCluster, run_operator
 
     from hacrl_core.store import open_trajectory_store
+    from hacrl_core.store.trajectory_store import experiment_root
 
     work = args.work / f"n{n}"
     shutil.rmtree(work, ignore_errors=True)
@@ -154,7 +155,7 @@ def run_scale(n: int, args: argparse.Namespace) -> dict[str, Any]:
             beat: dict[str, float] = {}
             began = time.perf_counter()
             for name in names:
-                store = open_trajectory_store(store_uri, name)
+                store = open_trajectory_store(experiment_root(store_uri, NS), name)  # where its workers write
                 for i in range(args.agents):
                     store.write_progress(f"agent-{i}", {"agent": f"agent-{i}", "step": 3, "steps": 12, "weights_version": 3,
                                                         "reward": 0.3, "accuracy": None, "capability": 0.3, "last_checkpoint": None,

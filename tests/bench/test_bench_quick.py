@@ -52,3 +52,5 @@ def test_quick_run_writes_table_and_json(script: str, tmp_path: Path, model_cach
     assert payload["benchmark"] == name
     assert header in payload["table"]
     assert payload["machine"]["nproc"] >= 1
+    # A stage that timed out still prints a table: the smoke test must not pass on one.
+    assert " done after " not in done.stdout, done.stdout[-3000:]
