@@ -27,7 +27,6 @@ which neither the file store nor the SeaweedFS in our tests does today.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import socket
@@ -36,6 +35,7 @@ from dataclasses import dataclass
 
 from hacrl_core.store import layout
 from hacrl_core.store.errors import ObjectNotFound, StoreError
+from hacrl_core.store.ownership import utc_timestamp
 from hacrl_core.store.trajectory_store import TrajectoryStore
 
 # Exit code of a worker that stopped because a newer worker of its agent and role took over:
@@ -45,10 +45,6 @@ FENCED_EXIT_CODE = 3
 
 class FencedOut(StoreError):
     """A newer worker holds this worker's lease; the message names it."""
-
-
-def lease_key(store: TrajectoryStore, agent: str, role: str) -> str:
-    return f"{layout.experiment_prefix(store.experiment)}/leases/{layout.check_name('agent', agent)}.{role}.json"
 
 
 def _holder() -> str:
@@ -76,13 +72,13 @@ class Lease:
 
     @property
     def key(self) -> str:
-        return lease_key(self.store, self.agent, self.role)
+        return layout.lease_key(self.store.experiment, self.agent, self.role)
 
     @classmethod
     def acquire(cls, store: TrajectoryStore, agent: str, role: str, generation: int | None = None) -> Lease:
         """Claim ``generation`` (default: the next one) for ``agent``'s ``role`` worker and install
         the fence; ``FencedOut`` when a newer generation holds it already."""
-        key = lease_key(store, agent, role)
+        key = layout.lease_key(store.experiment, agent, role)
         previous = _read(store, key) or {}
         current = int(previous.get("generation", 0))
         if generation is None:
@@ -95,7 +91,7 @@ class Lease:
             )
         lease = cls(store, agent, role, generation, uuid.uuid4().hex)
         record = {"generation": generation, "token": lease.token, "holder": _holder(),
-                  "claimedAt": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
+                  "claimedAt": utc_timestamp()}
         store.objects.put(key, json.dumps(record, sort_keys=True).encode())
         lease.check()  # a claim racing ours may have replaced it already
         store.fence = lease.check
@@ -114,11 +110,10 @@ class Lease:
 
 def claim_run_generation(store: TrajectoryStore) -> int:
     """A generation newer than every lease of the experiment, for all workers of one `hacrl run`."""
-    prefix = f"{layout.experiment_prefix(store.experiment)}/leases/"
     newest = 0
-    for key in store.objects.list(prefix):
+    for key in store.objects.list(layout.leases_prefix(store.experiment) + "/"):
         newest = max(newest, int((_read(store, key) or {}).get("generation", 0)))
     generation = newest + 1
-    record = {"generation": generation, "holder": _holder(), "claimedAt": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
-    store.objects.put(f"{prefix}run.json", json.dumps(record, sort_keys=True).encode())
+    record = {"generation": generation, "holder": _holder(), "claimedAt": utc_timestamp()}
+    store.objects.put(layout.run_lease_key(store.experiment), json.dumps(record, sort_keys=True).encode())
     return generation

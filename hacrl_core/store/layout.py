@@ -8,6 +8,8 @@
 <experiment>/weights/<agent>/<version:06d>/          (committed directory)
 <experiment>/checkpoints/<agent>/<t:06d>/            (committed directory)
 <experiment>/progress/<agent>.json
+<experiment>/owner.json                              (who owns the prefix: ownership.py)
+<experiment>/leases/<agent>.<role>.json              (fencing.py; leases/run.json for `hacrl run`)
 ```
 Pure functions: every key of the store is built here and nowhere else. Directory prefixes are
 returned without the trailing ``/``.
@@ -88,3 +90,19 @@ def checkpoint_prefix(experiment: str, agent: str, step: int) -> str:
 
 def progress_key(experiment: str, agent: str) -> str:
     return f"{experiment_prefix(experiment)}/progress/{check_name('agent', agent)}.json"
+
+
+def owner_key(experiment: str) -> str:
+    return f"{experiment_prefix(experiment)}/owner.json"
+
+
+def leases_prefix(experiment: str) -> str:
+    return f"{experiment_prefix(experiment)}/leases"
+
+
+def lease_key(experiment: str, agent: str, role: str) -> str:
+    return f"{leases_prefix(experiment)}/{check_name('agent', agent)}.{role}.json"
+
+
+def run_lease_key(experiment: str) -> str:
+    return f"{leases_prefix(experiment)}/run.json"

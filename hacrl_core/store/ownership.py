@@ -37,12 +37,13 @@ class Owner:
         return f"experiment {where} (uid {self.uid})"
 
 
-def owner_key(store: TrajectoryStore) -> str:
-    return f"{layout.experiment_prefix(store.experiment)}/owner.json"
+def utc_timestamp() -> str:
+    """When a record was written, for people reading the store (never compared)."""
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def read_owner(store: TrajectoryStore) -> Owner | None:
-    key = owner_key(store)
+    key = layout.owner_key(store.experiment)
     try:
         record = json.loads(store.objects.get(key))
         return Owner(name=record["name"], uid=record["uid"], namespace=record.get("namespace"))
@@ -53,8 +54,8 @@ def read_owner(store: TrajectoryStore) -> Owner | None:
 
 
 def _write(store: TrajectoryStore, owner: Owner) -> None:
-    record = {**asdict(owner), "claimedAt": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
-    store.objects.put(owner_key(store), json.dumps(record, sort_keys=True).encode())
+    record = {**asdict(owner), "claimedAt": utc_timestamp()}
+    store.objects.put(layout.owner_key(store.experiment), json.dumps(record, sort_keys=True).encode())
 
 
 def refusal(current: Owner, claimant: Owner, where: str) -> str:

@@ -249,7 +249,6 @@ WALL_CLOCK_CALLS = {("time", "time"), ("time", "time_ns"), ("datetime", "now"), 
 ALLOWED_WALL_CLOCK = {
     ("hacrl_core/learner/worker.py", "time.time"),
     ("hacrl_core/store/ownership.py", "datetime.now"),
-    ("hacrl_core/store/fencing.py", "datetime.now"),
 }
 
 

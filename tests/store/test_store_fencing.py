@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from hacrl_core.store import ObjectStore, TrajectoryStore, get_committed
-from hacrl_core.store.fencing import FencedOut, Lease, claim_run_generation, lease_key
+from hacrl_core.store.fencing import FencedOut, Lease, claim_run_generation
+from hacrl_core.store.layout import lease_key
 
 
 def trajectory_store(store: ObjectStore) -> TrajectoryStore:
@@ -53,7 +54,7 @@ def test_a_run_generation_outranks_every_lease_and_refuses_late_workers_of_older
         Lease.acquire(trajectory_store(store), "qwen", "rollout", first_run)  # a late worker of the first run
     with pytest.raises(FencedOut):
         restarted.check()
-    assert store.exists(lease_key(view, "qwen", "rollout"))
+    assert store.exists(lease_key(view.experiment, "qwen", "rollout"))
 
 
 def test_two_writers_racing_on_the_same_shards_leave_every_shard_whole(store: ObjectStore) -> None:

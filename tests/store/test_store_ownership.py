@@ -20,16 +20,10 @@ from hacrl_core.store.ownership import (
     delete_if_owned,
     read_owner,
 )
+from tests.unit.test_spec import MINIMAL
 
-DOCUMENT = {
-    "apiVersion": "hacrl.io/v1alpha1",
-    "kind": "HACRLExperiment",
-    "metadata": {"name": "shared-name"},
-    "spec": {
-        "agents": [{"name": "small", "model": "tiny://llama-char"}, {"name": "big", "model": "tiny://qwen2-bpe"}],
-        "data": {"train": {"source": "builtin://arithmetic"}},
-    },
-}
+# The spec suite's minimal document, under a name two teams might both pick.
+DOCUMENT = {**MINIMAL, "metadata": {"name": "shared-name"}}
 
 
 def experiment(tmp_path: Path, namespace: str | None, **store):
