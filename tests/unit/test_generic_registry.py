@@ -66,3 +66,18 @@ def test_importing_it_loads_no_ml_library() -> None:
     code = "import sys, hacrl_core.registry; print(sorted(m for m in ('torch', 'numpy', 'pyarrow') if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_the_spec_offers_exactly_the_registered_names() -> None:
+    """Rewards are derived from their registry; engines and backends are spelled out in the spec
+    (their registries live in packages that import the spec), so they are checked here."""
+    from typing import get_args
+
+    from hacrl_core.learner.backends import BACKENDS, OPTIONAL_BACKENDS
+    from hacrl_core.rewards import reward_names
+    from hacrl_core.rollout.engine import ENGINES
+    from hacrl_core.spec import REWARD_NAMES, DataSpec, LearnerSettings, RolloutSettings
+
+    assert list(REWARD_NAMES) == reward_names() == list(get_args(DataSpec.model_fields["reward"].annotation))
+    assert sorted(get_args(RolloutSettings.model_fields["engine"].annotation)) == ENGINES.names()
+    assert sorted(get_args(LearnerSettings.model_fields["backend"].annotation)) == sorted(set(BACKENDS.names()) | set(OPTIONAL_BACKENDS))

@@ -67,11 +67,14 @@ def test_engine_for_configures_the_engine_from_the_agents_rollout_settings():
 
 
 def test_engine_for_an_engine_not_installed_names_the_alternatives(monkeypatch):
+    from hacrl_core.registry import Registry
     from hacrl_core.rollout import engine as engines
     from hacrl_core.spec import RolloutSettings
 
-    monkeypatch.setitem(engines.OPTIONAL_ENGINES, "vllm", ("a-package-that-is-not-installed", "nowhere"))
-    monkeypatch.delitem(engines.ENGINES, "vllm", raising=False)
+    patched = Registry("rollout engine")
+    patched.register("hf", engines.ENGINES.get("hf"))
+    patched.register("vllm", engines.EngineModule("nowhere", "Nothing", requires="a-package-that-is-not-installed"))
+    monkeypatch.setattr(engines, "ENGINES", patched)
     with pytest.raises(ValueError, match="'vllm' is not available here; available engines: hf"):
         engines.engine_for(RolloutSettings(engine="vllm"))
 
