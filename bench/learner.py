@@ -85,7 +85,7 @@ def make_store(args: argparse.Namespace) -> tuple[Path, str]:
 
 
 def contexts(spec_path: Path, agent: str, algorithm: str):
-    from hacrl_core.runtime.context import WorkerContext
+    from hacrl_core.context import WorkerContext
 
     context = WorkerContext.from_spec_file(spec_path, agent)
     context.experiment = copy.deepcopy(context.experiment)
@@ -112,25 +112,23 @@ def fresh_state(context, initial: dict[str, Any]):
 
 def algo_step(context, state, step: int = 0) -> tuple[dict[str, float], int, list]:
     """The learner's stages of one step, timed one by one; returns (seconds per stage, trained tokens)."""
-    from hacrl_core.algorithms import get_algorithm
-    from hacrl_core.learner.worker import (
-        assign_advantages,
-        gather_rows,
-        publish_own_scores,
-        run_updates,
-        score_own_rows,
-    )
+    from hacrl_core.algorithms import resolve_algorithm
+    from hacrl_core.learner.stages import assign_advantages, gather_rows, plan_updates, run_updates, update_capability
+    from hacrl_core.learner.worker import publish_own_scores, read_own_rows, read_peer_rows
 
+    algorithm, settings = resolve_algorithm(context.spec.algorithm), context.spec.algorithm
     t = [time.perf_counter()]
-    own_rollouts, own_rows = score_own_rows(context, state, step)
+    own_rollouts, own_rows = read_own_rows(context, state, step, algorithm)
     t.append(time.perf_counter())
-    rows, mean_rewards = gather_rows(context, state, step, own_rows)
+    by_agent = read_peer_rows(context, state, step, algorithm)
+    by_agent[context.agent_index] = own_rows
+    rows, mean_rewards = gather_rows(by_agent, context.agent_index)
     t.append(time.perf_counter())
-    if get_algorithm(context.spec.algorithm.name).shares_rows:
-        state.tracker.update(mean_rewards)
-    advantages, discrepancy = assign_advantages(context, state, rows)
+    update_capability(state.tracker, mean_rewards, algorithm)
+    advantages, discrepancy = assign_advantages(rows, state.tracker, algorithm, context.agent_index, tuple(settings.ratio_bounds))
     t.append(time.perf_counter())
-    run_updates(context, state, step, rows, advantages, discrepancy)
+    updates = plan_updates(rows, settings, step=step, agent_index=context.agent_index)
+    run_updates(state, rows, updates, advantages, discrepancy, algorithm, settings, context.agent.learner.micro_batch_size)
     publish_own_scores(context, step, own_rollouts, own_rows)
     t.append(time.perf_counter())
     stages = {"score_own_rows": t[1] - t[0], "gather_rows": t[2] - t[1], "assign_advantages": t[3] - t[2], "run_updates": t[4] - t[3]}
@@ -140,10 +138,11 @@ def algo_step(context, state, step: int = 0) -> tuple[dict[str, float], int, lis
 
 def plan_batches(context, rows) -> list[list[list[int]]]:
     """The same mini-batches / micro-batches of row indices that ``run_updates`` forms."""
-    from hacrl_core.learner.worker import plan_updates
+    from hacrl_core.learner.stages import plan_updates
 
     size = context.agent.learner.micro_batch_size
-    return [[members[s : s + size] for s in range(0, len(members), size)] for members in plan_updates(context, 0, rows)]
+    updates = plan_updates(rows, context.spec.algorithm, step=0, agent_index=context.agent_index)
+    return [[members[s : s + size] for s in range(0, len(members), size)] for members in updates]
 
 
 def plain_step(context, state, rows, minis) -> float:
@@ -151,7 +150,7 @@ def plain_step(context, state, rows, minis) -> float:
     import torch
 
     from hacrl_core.learner.batch import collate_rows
-    from hacrl_core.learner.worker import pad_id
+    from hacrl_core.learner.stages import pad_id
 
     pad = pad_id(state.tokenizer)
     model, backend = state.backend.model, state.backend

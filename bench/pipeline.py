@@ -4,11 +4,11 @@ The same short HACPO experiment (the quickstart's two agents, no evaluation) run
 interleaved (inproc, file, s3, inproc, file, s3, ...) so machine load hits all alike:
 
 - ``inproc``: ONE process (``python bench/pipeline.py --child SPEC``) that loads both models and,
-  per step, samples every agent's rollouts (the rollout worker's prompts, sampling parameters,
-  seeds and rows), then runs the learner's own functions on them in memory: ``encode_rows`` and
-  ``score_rows`` (old log-probs), the peers' rows re-encoded, ``CapabilityTracker.update``,
-  ``assign_advantages``, ``run_updates``. The sampler uses the learner's live model, so there is
-  no store, no serialization, no weight publish and no weight load. torch uses every CPU.
+  per step, samples every agent's rollouts and runs the learners on them with the workers' own
+  stage functions (``rollout.sampling``: prompts, sampling parameters, seeds, rows;
+  ``learner.stages``: pi_old, the peers' rows re-encoded, capability, advantages, updates). The
+  sampler uses the learner's live model, so there is no store, no serialization, no weight
+  publish and no weight load. torch uses every CPU.
 - ``file``: ``hacrl run --quiet`` with the file store: four worker processes (a rollout and a
   learner per agent, one torch thread each on 2 CPUs) talking only through the store.
 - ``s3``: the same with the store on a real SeaweedFS S3 server on this machine.
@@ -78,7 +78,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def inprocess_loop(spec_path: Path) -> dict[str, float]:
-    """The generate / score / update work of every agent, in one process, without the store."""
+    """The generate / score / update work of every agent, in one process, without the store: the
+    workers' own stages (``rollout.sampling``, ``learner.stages``) called on rows in memory."""
     import torch
 
     torch.set_num_threads(os.cpu_count() or 1)
@@ -90,92 +91,71 @@ def inprocess_loop(spec_path: Path) -> dict[str, float]:
         clock[key] = clock.get(key, 0.0) + now - since
         return now
 
-    from hacrl_core.data.templates import render_prompt
-    from hacrl_core.learner.batch import encode_rows, score_rows
-    from hacrl_core.learner.worker import (
+    from hacrl_core.algorithms import resolve_algorithm
+    from hacrl_core.context import WorkerContext
+    from hacrl_core.learner.backends import create_backend
+    from hacrl_core.learner.batch import encode_rows
+    from hacrl_core.learner.stages import (
         assign_advantages,
-        pad_id,
+        gather_rows,
+        plan_updates,
         run_updates,
+        score_own_rows,
+        scores_shard,
+        set_source_logprobs,
+        start_state,
+        update_capability,
     )
-    from hacrl_core.rollout.engine import SamplingParams
+    from hacrl_core.models.loading import load_policy
     from hacrl_core.rollout.hf_engine import HFEngine
-    from hacrl_core.rollout.worker import sampling_seed
-    from hacrl_core.runtime.context import WorkerContext
+    from hacrl_core.rollout.sampling import rollout_rows, sample_step, sampling_params
     from hacrl_core.spec import load_experiment
 
     experiment = load_experiment(spec_path)
-    spec = experiment.spec
+    spec, settings = experiment.spec, experiment.spec.algorithm
+    algorithm = resolve_algorithm(settings)
     names = [a.name for a in spec.agents]
     contexts = [WorkerContext(experiment=experiment, agent_name=n, store=None) for n in names]  # type: ignore[arg-type]
-    states = [initialize_without_store(c) for c in contexts]
-    engines = []
-    for context, state in zip(contexts, states):
+    states, engines = [], []
+    for context in contexts:  # fresh learners (no checkpoint: there is no store)
+        model, tokenizer = load_policy(context.initial_model_dir())
+        states.append(start_state(model, tokenizer, create_backend(context.agent.learner.backend, model, context.agent.learner),
+                                  settings, len(names)))
         engine = HFEngine(batch_size=context.agent.rollout.batch_size)
-        engine.set_policy(state.model, state.tokenizer)
+        engine.set_policy(states[-1].model, tokenizer)  # the live policy: no weight publish, no load
         engines.append(engine)
     t = lap("setup", began)
-    for step in range(spec.algorithm.steps):
+    for step in range(settings.steps):
         shards = []
         for index, (context, engine) in enumerate(zip(contexts, engines)):
-            settings = context.agent.rollout
             problems = context.step_problems(step)
-            prompts = [render_prompt(engine.tokenizer, p.question, spec.data.template) for p in problems]
-            params = SamplingParams(n=spec.algorithm.group_size, temperature=settings.temperature, top_p=settings.top_p,
-                                    max_new_tokens=settings.max_new_tokens, seed=sampling_seed(spec.algorithm.seed, step, index))
-            samples = engine.generate(prompts, params)
+            params = sampling_params(context.agent.rollout, group_size=settings.group_size, seed=settings.seed, step=step, agent_index=index)
+            prompts, samples = sample_step(engine, problems, spec.data.template, params)
             t = lap("generate", t)
-            rows = []
-            for problem, prompt, group in zip(problems, prompts, samples):
-                for sample_index, sample in enumerate(group):
-                    rows.append({"prompt_uid": problem.uid, "sample_index": sample_index, "prompt": prompt, "response": sample.text,
-                                 "token_ids": sample.token_ids, "reward": float(context.reward_fn(sample.text, problem.answer)),
-                                 "finish_reason": sample.finish_reason,
-                                 "extra": json.dumps({"question": problem.question, "answer": problem.answer})})
-            shards.append(rows)
+            shards.append(rollout_rows(problems, prompts, samples, context.reward_fn, experiment=experiment.name, agent=names[index],
+                                       step=step, tokenizer=engine.tokenizer))
             t = lap("reward", t)
         own, scores = [], []
         for index, (context, state) in enumerate(zip(contexts, states)):
             rows = encode_rows(shards[index], source=index, is_own=True, tokenizer=state.tokenizer, template=spec.data.template)
-            sums, counts, tokens = score_rows(state.model, rows, pad_id(state.tokenizer), context.agent.learner.micro_batch_size)
-            for row, total, count, token_logps in zip(rows, sums, counts, tokens):
-                row.logp_old_mean = total / max(count, 1)
-                row.logp_old_tokens = token_logps
-            own.append(rows)
-            scores.append([s / max(c, 1) for s, c in zip(sums, counts)])
+            first_update = plan_updates(rows, settings, step=step, agent_index=index)[0]
+            own.append(score_own_rows(state, rows, algorithm, first_update, context.agent.learner.micro_batch_size))
+            scores.append(scores_shard(shards[index], own[index], experiment=experiment.name, step=step, agent=names[index]))
             t = lap("score", t)
         for index, (context, state) in enumerate(zip(contexts, states)):
-            rows = list(own[index])
-            means = [sum(r["reward"] for r in shard) / len(shard) for shard in shards]
-            for peer in range(len(names)):
-                if peer == index:
-                    continue
-                cross = encode_rows(shards[peer], source=peer, is_own=False, tokenizer=state.tokenizer, template=spec.data.template)
-                for row, old in zip(cross, scores[peer]):
-                    row.logp_old_mean = old
-                rows.extend(cross)
-            state.tracker.update(means)
+            by_agent = [own[index] if peer == index else
+                        set_source_logprobs(encode_rows(shards[peer], source=peer, is_own=False, tokenizer=state.tokenizer,
+                                                        template=spec.data.template), shards[peer], scores[peer])
+                        for peer in range(len(names))]
+            rows, mean_rewards = gather_rows(by_agent, index)
+            update_capability(state.tracker, mean_rewards, algorithm)
             t = lap("gather", t)
-            advantages, discrepancy = assign_advantages(context, state, rows)
-            run_updates(context, state, step, rows, advantages, discrepancy)
+            advantages, discrepancy = assign_advantages(rows, state.tracker, algorithm, index, tuple(settings.ratio_bounds))
+            run_updates(state, rows, plan_updates(rows, settings, step=step, agent_index=index), advantages, discrepancy, algorithm,
+                        settings, context.agent.learner.micro_batch_size)
             t = lap("update", t)
     clock["total"] = time.perf_counter() - began
     return clock
-
-
-def initialize_without_store(context):
-    """``learner.worker.initialize`` for a fresh run (no checkpoint lookup: there is no store)."""
-    from hacrl_core.algorithms import CapabilityTracker
-    from hacrl_core.learner.backends import create_backend
-    from hacrl_core.learner.worker import LearnerState
-    from hacrl_core.models.loading import load_policy
-
-    algorithm, settings = context.spec.algorithm, context.agent.learner
-    tracker = CapabilityTracker(len(context.spec.agents), algorithm.capability_window, algorithm.capability_floor,
-                                tuple(algorithm.ratio_bounds), algorithm.warmup_steps)
-    model, tokenizer = load_policy(context.initial_model_dir())
-    backend = create_backend(settings.backend, model, settings)
-    backend.model.train()
-    return LearnerState(backend.unwrapped_model(), tokenizer, backend, tracker, 0)
 
 
 # --------------------------------------------------------------------------- multi-process runs

@@ -23,6 +23,7 @@ from hacrl_core.algorithms.registry import (
     PolicyLossInputs,
     get_algorithm,
     register_algorithm,
+    resolve_algorithm,
 )
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "kl_penalty",
     "masked_mean",
     "register_algorithm",
+    "resolve_algorithm",
     "sequence_log_ratio",
     "stepwise_lower_bound",
 ]

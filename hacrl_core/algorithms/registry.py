@@ -1,14 +1,16 @@
 """Algorithms by name: what rows a learner trains on, how advantages are formed, which loss.
 
-The learner looks its algorithm up here from ``spec.algorithm.name``; there is no if/elif on
-the name anywhere else. Registering a different definition under a taken name raises, and an
-unknown name lists the valid ones (as verl's ``register_policy_loss``).
+The learner looks its algorithm up here once, from ``spec.algorithm.name`` and its ablations
+(``resolve_algorithm``); every algorithm-specific choice is a field of the ``Algorithm`` it gets
+back, so there is no if/elif on the name anywhere else. Registering a different definition under
+a taken name raises, and an unknown name lists the valid ones (as verl's ``register_policy_loss``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 
 import torch
@@ -51,15 +53,17 @@ class PolicyLossInputs:
 PolicyLoss = Callable[[PolicyLossInputs, LossSettings], tuple[torch.Tensor, dict[str, float]]]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Algorithm:
     """How one named algorithm trains a learner.
 
-    shares_rows: the learner also trains on the other agents' rows of the step.
+    shares_rows: the learner also trains on the other agents' rows of the step; only then is the
+        capability of the agents tracked (isolated algorithms never look at it).
     advantage_mode: passed to ``group_advantages``.
     cross_old_logprob: for shared rows, whose pre-update log-prob is the ratio's denominator:
         "source" (the sampler's, importance sampling across policies, HACPO) or "learner" (the
         learner's own, i.e. treat the row as if it were on-policy: naive sharing).
+    discrepancy_coefficient: cross rows are weighted by omega(source, learner) (mechanism 2).
     policy_loss: the loss.
     aggregation: what the loss is a mean over, "rows" or "tokens"; the learner weights
         micro-batches by it so gradient accumulation equals one pass over the mini-batch.
@@ -70,7 +74,22 @@ class Algorithm:
     advantage_mode: str
     cross_old_logprob: Literal["source", "learner"]
     policy_loss: PolicyLoss
+    discrepancy_coefficient: bool = False
     aggregation: Literal["rows", "tokens"] = "rows"
+
+    def without(self, *, capability_advantage: bool = True, discrepancy_coefficient: bool = True) -> Algorithm:
+        """This algorithm with mechanisms 1 and 2 switched off where an ablation says so (3 and 4
+        are loss settings: ``AlgorithmSpec.effective_alpha`` / ``effective_delta_step``)."""
+        mode = self.advantage_mode
+        if mode == "hacpo" and not capability_advantage:
+            mode = "naive"  # the plain mean of the mixed group
+        return replace(self, advantage_mode=mode, discrepancy_coefficient=self.discrepancy_coefficient and discrepancy_coefficient)
+
+    def loss_weight(self, response_lengths: Sequence[int]) -> float:
+        """How much of a mini-batch a set of rows is, in the unit the loss averages over."""
+        if self.aggregation == "tokens":
+            return float(sum(response_lengths)) or 1.0
+        return float(len(response_lengths)) or 1.0
 
 
 ALGORITHMS: dict[str, Algorithm] = {}
@@ -89,6 +108,14 @@ def get_algorithm(name: str) -> Algorithm:
         return ALGORITHMS[name]
     except KeyError:
         raise ValueError(f"unknown algorithm {name!r}; valid algorithms: {', '.join(sorted(ALGORITHMS))}") from None
+
+
+def resolve_algorithm(settings) -> Algorithm:
+    """The ``Algorithm`` a spec's ``algorithm`` section trains with: its name, then its ablations."""
+    ablations = settings.ablations
+    return get_algorithm(settings.name).without(
+        capability_advantage=ablations.capability_advantage, discrepancy_coefficient=ablations.discrepancy_coefficient
+    )
 
 
 def _row_mean(inputs: PolicyLossInputs) -> torch.Tensor:
@@ -129,7 +156,9 @@ def grpo_policy_loss(inputs: PolicyLossInputs, settings: LossSettings) -> tuple[
     )
 
 
-register_algorithm(Algorithm("hacpo", True, "hacpo", "source", hacpo_policy_loss))
-register_algorithm(Algorithm("gspo", False, "gspo", "source", gspo_policy_loss))
-register_algorithm(Algorithm("grpo", False, "grpo", "source", grpo_policy_loss, aggregation="tokens"))
-register_algorithm(Algorithm("naive", True, "naive", "learner", gspo_policy_loss))
+register_algorithm(Algorithm(name="hacpo", shares_rows=True, advantage_mode="hacpo", cross_old_logprob="source",
+                             policy_loss=hacpo_policy_loss, discrepancy_coefficient=True))
+register_algorithm(Algorithm(name="gspo", shares_rows=False, advantage_mode="gspo", cross_old_logprob="source", policy_loss=gspo_policy_loss))
+register_algorithm(Algorithm(name="grpo", shares_rows=False, advantage_mode="grpo", cross_old_logprob="source", policy_loss=grpo_policy_loss,
+                             aggregation="tokens"))
+register_algorithm(Algorithm(name="naive", shares_rows=True, advantage_mode="naive", cross_old_logprob="learner", policy_loss=gspo_policy_loss))

@@ -23,7 +23,7 @@ class TrainRow:
     is_own: bool
     # pi_old of the row: the mean over response tokens, from the source's scores (or the
     # learner's own scoring); None until known (rows of an isolated algorithm's first update
-    # get it from that update's own forward pass, see ``learner.worker.score_own_rows``).
+    # get it from that update's own forward pass, see ``learner.stages.score_own_rows``).
     logp_old_mean: float | None = 0.0
     logp_old_tokens: torch.Tensor | None = None  # per-token pi_old of own rows (token-level losses)
 

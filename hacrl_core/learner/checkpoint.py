@@ -58,8 +58,9 @@ def load_tensor_state(path: Path, map_location: str | torch.device | None = None
 
 
 def restore_checkpoint(store, agent: str, completed_steps: int, work_dir: Path, device: str, dtype, optimizer_globals: Sequence[type] = ()):
-    """(model, tokenizer, optimizer_state, capability_state) of checkpoint ``completed_steps``;
-    ``optimizer_globals``: the training backend's ``checkpoint_globals``."""
+    """(model, tokenizer, optimizer_state, capability_state, local_dir) of checkpoint
+    ``completed_steps``; ``optimizer_globals``: the training backend's ``checkpoint_globals``.
+    The caller deletes ``local_dir`` (the downloaded files) once the backend holds the state."""
     local = work_dir / f"restore-{completed_steps:06d}"
     shutil.rmtree(local, ignore_errors=True)
     store.load_checkpoint(agent, completed_steps, local)

@@ -1,9 +1,11 @@
 """The learner worker: `hacrl worker learner --spec S --agent A`.
 
-One training step is a short sequence of named stages (DESIGN.md section 2):
+The worker is the step's I/O: it reads the step's shards from the store, runs the stages of
+``learner.stages`` on them, and writes what they return. One step:
 
-    score_own_rows -> gather_rows -> update_capability -> assign_advantages
-    -> run_updates -> publish_weights -> evaluate -> report -> checkpoint
+    read own rollouts -> score_own_rows -> [write scores] -> read peers' rollouts and scores
+    -> gather_rows -> update_capability -> assign_advantages -> run_updates
+    -> publish weights -> evaluate -> write metrics -> checkpoint -> write progress
 
 A restarted learner restores its latest checkpoint (N completed steps) and runs step N next;
 shards already in the store are reused, never written twice.
@@ -12,84 +14,68 @@ shards already in the store are reused, never written twice.
 from __future__ import annotations
 
 import logging
-import random
 import shutil
 import time
-from dataclasses import dataclass, field
 
 import torch
 
-from hacrl_core.algorithms import (
-    CapabilityTracker,
-    PolicyLossInputs,
-    get_algorithm,
-    group_advantages,
-    kl_penalty,
-)
-from hacrl_core.learner.backends import TrainingBackend, backend_factory, create_backend
-from hacrl_core.learner.batch import (
-    TrainRow,
-    collate_rows,
-    encode_rows,
-    micro_batches,
-    score_rows,
-)
+from hacrl_core.algorithms import Algorithm, resolve_algorithm
+from hacrl_core.context import WorkerContext
+from hacrl_core.evaluation import evaluate_policy
+from hacrl_core.learner.backends import backend_factory, create_backend
+from hacrl_core.learner.batch import TrainRow, encode_rows
 from hacrl_core.learner.checkpoint import restore_checkpoint, save_checkpoint
-from hacrl_core.learner.guards import ensure_finite_weights, is_finite
+from hacrl_core.learner.guards import ensure_finite_weights
+from hacrl_core.learner.stages import (
+    LearnerState,
+    assign_advantages,
+    gather_rows,
+    plan_updates,
+    run_updates,
+    score_as_learner,
+    score_own_rows,
+    scores_shard,
+    set_source_logprobs,
+    start_state,
+    step_metrics,
+    update_capability,
+)
 from hacrl_core.metrics import WorkerMetrics
 from hacrl_core.models.loading import default_device, load_policy, save_policy
-from hacrl_core.models.logprobs import sequence_logprobs
-from hacrl_core.runtime.context import WorkerContext
-from hacrl_core.runtime.evaluation import evaluate_policy
-from hacrl_core.runtime.sharing import shared_rows_used, sharing_warning
+from hacrl_core.sharing import shared_rows_used, sharing_warning
 
 log = logging.getLogger("hacrl")
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
-@dataclass
-class LearnerState:
-    model: torch.nn.Module
-    tokenizer: object
-    backend: TrainingBackend
-    tracker: CapabilityTracker
-    next_step: int
-    reference: torch.nn.Module | None = None
-    device: str = "cpu"
-    timings: dict[str, float] = field(default_factory=dict)
-
-
 def initialize(context: WorkerContext, device: str | None = None) -> LearnerState:
+    """The policy, optimizer and capability history at the latest checkpoint, or fresh."""
     device = device or default_device()
     spec, settings = context.spec, context.agent.learner
-    algorithm = spec.algorithm
     dtype = DTYPES[settings.dtype]
-    tracker = CapabilityTracker(
-        len(spec.agents), algorithm.capability_window, algorithm.capability_floor, tuple(algorithm.ratio_bounds), algorithm.warmup_steps
-    )
     latest = context.store.latest_checkpoint(context.agent_name)
-    if latest is not None:
+    if latest is None:
+        model, tokenizer = load_policy(context.initial_model_dir(), dtype=dtype, device=device)
+        backend = create_backend(settings.backend, model, settings)
+        capability_state = None
+    else:  # restores the RNG state too, so nothing random may happen before this
         factory = backend_factory(settings.backend)
         model, tokenizer, optimizer_state, capability_state, local = restore_checkpoint(
             context.store, context.agent_name, latest, context.work_dir, device, dtype, factory.checkpoint_globals
         )
         backend = factory(model, settings)
         backend.load_optimizer_state(optimizer_state)
-        tracker.load_state_dict(capability_state)
         shutil.rmtree(local, ignore_errors=True)
-        next_step = latest
         log.info("learner %s: resumed from checkpoint after %d steps", context.agent_name, latest)
-    else:
-        model, tokenizer = load_policy(context.initial_model_dir(), dtype=dtype, device=device)
-        backend = create_backend(settings.backend, model, settings)
-        next_step = 0
     reference = None
-    if algorithm.kl_coef > 0:  # 0 must skip loading the reference entirely
+    if spec.algorithm.kl_coef > 0:  # 0 must skip loading the reference entirely
         reference, _ = load_policy(context.initial_model_dir(), dtype=dtype, device=device)
         reference.eval().requires_grad_(False)
-    backend.model.train()
-    return LearnerState(backend.unwrapped_model(), tokenizer, backend, tracker, next_step, reference, device)
+    state = start_state(model, tokenizer, backend, spec.algorithm, len(spec.agents), next_step=latest or 0, reference=reference, device=device)
+    if capability_state is not None:
+        state.tracker.load_state_dict(capability_state)
+    return state
 
 
 def publish_weights(context: WorkerContext, state: LearnerState, version: int) -> None:
@@ -102,209 +88,131 @@ def publish_weights(context: WorkerContext, state: LearnerState, version: int) -
     shutil.rmtree(local, ignore_errors=True)
 
 
-def plan_updates(context: WorkerContext, step: int, rows: list[TrainRow]) -> list[list[int]]:
-    """Row indices of each optimizer update of the step: per epoch a seeded shuffle of the step's
-    prompts, cut into mini-batches of ``miniBatchPrompts`` whole prompt groups."""
-    algorithm = context.spec.algorithm
-    by_prompt: dict[str, list[int]] = {}
-    for index, row in enumerate(rows):
-        by_prompt.setdefault(row.group, []).append(index)
-    prompts = list(by_prompt)
-    order = random.Random(f"{algorithm.seed}/{step}/{context.agent_index}")
-    updates = []
-    for _epoch in range(algorithm.epochs):
-        shuffled = prompts[:]
-        order.shuffle(shuffled)
-        for start in range(0, len(shuffled), algorithm.mini_batch_prompts):
-            updates.append([i for uid in shuffled[start : start + algorithm.mini_batch_prompts] for i in by_prompt[uid]])
-    return updates
-
-
-def score_own_rows(context: WorkerContext, state: LearnerState, step: int) -> tuple[list[dict], list[TrainRow]]:
-    """The agent's own rows of ``step`` with their old log-probs under weights version ``step``.
-
-    Algorithms that share rows publish these scores at once (peers wait for them). Isolated
-    algorithms (nobody else reads them) skip the rows of the step's first update: the weights
-    have not moved when that update runs, so its own forward pass gives their pi_old exactly
-    (``run_updates`` fills ``logp_old_mean`` from it) and one no-grad pass over those rows is
-    saved; their scores are published after the update (``publish_own_scores``).
-    """
-    own_rollouts = context.store.read_rollouts(step, context.agent_name, wait=context.wait_seconds)
-    rows = encode_rows(own_rollouts, source=context.agent_index, is_own=True, tokenizer=state.tokenizer, template=context.spec.data.template)
-    shares_rows = get_algorithm(context.spec.algorithm.name).shares_rows
-    deferred = set() if shares_rows else set(plan_updates(context, step, rows)[0])
-    scored = [row for index, row in enumerate(rows) if index not in deferred]
-    sums, counts, tokens = score_rows(state.model, scored, pad_id(state.tokenizer), context.agent.learner.micro_batch_size, state.device)
-    for row, total, count, token_logps in zip(scored, sums, counts, tokens):
-        row.logp_old_mean = total / max(count, 1)
-        row.logp_old_tokens = token_logps
-    for index in deferred:
-        rows[index].logp_old_mean = None
-    if shares_rows:
-        publish_own_scores(context, step, own_rollouts, rows)
-    return own_rollouts, rows
-
-
-def publish_own_scores(context: WorkerContext, step: int, own_rollouts: list[dict], rows: list[TrainRow]) -> None:
+def publish_own_scores(context: WorkerContext, step: int, own_rollouts: list[dict], own_rows: list[TrainRow]) -> None:
     """The scores shard of ``step`` (pi_old of every own row), unless a previous attempt wrote it."""
     if context.store.scores_ready(step, context.agent_name):
         return
-    context.store.write_scores(
-        step,
-        context.agent_name,
-        [
-            {
-                "experiment": context.experiment.name,
-                "step": step,
-                "source_agent": context.agent_name,
-                "prompt_uid": rollout["prompt_uid"],
-                "sample_index": rollout["sample_index"],
-                "logp_sum": row.logp_old_mean * sum(row.response_mask),
-                "token_count": sum(row.response_mask),
-            }
-            for rollout, row in zip(own_rollouts, rows)
-        ],
-    )
+    shard = scores_shard(own_rollouts, own_rows, experiment=context.experiment.name, step=step, agent=context.agent_name)
+    context.store.write_scores(step, context.agent_name, shard)
 
 
-def gather_rows(context: WorkerContext, state: LearnerState, step: int, own_rows: list[TrainRow]):
-    """Every agent's rows of the step (shared algorithms) and each agent's mean reward."""
-    algorithm = get_algorithm(context.spec.algorithm.name)
-    mean_rewards = [0.0] * len(context.agent_names)
-    mean_rewards[context.agent_index] = sum(r.reward for r in own_rows) / max(len(own_rows), 1)
-    rows = list(own_rows)
+def read_own_rows(context: WorkerContext, state: LearnerState, step: int, algorithm: Algorithm) -> tuple[list[dict], list[TrainRow]]:
+    """The agent's rollouts of ``step`` and their training rows with pi_old (``score_own_rows``)."""
+    rollouts = context.store.read_rollouts(step, context.agent_name, wait=context.wait_seconds)
+    rows = encode_rows(rollouts, source=context.agent_index, is_own=True, tokenizer=state.tokenizer, template=context.spec.data.template)
+    first_update = plan_updates(rows, context.spec.algorithm, step=step, agent_index=context.agent_index)[0]
+    return rollouts, score_own_rows(state, rows, algorithm, first_update, context.agent.learner.micro_batch_size)
+
+
+def read_peer_rows(context: WorkerContext, state: LearnerState, step: int, algorithm: Algorithm) -> list[list[TrainRow] | None]:
+    """Every peer's rows of ``step`` in the learner's tokenizer, with their pi_old (None for the
+    agent itself, and for every peer when the algorithm does not share rows)."""
+    peers: list[list[TrainRow] | None] = [None] * len(context.agent_names)
     if not algorithm.shares_rows:
-        return rows, mean_rewards
+        return peers
     for index, name in enumerate(context.agent_names):
-        if name == context.agent_name:
+        if index == context.agent_index:
             continue
         rollouts = context.store.read_rollouts(step, name, wait=context.wait_seconds)
         cross = encode_rows(rollouts, source=index, is_own=False, tokenizer=state.tokenizer, template=context.spec.data.template)
         if algorithm.cross_old_logprob == "source":
-            scores = context.store.read_scores(step, name, wait=context.wait_seconds)
-            by_key = {(s["prompt_uid"], s["sample_index"]): s for s in scores}
-            for row, rollout in zip(cross, rollouts):
-                score = by_key[(rollout["prompt_uid"], rollout["sample_index"])]
-                row.logp_old_mean = score["logp_sum"] / max(score["token_count"], 1)
-        else:  # the learner's own pre-update view of the row (naive sharing)
-            sums, counts, _ = score_rows(state.model, cross, pad_id(state.tokenizer), context.agent.learner.micro_batch_size, state.device)
-            for row, total, count in zip(cross, sums, counts):
-                row.logp_old_mean = total / max(count, 1)
-        mean_rewards[index] = sum(r.reward for r in cross) / max(len(cross), 1)
-        rows.extend(cross)
-    return rows, mean_rewards
-
-
-def assign_advantages(context: WorkerContext, state: LearnerState, rows: list[TrainRow]):
-    """Advantages (mechanism 1) and cross-row discrepancy weights (mechanism 2) of every row."""
-    spec_algorithm = context.spec.algorithm
-    algorithm = get_algorithm(spec_algorithm.name)
-    ablations = spec_algorithm.ablations
-    mode = algorithm.advantage_mode
-    if mode == "hacpo" and not ablations.capability_advantage:
-        mode = "naive"
-    groups = {uid: i for i, uid in enumerate(dict.fromkeys(r.group for r in rows))}
-    capability = torch.ones(len(context.agent_names), dtype=torch.float64) if state.tracker.in_warmup else state.tracker.capability
-    advantages = group_advantages(
-        torch.tensor([r.reward for r in rows], dtype=torch.float64),
-        torch.tensor([groups[r.group] for r in rows]),
-        torch.tensor([r.source for r in rows]),
-        context.agent_index,
-        capability,
-        mode=mode,
-        bounds=tuple(spec_algorithm.ratio_bounds),
-    )
-    ratios = state.tracker.ratio_matrix()
-    use_discrepancy = algorithm.name == "hacpo" and ablations.discrepancy_coefficient
-    discrepancy = torch.tensor(
-        [1.0 if r.is_own or not use_discrepancy else float(ratios[r.source, context.agent_index]) for r in rows],
-        dtype=torch.float64,
-    )
-    return advantages, discrepancy
-
-
-def run_updates(context: WorkerContext, state: LearnerState, step: int, rows: list[TrainRow], advantages, discrepancy):
-    """The step's optimizer updates (``plan_updates``), each in micro-batches of rows."""
-    spec_algorithm = context.spec.algorithm
-    settings = context.agent.learner
-    algorithm = get_algorithm(spec_algorithm.name)
-    collected: dict[str, list[float]] = {}
-    pad = pad_id(state.tokenizer)
-    device = state.device
-    advantages, discrepancy = advantages.to(device), discrepancy.to(device)
-    updates = plan_updates(context, step, rows)
-    skipped = 0
-    for update_index, members in enumerate(updates):
-        norm = _normalizer(algorithm.aggregation, [rows[i] for i in members])
-        state.backend.zero_grad()
-        finite_loss = True
-        for chunk in micro_batches(members, settings.micro_batch_size):
-            chunk_rows = [rows[i] for i in chunk]
-            input_ids, attention, response = collate_rows(chunk_rows, pad, device)
-            logp_new = sequence_logprobs(state.backend.model, input_ids, attention, response)
-            response_mask = response.to(logp_new.dtype)
-            logp_old = torch.zeros_like(logp_new)
-            for j, row in enumerate(chunk_rows):
-                if row.logp_old_mean is None:  # deferred by score_own_rows: pi_old is pi_new here
-                    if update_index != 0:
-                        raise RuntimeError("a row without pi_old reached a later update; score_own_rows deferred the wrong rows")
-                    old = logp_new[j].detach()
-                    row.logp_old_tokens = old[: len(row.input_ids)].cpu()
-                    row.logp_old_mean = float((old * response_mask[j]).sum() / response_mask[j].sum().clamp(min=1))
-                if row.logp_old_tokens is not None:
-                    logp_old[j, : row.logp_old_tokens.shape[0]] = row.logp_old_tokens
-            inputs = PolicyLossInputs(
-                logp_new=logp_new,
-                response_mask=response_mask,
-                logp_old_mean=torch.tensor([r.logp_old_mean for r in chunk_rows], dtype=logp_new.dtype, device=device),
-                logp_old=logp_old,
-                advantages=advantages[chunk].to(logp_new.dtype),
-                is_own=torch.tensor([r.is_own for r in chunk_rows], device=device),
-                discrepancy=discrepancy[chunk].to(logp_new.dtype),
-                update_index=update_index,
-            )
-            loss, metrics = algorithm.policy_loss(inputs, spec_algorithm)
-            share = _normalizer(algorithm.aggregation, chunk_rows) / norm
-            total = loss * share
-            if state.reference is not None and inputs.is_own.any():
-                with torch.no_grad():
-                    ref_logp = sequence_logprobs(state.reference, input_ids, attention, response)
-                kl = kl_penalty(logp_new, ref_logp, inputs.response_mask, inputs.is_own)
-                total = total + spec_algorithm.kl_coef * kl * (float(inputs.is_own.sum()) / len(chunk_rows)) * share
-                metrics["kl"] = float(kl)
-            if not is_finite(total):
-                finite_loss = False  # no backward: the update is skipped below
-                break
-            state.backend.backward(total)
-            for key, value in metrics.items():
-                collected.setdefault(key, []).append(value)
-        grad_norm = state.backend.step() if finite_loss else float("nan")  # backends skip a non-finite gradient
-        if not is_finite(grad_norm):  # its gradients are dropped by the next update's zero_grad (or the last one)
-            skipped += 1
-            log.warning("learner %s step %d update %d: non-finite %s; update skipped", context.agent_name, step, update_index,
-                        "gradient norm" if finite_loss else "loss")
+            peers[index] = set_source_logprobs(cross, rollouts, context.store.read_scores(step, name, wait=context.wait_seconds))
         else:
-            collected.setdefault("grad_norm", []).append(grad_norm)
-    state.backend.zero_grad()
-    summary = {f"learner/{key}": sum(values) / len(values) for key, values in collected.items()}
-    summary["learner/updates"] = len(updates)
-    summary["learner/skipped_updates"] = skipped
-    return summary
+            peers[index] = score_as_learner(state, cross, context.agent.learner.micro_batch_size)
+    return peers
 
 
-def _normalizer(aggregation: str, rows) -> float:
-    if aggregation == "tokens":
-        return float(sum(sum(r.response_mask) for r in rows)) or 1.0
-    return float(len(rows)) or 1.0
+def evaluate(context: WorkerContext, state: LearnerState, *, suffix: str = "") -> dict[str, float]:
+    """The live policy's accuracy on the spec's eval sets (``evaluation.evaluate_policy``)."""
+    with state.backend.gathered_weights() as model:
+        return {f"{key}{suffix}": value for key, value in evaluate_policy(context, model, state.tokenizer).items()}
 
 
-def pad_id(tokenizer) -> int:
-    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+def evaluation_due(context: WorkerContext, completed: int) -> bool:
+    every = context.spec.evaluation.every_steps
+    return bool(context.spec.data.eval) and (completed == context.spec.algorithm.steps or bool(every and completed % every == 0))
+
+
+def checkpoint(context: WorkerContext, state: LearnerState, completed: int) -> None:
+    """Save the state after ``completed`` steps and drop checkpoints beyond ``keepLast``."""
+    with state.backend.gathered_weights() as model:
+        ensure_finite_weights(model, context.agent_name, f"checkpoint after {completed} steps")
+        save_checkpoint(context.store, context.agent_name, completed, model, state.tokenizer, state.backend.optimizer_state(),
+                        state.tracker, context.work_dir)
+    prune_checkpoints(context)
+
+
+def prune_checkpoints(context: WorkerContext) -> None:
+    keep = context.spec.checkpoint.keep_last
+    store = context.store
+    for old in store.list_checkpoints(context.agent_name)[:-keep]:
+        store.delete_checkpoint(context.agent_name, old)
+
+
+def progress_record(context: WorkerContext, state: LearnerState, values: dict, completed: int, last_checkpoint: int | None,
+                    datasets: list) -> dict:
+    """The agent's progress file: what `hacrl status`, the live display and the operator read."""
+    accuracy = next((v for k, v in values.items() if k.startswith("eval/") and k.endswith("/accuracy")), None)
+    return {
+        "agent": context.agent_name,
+        "step": completed,
+        "steps": context.spec.algorithm.steps,
+        "weights_version": completed,
+        "reward": values["rollout/reward_mean"],
+        "accuracy": accuracy,
+        "capability": float(state.tracker.capability[context.agent_index]),
+        "shared_rows_used": shared_rows_used(values),
+        "last_checkpoint": last_checkpoint,
+        "done": completed == context.spec.algorithm.steps,
+        "time": time.time(),
+        "data": [report.as_dict() for report in datasets],
+    }
+
+
+class StageClock:
+    """Seconds spent in each named stage of a step, for the ``learner/seconds_*`` metrics."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, stage: str) -> float:
+        now = time.perf_counter()
+        self.seconds[stage] = self.seconds.get(stage, 0.0) + now - self._last
+        self._last = now
+        return self.seconds[stage]
+
+
+def train_step(context: WorkerContext, state: LearnerState, step: int, algorithm: Algorithm,
+               clock: StageClock) -> tuple[dict[str, float], list[TrainRow]]:
+    """One step's training from the store's shards: the stages in order; returns the step's metrics."""
+    spec = context.spec
+    own_rollouts, own_rows = read_own_rows(context, state, step, algorithm)
+    if algorithm.shares_rows:  # peers wait for these scores before they can train
+        publish_own_scores(context, step, own_rollouts, own_rows)
+    clock.lap("score")
+    peers = read_peer_rows(context, state, step, algorithm)
+    peers[context.agent_index] = own_rows
+    rows, mean_rewards = gather_rows(peers, context.agent_index)
+    clock.lap("wait_peers")
+    update_capability(state.tracker, mean_rewards, algorithm)
+    advantages, discrepancy = assign_advantages(rows, state.tracker, algorithm, context.agent_index, tuple(spec.algorithm.ratio_bounds))
+    updates = plan_updates(rows, spec.algorithm, step=step, agent_index=context.agent_index)
+    values = run_updates(state, rows, updates, advantages, discrepancy, algorithm, spec.algorithm, context.agent.learner.micro_batch_size,
+                         label=f"learner {context.agent_name} step {step}")
+    if not algorithm.shares_rows:  # deferred rows got their pi_old from the first update (score_own_rows)
+        publish_own_scores(context, step, own_rollouts, own_rows)
+    seconds_update = clock.lap("update")
+    tokens = sum(sum(r.response_mask) for r in rows)
+    values.update(step_metrics(rows, advantages, mean_rewards, state.tracker, algorithm, context.agent_names, context.agent_index))
+    values["learner/tokens_per_second"] = tokens * spec.algorithm.epochs / max(seconds_update, 1e-9)
+    return values, rows
 
 
 def run_learner_worker(context: WorkerContext) -> None:
     torch.manual_seed(context.spec.algorithm.seed * 1000 + context.agent_index)
     spec, agent = context.spec, context.agent
+    algorithm = resolve_algorithm(spec.algorithm)
     metrics = WorkerMetrics(context.experiment.name, agent.name, "learner")
     metrics.serve(spec.metrics.port, spec.metrics.bind_address)
     state = initialize(context)
@@ -316,66 +224,21 @@ def run_learner_worker(context: WorkerContext) -> None:
     metrics.publish(data_metrics)
     if state.next_step == 0 and store.latest_weights_version(agent.name) is None:
         publish_weights(context, state, 0)
-    initial_eval = {}
-    if state.next_step == 0 and spec.data.eval:
-        with state.backend.gathered_weights() as model:
-            initial_eval = {f"{k}_initial": v for k, v in evaluate_policy(context, model, state.tokenizer).items()}
+    initial_eval = evaluate(context, state, suffix="_initial") if state.next_step == 0 and spec.data.eval else {}
     last_checkpoint = store.latest_checkpoint(agent.name)
     steps_metrics: list[dict] = []  # this process's steps, for the sharing warning (said once)
     warned = False
     for step in range(state.next_step, spec.algorithm.steps):
-        clock = [time.perf_counter()]
-
-        def lap() -> float:
-            clock.append(time.perf_counter())
-            return clock[-1] - clock[-2]
-
-        own_rollouts, own_rows = score_own_rows(context, state, step)
-        seconds_score = lap()
-        rows, mean_rewards = gather_rows(context, state, step, own_rows)
-        seconds_wait = lap()
-        shares_rows = get_algorithm(spec.algorithm.name).shares_rows
-        if shares_rows:  # isolated algorithms never look at capability
-            state.tracker.update(mean_rewards)
-        advantages, discrepancy = assign_advantages(context, state, rows)
-        values = run_updates(context, state, step, rows, advantages, discrepancy)
-        if not shares_rows:  # isolated algorithms publish their scores only now (score_own_rows)
-            publish_own_scores(context, step, own_rollouts, own_rows)
-        seconds_update = lap()
-        publish_weights(context, state, step + 1)
-        seconds_publish = lap()
+        clock = StageClock()
+        values, _rows = train_step(context, state, step, algorithm, clock)
         completed = step + 1
-        evaluation = {}
-        every = spec.evaluation.every_steps
-        if spec.data.eval and (completed == spec.algorithm.steps or (every and completed % every == 0)):
-            with state.backend.gathered_weights() as model:
-                evaluation = evaluate_policy(context, model, state.tokenizer)
-        seconds_eval = lap()
+        publish_weights(context, state, completed)
+        clock.lap("publish")
+        evaluation = evaluate(context, state) if evaluation_due(context, completed) else {}
+        clock.lap("eval")
 
-        capability = state.tracker.capability
-        tokens = sum(sum(r.response_mask) for r in rows)
-        values.update(
-            {
-                "step": step,
-                "weights_version": completed,
-                "rollout/reward_mean": mean_rewards[context.agent_index],
-                "learner/own_rows": float(sum(r.is_own for r in rows)),
-                "learner/cross_rows": float(sum(not r.is_own for r in rows)),
-                "learner/advantage_abs_mean": float(advantages.abs().mean()),
-                "learner/tokens_per_second": tokens * spec.algorithm.epochs / max(seconds_update, 1e-9),
-                "learner/seconds_score": seconds_score,
-                "learner/seconds_wait_peers": seconds_wait,
-                "learner/seconds_update": seconds_update,
-                "learner/seconds_publish": seconds_publish,
-                "learner/seconds_eval": seconds_eval,
-            }
-        )
-        for index, name in enumerate(context.agent_names if shares_rows else []):
-            values[f"capability/{name}"] = float(capability[index])
-            values[f"rollout/reward_mean/{name}"] = mean_rewards[index]
-            if index != context.agent_index:
-                values[f"capability/ratio/{name}"] = state.tracker.ratio(index, context.agent_index)
-        values.update(evaluation)
+        values.update({"step": step, "weights_version": completed, **evaluation})
+        values.update({f"learner/seconds_{stage}": seconds for stage, seconds in clock.seconds.items()})
         if step == 0:
             values.update(initial_eval)
             values.update(data_metrics)
@@ -388,35 +251,7 @@ def run_learner_worker(context: WorkerContext) -> None:
             warned = True
 
         if completed % spec.checkpoint.every_steps == 0 or completed == spec.algorithm.steps:
-            with state.backend.gathered_weights() as model:
-                ensure_finite_weights(model, agent.name, f"checkpoint after {completed} steps")
-                save_checkpoint(store, agent.name, completed, model, state.tokenizer, state.backend.optimizer_state(), state.tracker, context.work_dir)
+            checkpoint(context, state, completed)
             last_checkpoint = completed
-            prune_checkpoints(context)
-        accuracy = next((v for k, v in evaluation.items() if k.endswith("/accuracy")), None)
-        store.write_progress(
-            agent.name,
-            {
-                "agent": agent.name,
-                "step": completed,
-                "steps": spec.algorithm.steps,
-                "weights_version": completed,
-                "reward": mean_rewards[context.agent_index],
-                "accuracy": accuracy,
-                "capability": float(capability[context.agent_index]),
-                "shared_rows_used": shared_rows_used(values),
-                "last_checkpoint": last_checkpoint,
-                "done": completed == spec.algorithm.steps,
-                "time": time.time(),
-                "data": [report.as_dict() for report in datasets],
-            },
-        )
-        log.info("learner %s step %d: reward %.3f loss %.4f", agent.name, step, mean_rewards[context.agent_index], values.get("learner/pg_loss", 0.0))
-
-
-def prune_checkpoints(context: WorkerContext) -> None:
-    keep = context.spec.checkpoint.keep_last
-    store = context.store
-    for old in store.list_checkpoints(context.agent_name)[:-keep]:
-        store.delete_checkpoint(context.agent_name, old)
-
+        store.write_progress(agent.name, progress_record(context, state, values, completed, last_checkpoint, datasets))
+        log.info("learner %s step %d: reward %.3f loss %.4f", agent.name, step, values["rollout/reward_mean"], values.get("learner/pg_loss", 0.0))

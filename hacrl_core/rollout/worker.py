@@ -8,19 +8,13 @@ A restarted worker continues at the first step whose shard is missing.
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 
-from hacrl_core.data.templates import render_prompt
+from hacrl_core.context import WorkerContext, log
 from hacrl_core.metrics import WorkerMetrics
-from hacrl_core.models.tokenizers import tokenizer_fingerprint
-from hacrl_core.rollout.engine import SamplingParams, engine_for
-from hacrl_core.runtime.context import WorkerContext, log
-
-
-def sampling_seed(base_seed: int, step: int, agent_index: int) -> int:
-    return (base_seed * 1_000_003 + step * 7919 + agent_index * 104_729) % (2**31)
+from hacrl_core.rollout.engine import engine_for
+from hacrl_core.rollout.sampling import rollout_metrics, rollout_rows, sample_step, sampling_params
 
 
 def first_missing_step(context: WorkerContext) -> int:
@@ -32,18 +26,17 @@ def first_missing_step(context: WorkerContext) -> int:
 
 def run_rollout_worker(context: WorkerContext) -> None:
     spec, agent = context.spec, context.agent
-    settings = agent.rollout
     metrics = WorkerMetrics(context.experiment.name, agent.name, "rollout")
     metrics.serve(spec.metrics.port, spec.metrics.bind_address)
     for report in context.dataset_reports(include_eval=False):  # logs what the reader skipped
         metrics.publish(report.metrics())
-    engine = engine_for(settings)
-    reward = context.reward_fn
+    engine = engine_for(agent.rollout)
     start = first_missing_step(context)
     if start:
         log.info("rollout %s: steps 0..%d already written, resuming at %d", agent.name, start - 1, start)
     weights_root = context.work_dir / "rollout-weights"
     for step in range(start, spec.algorithm.steps):
+        seconds: dict[str, float] = {}
         began = time.perf_counter()
         local = weights_root / f"{step:06d}"
         if step == 0:
@@ -55,57 +48,25 @@ def run_rollout_worker(context: WorkerContext) -> None:
             context.store.fetch_weights(agent.name, step, local, wait=context.wait_seconds)
             engine.load(local)
         shutil.rmtree(weights_root / f"{step - 1:06d}", ignore_errors=True)
-        loaded = time.perf_counter()
+        seconds["load_weights"] = time.perf_counter() - began
 
+        began = time.perf_counter()
         problems = context.step_problems(step)
-        prompts = [render_prompt(engine.tokenizer, p.question, spec.data.template) for p in problems]
-        params = SamplingParams(
-            n=spec.algorithm.group_size,
-            temperature=settings.temperature,
-            top_p=settings.top_p,
-            max_new_tokens=settings.max_new_tokens,
-            seed=sampling_seed(spec.algorithm.seed, step, context.agent_index),
-        )
-        samples = engine.generate(prompts, params)
-        generated = time.perf_counter()
+        params = sampling_params(agent.rollout, group_size=spec.algorithm.group_size, seed=spec.algorithm.seed, step=step,
+                                 agent_index=context.agent_index)
+        prompts, samples = sample_step(engine, problems, spec.data.template, params)
+        seconds["generate"] = time.perf_counter() - began
 
-        tok_id = tokenizer_fingerprint(engine.tokenizer)
-        rows = []
-        for problem, prompt, group in zip(problems, prompts, samples):
-            for index, sample in enumerate(group):
-                rows.append(
-                    {
-                        "experiment": context.experiment.name,
-                        "step": step,
-                        "source_agent": agent.name,
-                        "policy_version": step,
-                        "tokenizer_id": tok_id,
-                        "prompt_uid": problem.uid,
-                        "sample_index": index,
-                        "prompt": prompt,
-                        "response": sample.text,
-                        "token_ids": sample.token_ids,
-                        "reward": float(reward(sample.text, problem.answer)),
-                        "finish_reason": sample.finish_reason,
-                        "extra": json.dumps({"question": problem.question, "answer": problem.answer}),
-                    }
-                )
-        scored = time.perf_counter()
+        began = time.perf_counter()
+        rows = rollout_rows(problems, prompts, samples, context.reward_fn, experiment=context.experiment.name, agent=agent.name,
+                            step=step, tokenizer=engine.tokenizer)
+        seconds["reward"] = time.perf_counter() - began
+
+        began = time.perf_counter()
         context.store.write_rollouts(step, agent.name, rows)
-        written = time.perf_counter()
+        seconds["write"] = time.perf_counter() - began
 
-        tokens = sum(len(r["token_ids"]) for r in rows)
-        values = {
-            "rollout/step": step,
-            "rollout/weights_version": step,
-            "rollout/reward_mean": sum(r["reward"] for r in rows) / len(rows),
-            "rollout/response_tokens_mean": tokens / len(rows),
-            "rollout/stop_fraction": sum(r["finish_reason"] == "stop" for r in rows) / len(rows),
-            "rollout/tokens_per_second": tokens / max(generated - loaded, 1e-9),
-            "rollout/seconds_load_weights": loaded - began,
-            "rollout/seconds_generate": generated - loaded,
-            "rollout/seconds_reward": scored - generated,
-            "rollout/seconds_write": written - scored,
-        }
+        values = rollout_metrics(rows, step, seconds)
         metrics.publish(values)
-        log.info("rollout %s step %d: reward %.3f, %d tokens", agent.name, step, values["rollout/reward_mean"], tokens)
+        log.info("rollout %s step %d: reward %.3f, %d tokens", agent.name, step, values["rollout/reward_mean"],
+                 sum(len(r["token_ids"]) for r in rows))

@@ -20,7 +20,7 @@ def _setup_worker_process() -> None:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     _setup_worker_process()
-    from hacrl_core.runtime.context import WorkerContext
+    from hacrl_core.context import WorkerContext
     from hacrl_core.store.fencing import FENCED_EXIT_CODE, FencedOut, Lease
 
     context = WorkerContext.from_spec_file(args.spec, args.agent)
@@ -97,8 +97,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from hacrl_core.rollout.engine import engine_for
-    from hacrl_core.runtime.context import WorkerContext
-    from hacrl_core.runtime.evaluation import evaluate_engine
+    from hacrl_core.context import WorkerContext
+    from hacrl_core.evaluation import evaluate_engine
 
     context = WorkerContext.from_spec_file(args.spec, args.agent)
     if not context.spec.data.eval:

@@ -10,7 +10,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from hacrl_core.runtime.sharing import format_share
+from hacrl_core.sharing import format_share
 from hacrl_core.store.errors import StoreError
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hacrl_core.data.report import DatasetReport, read_datasets
-from hacrl_core.runtime.context import unsupported_settings
+from hacrl_core.context import unsupported_settings
 from hacrl_core.spec import Experiment, SpecError, dump_experiment, load_experiment
 from hacrl_core.store import TrajectoryStore, describe_prefix, open_experiment_store
 from hacrl_core.store.fencing import FENCED_EXIT_CODE, claim_run_generation
@@ -152,7 +152,7 @@ def build_models(run: LocalRun, say) -> None:
     """Resolve (and for tiny:// build and warm-start) every agent's model once, before the workers
     start, so that two workers never race to build the same cache entry."""
     from hacrl_core.models.uri import resolve_model
-    from hacrl_core.runtime.context import cache_root
+    from hacrl_core.context import cache_root
 
     for agent in run.experiment.spec.agents:
         began = time.perf_counter()

@@ -6,7 +6,7 @@ import csv
 import json
 from pathlib import Path
 
-from hacrl_core.runtime.sharing import format_share, shared_rows_used, sharing_warning
+from hacrl_core.sharing import format_share, shared_rows_used, sharing_warning
 from hacrl_core.skipped_rows import DatasetReport
 from hacrl_core.store import TrajectoryStore
 

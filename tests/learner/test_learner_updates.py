@@ -1,4 +1,4 @@
-"""The learner's update loop: isolated algorithms take pi_old of their first update's rows from
+"""The learner's update stages: isolated algorithms take pi_old of their first update's rows from
 that update's own forward pass instead of a separate scoring pass (`score_own_rows` defers them,
 `run_updates` fills them in). The result must be the update a full scoring pass gives."""
 
@@ -10,15 +10,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from hacrl_core.algorithms import CapabilityTracker
+from hacrl_core.algorithms import CapabilityTracker, resolve_algorithm
 from hacrl_core.data.arithmetic import ArithmeticTask
 from hacrl_core.learner.backends import create_backend
 from hacrl_core.learner.batch import TrainRow, score_rows
 from hacrl_core.learner.guards import NonFiniteWeightsError, nonfinite_parameters
-from hacrl_core.learner.worker import LearnerState, pad_id, plan_updates, publish_weights, run_updates
+from hacrl_core.context import WorkerContext
+from hacrl_core.learner.stages import LearnerState, pad_id, plan_updates, run_updates, score_own_rows
+from hacrl_core.learner.worker import publish_weights
 from hacrl_core.models.loading import load_policy
 from hacrl_core.models.tiny import build_tiny_model
-from hacrl_core.runtime.context import WorkerContext
 from hacrl_core.spec import parse_experiment
 from hacrl_core.store import open_trajectory_store
 
@@ -54,15 +55,22 @@ def step_rows(tokenizer) -> list[TrainRow]:
     return rows
 
 
+def updates_of(context: WorkerContext, rows: list[TrainRow]) -> list[list[int]]:
+    return plan_updates(rows, context.spec.algorithm, step=0, agent_index=context.agent_index)
+
+
+def update(context: WorkerContext, state: LearnerState, rows: list[TrainRow], advantages: torch.Tensor) -> dict[str, float]:
+    """The step's updates as the learner worker runs them (``learner.stages.run_updates``)."""
+    algorithm = resolve_algorithm(context.spec.algorithm)
+    return run_updates(state, rows, updates_of(context, rows), advantages, torch.ones(len(rows), dtype=torch.float64),
+                       algorithm, context.spec.algorithm, context.agent.learner.micro_batch_size)
+
+
 def trained(model_dir: Path, context: WorkerContext, rows: list[TrainRow]) -> torch.nn.Module:
     torch.manual_seed(0)
-    model, tokenizer = load_policy(model_dir)
-    backend = create_backend("torch", model, context.agent.learner)
-    state = LearnerState(model, tokenizer, backend, CapabilityTracker(2), next_step=0)
-    advantages = torch.tensor([1.0 if r.reward else -1.0 for r in rows], dtype=torch.float64)
-    backend.model.train()
-    run_updates(context, state, 0, rows, advantages, torch.ones(len(rows), dtype=torch.float64))
-    return model
+    state = initial_state(model_dir, context)
+    update(context, state, rows, torch.tensor([1.0 if r.reward else -1.0 for r in rows], dtype=torch.float64))
+    return state.model
 
 
 @pytest.mark.parametrize("algorithm", ["gspo", "grpo"])
@@ -74,11 +82,11 @@ def test_deferred_pi_old_gives_the_update_of_a_full_scoring_pass(tmp_path: Path,
     for row, total, count, token_logps in zip(scored, sums, counts, tokens):
         row.logp_old_mean, row.logp_old_tokens = total / count, token_logps
 
-    deferred = copy.deepcopy(scored)
-    first_update = plan_updates(context, 0, deferred)[0]
-    assert 0 < len(first_update) < len(deferred)
-    for index in first_update:
-        deferred[index].logp_old_mean, deferred[index].logp_old_tokens = None, None
+    first_update = updates_of(context, scored)[0]
+    assert 0 < len(first_update) < len(scored)
+    state = initial_state(model_dir, context)
+    deferred = score_own_rows(state, step_rows(tokenizer), resolve_algorithm(context.spec.algorithm), first_update, 3)
+    assert [i for i, row in enumerate(deferred) if row.logp_old_mean is None] == sorted(first_update)
 
     full_model = trained(model_dir, context, scored)
     deferred_model = trained(model_dir, context, deferred)
@@ -95,7 +103,7 @@ def test_a_row_without_pi_old_in_a_later_update_is_an_error(tmp_path: Path, mode
     context = context_for(tmp_path, "gspo")
     _, tokenizer = load_policy(model_dir)
     rows = step_rows(tokenizer)
-    later = plan_updates(context, 0, rows)[1][0]
+    later = updates_of(context, rows)[1][0]
     rows[later].logp_old_mean = None
     with pytest.raises(RuntimeError, match="without pi_old reached a later update"):
         trained(model_dir, context, rows)
@@ -114,10 +122,10 @@ def test_a_non_finite_loss_skips_the_update_and_is_counted(tmp_path: Path, model
     before = copy.deepcopy(state.model.state_dict())
     rows = step_rows(state.tokenizer)
     advantages = torch.tensor([1.0 if r.reward else -1.0 for r in rows], dtype=torch.float64)
-    poisoned = plan_updates(context, 0, rows)[1][0]  # one row of the second update only
+    poisoned = updates_of(context, rows)[1][0]  # one row of the second update only
     advantages[poisoned] = float("nan")
 
-    summary = run_updates(context, state, 0, rows, advantages, torch.ones(len(rows), dtype=torch.float64))
+    summary = update(context, state, rows, advantages)
     assert summary["learner/updates"] == 2 and summary["learner/skipped_updates"] == 1
     assert torch.isfinite(torch.tensor(summary["learner/grad_norm"]))  # the applied update's norm only
     assert not nonfinite_parameters(state.model)

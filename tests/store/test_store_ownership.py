@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hacrl_core.runtime.context import WorkerContext
+from hacrl_core.context import WorkerContext
 from hacrl_core.spec import parse_experiment
 from hacrl_core.store import describe_prefix, open_experiment_store
 from hacrl_core.store.ownership import (

@@ -3,12 +3,21 @@
 import pytest
 import torch
 
-from hacrl_core.algorithms import ALGORITHMS, Algorithm, PolicyLossInputs, get_algorithm, hacpo_loss, register_algorithm
+from hacrl_core.algorithms import (
+    ALGORITHMS,
+    Algorithm,
+    PolicyLossInputs,
+    get_algorithm,
+    hacpo_loss,
+    register_algorithm,
+    resolve_algorithm,
+)
 from hacrl_core.spec import ALGORITHM_NAMES, AlgorithmSpec
 
 
 def test_every_spec_algorithm_is_registered():
-    assert set(ALGORITHM_NAMES) <= set(ALGORITHMS)
+    # The spec keeps the names as a plain tuple: the operator validates specs without importing torch.
+    assert set(ALGORITHM_NAMES) == set(ALGORITHMS)
 
 
 def test_unknown_algorithm_lists_valid_ones():
@@ -20,7 +29,8 @@ def test_registering_a_different_definition_under_a_taken_name_raises():
     existing = get_algorithm("gspo")
     assert register_algorithm(existing) is existing  # idempotent for the same definition
     with pytest.raises(ValueError, match="already registered"):
-        register_algorithm(Algorithm("gspo", True, "naive", "learner", existing.policy_loss))
+        register_algorithm(Algorithm(name="gspo", shares_rows=True, advantage_mode="naive", cross_old_logprob="learner",
+                                     policy_loss=existing.policy_loss))
 
 
 def test_registered_hacpo_loss_reads_spec_settings_and_equals_pure_function():
@@ -43,3 +53,30 @@ def test_registered_hacpo_loss_reads_spec_settings_and_equals_pure_function():
         inputs.discrepancy, 2, alpha=2.0, delta=0.3, delta_step=0.05,
     )
     assert got.item() == pytest.approx(want.item())
+
+
+@pytest.mark.parametrize(
+    ("name", "ablations", "mode", "discrepancy"),
+    [
+        ("hacpo", {}, "hacpo", True),
+        ("hacpo", {"capability_advantage": False}, "naive", True),
+        ("hacpo", {"discrepancy_coefficient": False}, "hacpo", False),
+        ("naive", {}, "naive", False),
+        ("gspo", {}, "gspo", False),
+    ],
+)
+def test_resolve_algorithm_applies_the_spec_ablations_of_mechanisms_1_and_2(name, ablations, mode, discrepancy):
+    resolved = resolve_algorithm(AlgorithmSpec(name=name, ablations=ablations))
+    assert (resolved.advantage_mode, resolved.discrepancy_coefficient) == (mode, discrepancy)
+    assert get_algorithm(name).advantage_mode == {"hacpo": "hacpo", "naive": "naive", "gspo": "gspo"}[name]  # registry untouched
+
+
+def test_switching_off_a_mechanism_an_algorithm_lacks_changes_nothing():
+    gspo = get_algorithm("gspo")
+    assert gspo.without(capability_advantage=False, discrepancy_coefficient=False) == gspo
+
+
+def test_loss_weight_counts_rows_or_response_tokens():
+    assert get_algorithm("gspo").loss_weight([3, 5]) == 2.0
+    assert get_algorithm("grpo").loss_weight([3, 5]) == 8.0
+    assert get_algorithm("grpo").loss_weight([]) == 1.0  # never a division by zero

@@ -5,7 +5,7 @@ import copy
 import pytest
 import yaml
 
-from hacrl_core.runtime.context import unsupported_settings
+from hacrl_core.context import unsupported_settings
 from hacrl_core.runtime.local import prepare
 from hacrl_core.spec import SpecError, parse_experiment
 from tests.unit.test_spec import MINIMAL
@@ -47,7 +47,7 @@ def test_checking_what_is_installed_imports_no_optional_engine_or_backend():
     import sys
 
     probe = (
-        "import sys; from hacrl_core.runtime.context import unsupported_settings; "
+        "import sys; from hacrl_core.context import unsupported_settings; "
         "from hacrl_core.spec import parse_experiment; from tests.unit.test_spec import MINIMAL; "
         "unsupported_settings(parse_experiment(MINIMAL)); "
         "print(sorted(m for m in ('deepspeed', 'vllm') if m in sys.modules))"

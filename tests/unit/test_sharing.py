@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hacrl_core.runtime.report import write_report
-from hacrl_core.runtime.sharing import (
+from hacrl_core.sharing import (
     WARN_AFTER_STEPS,
     shared_rows_used,
     sharing_warning,

@@ -38,6 +38,17 @@ def cache_root() -> Path:
     return Path(os.environ.get("HACRL_CACHE", ".hacrl-cache")).resolve()
 
 
+def step_problems(source: PromptSource, settings, step: int) -> list[Problem]:
+    """The prompts of ``step``: the same for every agent, derived from the step alone
+    (``settings``: the spec's ``algorithm`` section: promptsPerStep, seed).
+
+    Deriving the data cursor from the step (step * prompts_per_step) makes resume exact: a
+    restarted worker needs no saved cursor to pick the same prompts again.
+    """
+    per_step = settings.prompts_per_step
+    return next(iter_batches(source, per_step, step * per_step, seed=settings.seed)).problems
+
+
 def unsupported_settings(experiment: Experiment) -> list[str]:
     """Spec settings this installation cannot run, each with its field path and the fix.
 
@@ -136,14 +147,7 @@ class WorkerContext:
         return get_reward(self.spec.data.reward)
 
     def step_problems(self, step: int) -> list[Problem]:
-        """The prompts of ``step``: the same for every agent, derived from the step alone.
-
-        Deriving the data cursor from the step (step * prompts_per_step) makes resume exact: a
-        restarted worker needs no saved cursor to pick the same prompts again.
-        """
-        per_step = self.spec.algorithm.prompts_per_step
-        batch = next(iter_batches(self.train_source, per_step, step * per_step, seed=self.spec.algorithm.seed))
-        return batch.problems
+        return step_problems(self.train_source, self.spec.algorithm, step)
 
     def initial_model_dir(self) -> Path:
         from hacrl_core.models.uri import resolve_model

@@ -1,0 +1,261 @@
+"""One learner step as stages on rows and tensors (DESIGN.md section 2, steps 4-8).
+
+    score_own_rows -> (peers' rows: set_source_logprobs | score_as_learner) -> gather_rows
+    -> update_capability -> assign_advantages -> run_updates -> step_metrics
+
+Every stage takes what it needs as arguments and returns its result: no store, no files, no
+clock. The learner worker (``learner.worker``) reads the step's shards, calls these stages in
+this order and writes what they return; ``examples/hacpo_step.py`` and the in-process benchmark
+call the same functions on rows sampled in memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from hacrl_core.algorithms import Algorithm, CapabilityTracker, PolicyLossInputs, group_advantages, kl_penalty
+from hacrl_core.learner.backends import TrainingBackend
+from hacrl_core.learner.batch import TrainRow, collate_rows, micro_batches, score_rows
+from hacrl_core.learner.guards import is_finite
+from hacrl_core.models.logprobs import sequence_logprobs
+
+log = logging.getLogger("hacrl")
+
+
+@dataclass
+class LearnerState:
+    """The learner's policy and everything that changes with it between steps."""
+
+    model: torch.nn.Module
+    tokenizer: object
+    backend: TrainingBackend
+    tracker: CapabilityTracker
+    next_step: int
+    reference: torch.nn.Module | None = None
+    device: str = "cpu"
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def pad_id(self) -> int:
+        return pad_id(self.tokenizer)
+
+
+def start_state(model: torch.nn.Module, tokenizer, backend: TrainingBackend, settings, n_agents: int, *, next_step: int = 0,
+                reference: torch.nn.Module | None = None, device: str = "cpu") -> LearnerState:
+    """A learner's state around a loaded policy and its backend, with a fresh capability history
+    (``settings``: the spec's ``algorithm`` section: window, floor, ratio bounds, warm-up)."""
+    tracker = CapabilityTracker(n_agents, settings.capability_window, settings.capability_floor, tuple(settings.ratio_bounds),
+                                settings.warmup_steps)
+    backend.model.train()
+    return LearnerState(backend.unwrapped_model(), tokenizer, backend, tracker, next_step, reference, device)
+
+
+def pad_id(tokenizer) -> int:
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+
+def plan_updates(rows: Sequence[TrainRow], settings, *, step: int, agent_index: int) -> list[list[int]]:
+    """Row indices of each optimizer update of the step: per epoch a seeded shuffle of the step's
+    prompts, cut into mini-batches of ``settings.mini_batch_prompts`` whole prompt groups.
+
+    ``settings`` is the spec's ``algorithm`` section (seed, epochs, mini_batch_prompts).
+    """
+    by_prompt: dict[str, list[int]] = {}
+    for index, row in enumerate(rows):
+        by_prompt.setdefault(row.group, []).append(index)
+    prompts = list(by_prompt)
+    order = random.Random(f"{settings.seed}/{step}/{agent_index}")
+    updates = []
+    for _epoch in range(settings.epochs):
+        shuffled = prompts[:]
+        order.shuffle(shuffled)
+        for start in range(0, len(shuffled), settings.mini_batch_prompts):
+            updates.append([i for uid in shuffled[start : start + settings.mini_batch_prompts] for i in by_prompt[uid]])
+    return updates
+
+
+def score_own_rows(state: LearnerState, rows: list[TrainRow], algorithm: Algorithm, first_update: Sequence[int],
+                   micro_batch_size: int) -> list[TrainRow]:
+    """pi_old of the agent's own rows: their log-probs under the weights that sampled them.
+
+    Algorithms that share rows score every row (peers need the scores before they can train).
+    Isolated ones skip the rows of the step's first update (``first_update``, row indices): the
+    weights have not moved when that update runs, so its own forward pass gives their pi_old
+    exactly (``run_updates`` fills it in) and one no-grad pass over those rows is saved.
+    """
+    deferred = set() if algorithm.shares_rows else set(first_update)
+    scored = [row for index, row in enumerate(rows) if index not in deferred]
+    sums, counts, tokens = score_rows(state.model, scored, state.pad_id, micro_batch_size, state.device)
+    for row, total, count, token_logps in zip(scored, sums, counts, tokens):
+        row.logp_old_mean = total / max(count, 1)
+        row.logp_old_tokens = token_logps
+    for index in deferred:
+        rows[index].logp_old_mean = None
+    return rows
+
+
+def scores_shard(rollouts: Sequence[Mapping], rows: Sequence[TrainRow], *, experiment: str, step: int, agent: str) -> list[dict]:
+    """The scores shard of a step: pi_old (sum and count over response tokens) of every own row."""
+    return [
+        {
+            "experiment": experiment,
+            "step": step,
+            "source_agent": agent,
+            "prompt_uid": rollout["prompt_uid"],
+            "sample_index": rollout["sample_index"],
+            "logp_sum": row.logp_old_mean * sum(row.response_mask),
+            "token_count": sum(row.response_mask),
+        }
+        for rollout, row in zip(rollouts, rows)
+    ]
+
+
+def set_source_logprobs(cross: list[TrainRow], rollouts: Sequence[Mapping], scores: Sequence[Mapping]) -> list[TrainRow]:
+    """pi_old of a peer's rows from the peer's own scores shard (importance sampling across policies)."""
+    by_key = {(s["prompt_uid"], s["sample_index"]): s for s in scores}
+    for row, rollout in zip(cross, rollouts):
+        score = by_key[(rollout["prompt_uid"], rollout["sample_index"])]
+        row.logp_old_mean = score["logp_sum"] / max(score["token_count"], 1)
+    return cross
+
+
+def score_as_learner(state: LearnerState, cross: list[TrainRow], micro_batch_size: int) -> list[TrainRow]:
+    """pi_old of a peer's rows from the learner's own pre-update view (naive sharing: as if on-policy)."""
+    sums, counts, _ = score_rows(state.model, cross, state.pad_id, micro_batch_size, state.device)
+    for row, total, count in zip(cross, sums, counts):
+        row.logp_old_mean = total / max(count, 1)
+    return cross
+
+
+def mean_reward(rows: Sequence[TrainRow]) -> float:
+    return sum(r.reward for r in rows) / max(len(rows), 1)
+
+
+def gather_rows(rows_by_agent: Sequence[list[TrainRow] | None], agent_index: int) -> tuple[list[TrainRow], list[float]]:
+    """The step's training rows (own first, then every peer's that is given) and each agent's mean
+    reward (0 for agents whose rows are not given: isolated algorithms read no peer)."""
+    rows = list(rows_by_agent[agent_index] or [])
+    for index, peer in enumerate(rows_by_agent):
+        if index != agent_index and peer:
+            rows.extend(peer)
+    return rows, [mean_reward(peer) if peer else 0.0 for peer in rows_by_agent]
+
+
+def update_capability(tracker: CapabilityTracker, mean_rewards: Sequence[float], algorithm: Algorithm) -> None:
+    if algorithm.shares_rows:  # isolated algorithms never look at capability
+        tracker.update(list(mean_rewards))
+
+
+def assign_advantages(rows: Sequence[TrainRow], tracker: CapabilityTracker, algorithm: Algorithm, agent_index: int,
+                      ratio_bounds: tuple[float, float]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Advantages (mechanism 1) and cross-row discrepancy weights (mechanism 2) of every row."""
+    groups = {uid: i for i, uid in enumerate(dict.fromkeys(r.group for r in rows))}
+    capability = torch.ones_like(tracker.capability, dtype=torch.float64) if tracker.in_warmup else tracker.capability
+    advantages = group_advantages(
+        torch.tensor([r.reward for r in rows], dtype=torch.float64),
+        torch.tensor([groups[r.group] for r in rows]),
+        torch.tensor([r.source for r in rows]),
+        agent_index,
+        capability,
+        mode=algorithm.advantage_mode,
+        bounds=tuple(ratio_bounds),
+    )
+    ratios = tracker.ratio_matrix()
+    discrepancy = torch.tensor(
+        [1.0 if r.is_own or not algorithm.discrepancy_coefficient else float(ratios[r.source, agent_index]) for r in rows],
+        dtype=torch.float64,
+    )
+    return advantages, discrepancy
+
+
+def run_updates(state: LearnerState, rows: list[TrainRow], updates: Sequence[Sequence[int]], advantages: torch.Tensor,
+                discrepancy: torch.Tensor, algorithm: Algorithm, settings, micro_batch_size: int, *, label: str = "learner") -> dict[str, float]:
+    """The step's optimizer updates (``plan_updates``), each accumulated over micro-batches of rows.
+
+    ``settings`` is the spec's ``algorithm`` section (the loss knobs and ``kl_coef``). Returns the
+    step's ``learner/*`` metrics: the loss metrics averaged over micro-batches, the gradient norm,
+    the number of updates and of those skipped for a non-finite loss or gradient.
+    """
+    collected: dict[str, list[float]] = {}
+    device = state.device
+    advantages, discrepancy = advantages.to(device), discrepancy.to(device)
+    skipped = 0
+    for update_index, members in enumerate(updates):
+        norm = algorithm.loss_weight([sum(rows[i].response_mask) for i in members])
+        state.backend.zero_grad()
+        finite_loss = True
+        for chunk in micro_batches(members, micro_batch_size):
+            chunk_rows = [rows[i] for i in chunk]
+            input_ids, attention, response = collate_rows(chunk_rows, state.pad_id, device)
+            logp_new = sequence_logprobs(state.backend.model, input_ids, attention, response)
+            response_mask = response.to(logp_new.dtype)
+            logp_old = torch.zeros_like(logp_new)
+            for j, row in enumerate(chunk_rows):
+                if row.logp_old_mean is None:  # deferred by score_own_rows: pi_old is pi_new here
+                    if update_index != 0:
+                        raise RuntimeError("a row without pi_old reached a later update; score_own_rows deferred the wrong rows")
+                    old = logp_new[j].detach()
+                    row.logp_old_tokens = old[: len(row.input_ids)].cpu()
+                    row.logp_old_mean = float((old * response_mask[j]).sum() / response_mask[j].sum().clamp(min=1))
+                if row.logp_old_tokens is not None:
+                    logp_old[j, : row.logp_old_tokens.shape[0]] = row.logp_old_tokens
+            inputs = PolicyLossInputs(
+                logp_new=logp_new,
+                response_mask=response_mask,
+                logp_old_mean=torch.tensor([r.logp_old_mean for r in chunk_rows], dtype=logp_new.dtype, device=device),
+                logp_old=logp_old,
+                advantages=advantages[chunk].to(logp_new.dtype),
+                is_own=torch.tensor([r.is_own for r in chunk_rows], device=device),
+                discrepancy=discrepancy[chunk].to(logp_new.dtype),
+                update_index=update_index,
+            )
+            loss, metrics = algorithm.policy_loss(inputs, settings)
+            share = algorithm.loss_weight([sum(r.response_mask) for r in chunk_rows]) / norm
+            total = loss * share
+            if state.reference is not None and inputs.is_own.any():
+                with torch.no_grad():
+                    ref_logp = sequence_logprobs(state.reference, input_ids, attention, response)
+                kl = kl_penalty(logp_new, ref_logp, inputs.response_mask, inputs.is_own)
+                total = total + settings.kl_coef * kl * (float(inputs.is_own.sum()) / len(chunk_rows)) * share
+                metrics["kl"] = float(kl)
+            if not is_finite(total):
+                finite_loss = False  # no backward: the update is skipped below
+                break
+            state.backend.backward(total)
+            for key, value in metrics.items():
+                collected.setdefault(key, []).append(value)
+        grad_norm = state.backend.step() if finite_loss else float("nan")  # backends skip a non-finite gradient
+        if not is_finite(grad_norm):  # its gradients are dropped by the next update's zero_grad (or the last one)
+            skipped += 1
+            log.warning("%s update %d: non-finite %s; update skipped", label, update_index, "gradient norm" if finite_loss else "loss")
+        else:
+            collected.setdefault("grad_norm", []).append(grad_norm)
+    state.backend.zero_grad()
+    summary = {f"learner/{key}": sum(values) / len(values) for key, values in collected.items()}
+    summary["learner/updates"] = len(updates)
+    summary["learner/skipped_updates"] = skipped
+    return summary
+
+
+def step_metrics(rows: Sequence[TrainRow], advantages: torch.Tensor, mean_rewards: Sequence[float], tracker: CapabilityTracker,
+                 algorithm: Algorithm, agent_names: Sequence[str], agent_index: int) -> dict[str, float]:
+    """What a step trained on, beyond the loss: row counts, advantages, rewards and capabilities."""
+    values = {
+        "rollout/reward_mean": mean_rewards[agent_index],
+        "learner/own_rows": float(sum(r.is_own for r in rows)),
+        "learner/cross_rows": float(sum(not r.is_own for r in rows)),
+        "learner/advantage_abs_mean": float(advantages.abs().mean()),
+    }
+    if algorithm.shares_rows:
+        capability = tracker.capability
+        for index, name in enumerate(agent_names):
+            values[f"capability/{name}"] = float(capability[index])
+            values[f"rollout/reward_mean/{name}"] = mean_rewards[index]
+            if index != agent_index:
+                values[f"capability/ratio/{name}"] = tracker.ratio(index, agent_index)
+    return values

@@ -1,0 +1,77 @@
+"""The rollout side of a step as stages: sample the step's prompts, then turn the samples into
+scored rollout rows (DESIGN.md section 2, steps 1-3). No store, no files: the rollout worker
+writes what ``rollout_rows`` returns, and in-memory loops use the rows directly."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+
+from hacrl_core.data.base import Problem
+from hacrl_core.data.templates import render_prompt
+from hacrl_core.models.tokenizers import tokenizer_fingerprint
+from hacrl_core.rollout.engine import RolloutEngine, Sample, SamplingParams
+
+
+def sampling_seed(base_seed: int, step: int, agent_index: int) -> int:
+    return (base_seed * 1_000_003 + step * 7919 + agent_index * 104_729) % (2**31)
+
+
+def sampling_params(settings, *, group_size: int, seed: int, step: int, agent_index: int) -> SamplingParams:
+    """G samples per prompt with the agent's rollout settings, seeded by (seed, step, agent)."""
+    return SamplingParams(
+        n=group_size,
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        max_new_tokens=settings.max_new_tokens,
+        seed=sampling_seed(seed, step, agent_index),
+    )
+
+
+def sample_step(engine: RolloutEngine, problems: Sequence[Problem], template: str,
+                params: SamplingParams) -> tuple[list[str], list[list[Sample]]]:
+    """Each problem rendered with the agent's own chat template, and its G samples."""
+    prompts = [render_prompt(engine.tokenizer, p.question, template) for p in problems]
+    return prompts, engine.generate(prompts, params)
+
+
+def rollout_rows(problems: Sequence[Problem], prompts: Sequence[str], samples: Sequence[Sequence[Sample]],
+                 reward: Callable[[str, str], float], *, experiment: str, agent: str, step: int, tokenizer) -> list[dict]:
+    """The step's rollout shard: one row per sample, its reward scored on the response text."""
+    tokenizer_id = tokenizer_fingerprint(tokenizer)
+    rows = []
+    for problem, prompt, group in zip(problems, prompts, samples):
+        for index, sample in enumerate(group):
+            rows.append(
+                {
+                    "experiment": experiment,
+                    "step": step,
+                    "source_agent": agent,
+                    "policy_version": step,
+                    "tokenizer_id": tokenizer_id,
+                    "prompt_uid": problem.uid,
+                    "sample_index": index,
+                    "prompt": prompt,
+                    "response": sample.text,
+                    "token_ids": sample.token_ids,
+                    "reward": float(reward(sample.text, problem.answer)),
+                    "finish_reason": sample.finish_reason,
+                    "extra": json.dumps({"question": problem.question, "answer": problem.answer}),
+                }
+            )
+    return rows
+
+
+def rollout_metrics(rows: Sequence[dict], step: int, seconds: dict[str, float]) -> dict[str, float]:
+    """The ``rollout/*`` metrics of a step's shard; ``seconds``: time per stage (load_weights,
+    generate, reward, write)."""
+    tokens = sum(len(r["token_ids"]) for r in rows)
+    return {
+        "rollout/step": step,
+        "rollout/weights_version": step,
+        "rollout/reward_mean": sum(r["reward"] for r in rows) / len(rows),
+        "rollout/response_tokens_mean": tokens / len(rows),
+        "rollout/stop_fraction": sum(r["finish_reason"] == "stop" for r in rows) / len(rows),
+        "rollout/tokens_per_second": tokens / max(seconds.get("generate", 0.0), 1e-9),
+        **{f"rollout/seconds_{stage}": value for stage, value in seconds.items()},
+    }
