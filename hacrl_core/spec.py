@@ -38,6 +38,8 @@ DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]
 _ENDPOINT = re.compile(r"^https?://[^\s/?#@]+(:\d{1,5})?/?$")
 _NESTED_FIELD = re.compile(r"^([A-Za-z][\w\[\]\.]*): (.*)$", re.S)
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# The algorithms registry imports torch, which the operator (it validates specs) must not load:
+# these two lists stay here, and tests/unit/test_registry.py pins them to the registry.
 ALGORITHM_NAMES = ("hacpo", "gspo", "grpo", "naive")
 REWARD_NAMES = tuple(reward_names())  # the rewards registry (standard library only, like this module)
 SHARED_ROW_ALGORITHMS = ("hacpo", "naive")
@@ -154,7 +156,7 @@ class AlgorithmSpec(SpecModel):
         {"rule": "!has(self.ratioBounds) || (self.ratioBounds[0] > 0.0 && self.ratioBounds[0] <= 1.0 && self.ratioBounds[1] >= 1.0)",
          "message": "ratioBounds must be [low, high] with 0 < low <= 1 <= high"},
     ]})
-    name: Literal["hacpo", "gspo", "grpo", "naive"] = Field("hacpo", description="`hacpo`; `gspo` and `grpo` (isolated agents); `naive` (shared rows, no mechanisms). GSPOx2 is `gspo` with groupSize doubled.")
+    name: Literal[ALGORITHM_NAMES] = Field("hacpo", description="`hacpo`; `gspo` and `grpo` (isolated agents); `naive` (shared rows, no mechanisms). GSPOx2 is `gspo` with groupSize doubled.")
     group_size: int = Field(8, ge=2, le=1024, description="G: responses sampled per prompt per agent (paper: 8).")
     prompts_per_step: int = Field(128, ge=1, le=1_000_000, description="B: prompts per training step, shared by all agents (paper: 128).")
     mini_batch_prompts: int = Field(64, ge=1, description="Prompts per optimizer update; must divide promptsPerStep (paper: 64).")

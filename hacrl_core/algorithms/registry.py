@@ -16,6 +16,7 @@ from typing import Literal, Protocol
 import torch
 
 from hacrl_core.algorithms.losses import grpo_loss, gspo_loss, hacpo_loss, masked_mean
+from hacrl_core.registry import Registry
 
 
 class LossSettings(Protocol):
@@ -92,22 +93,15 @@ class Algorithm:
         return float(len(response_lengths)) or 1.0
 
 
-ALGORITHMS: dict[str, Algorithm] = {}
+ALGORITHMS: Registry[Algorithm] = Registry("algorithm")
 
 
 def register_algorithm(algorithm: Algorithm) -> Algorithm:
-    existing = ALGORITHMS.get(algorithm.name)
-    if existing is not None and existing != algorithm:
-        raise ValueError(f"algorithm {algorithm.name!r} is already registered with a different definition")
-    ALGORITHMS[algorithm.name] = algorithm
-    return algorithm
+    return ALGORITHMS.register(algorithm.name, algorithm)
 
 
 def get_algorithm(name: str) -> Algorithm:
-    try:
-        return ALGORITHMS[name]
-    except KeyError:
-        raise ValueError(f"unknown algorithm {name!r}; valid algorithms: {', '.join(sorted(ALGORITHMS))}") from None
+    return ALGORITHMS.get(name)
 
 
 def resolve_algorithm(settings) -> Algorithm:

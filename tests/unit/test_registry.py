@@ -12,12 +12,13 @@ from hacrl_core.algorithms import (
     register_algorithm,
     resolve_algorithm,
 )
-from hacrl_core.spec import ALGORITHM_NAMES, AlgorithmSpec
+from hacrl_core.spec import ALGORITHM_NAMES, SHARED_ROW_ALGORITHMS, AlgorithmSpec
 
 
 def test_every_spec_algorithm_is_registered():
     # The spec keeps the names as a plain tuple: the operator validates specs without importing torch.
-    assert set(ALGORITHM_NAMES) == set(ALGORITHMS)
+    assert sorted(ALGORITHM_NAMES) == ALGORITHMS.names()
+    assert sorted(SHARED_ROW_ALGORITHMS) == [name for name in ALGORITHMS.names() if get_algorithm(name).shares_rows]
 
 
 def test_unknown_algorithm_lists_valid_ones():
