@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import Field
 
 from hacrl_core.spec import SpecModel
 
 Phase = Literal["Pending", "Running", "Succeeded", "Failed", "Suspended"]
+PHASES: tuple[Phase, ...] = get_args(Phase)
 
 
 class AgentProgress(SpecModel):
@@ -22,6 +23,13 @@ class AgentProgress(SpecModel):
     last_checkpoint: int | None = Field(None, description="Step of the latest checkpoint.")
     rollout_pod: str | None = Field(None, description="Phase or waiting reason of the rollout pod.")
     learner_pod: str | None = Field(None, description="Phase or waiting reason of the learner pod.")
+
+    def pod_state(self, role: str) -> str | None:
+        """``rollout_pod`` or ``learner_pod``: the last observed state of the agent's pod of ``role``."""
+        return getattr(self, f"{role}_pod")
+
+    def set_pod_state(self, role: str, state: str | None) -> None:
+        setattr(self, f"{role}_pod", state)
 
 
 class Condition(SpecModel):

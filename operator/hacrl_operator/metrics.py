@@ -26,7 +26,7 @@ from prometheus_client import (
     start_http_server,
 )
 
-from hacrl_operator.status import PHASES
+from hacrl_core.status import PHASES
 
 _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 

@@ -12,6 +12,7 @@ from hacrl_operator.builders import pod_name
 from hacrl_operator.status import Observed, plan_reconcile, status_patch, summarize_pod
 
 from hacrl_core.spec import parse_experiment
+from hacrl_core.status import Condition
 
 REPO = Path(__file__).resolve().parents[2]
 NOW = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)
@@ -57,8 +58,8 @@ def plan(exp=None, status=None, pods=(), progress=None, **kw: Any):
     return plan_reconcile(Observed(experiment=exp or experiment(), status=status or {}, pods=list(pods), progress=progress or {}, now=NOW, **kw))
 
 
-def cond(p, type_: str) -> dict[str, Any]:
-    return next((c for c in p.status["conditions"] if c["type"] == type_), {})
+def cond(p, type_: str) -> Condition | None:
+    return next((c for c in p.status.conditions if c.type == type_), None)
 
 
 # -- pod summaries ------------------------------------------------------------------------------
@@ -109,15 +110,15 @@ def test_summarize_pod_failure_message_and_foreign_pods() -> None:
 def test_phase_and_ready_condition(pods: list, old_phase: str | None, phase: str, ready: str, reason: str) -> None:
     old = running_status(phase=old_phase) if old_phase else {}
     p = plan(status=old, pods=pods)
-    assert p.status["phase"] == phase
-    assert (cond(p, "Ready")["status"], cond(p, "Ready")["reason"]) == (ready, reason)
+    assert p.status.phase == phase
+    assert (cond(p, "Ready").status, cond(p, "Ready").reason) == (ready, reason)
 
 
 def test_first_reconcile_creates_every_pod_and_configmap() -> None:
     p = plan()
     assert p.ensure_configmap and sorted(p.create_pods) == sorted((a, r) for a in AGENTS for r in ("rollout", "learner"))
-    assert p.status["startTime"] == "2026-01-01T12:00:00Z" and p.status["steps"] == 12 and p.status["agents"] == 2
-    assert [a["restarts"] for a in p.status["agentProgress"]] == [0, 0]
+    assert p.status.start_time == "2026-01-01T12:00:00Z" and p.status.steps == 12 and p.status.agents == 2
+    assert [a.restarts for a in p.status.agent_progress] == [0, 0]
     assert {e.reason for e in p.events} >= {"Pending", "FileStore"}
 
 
@@ -125,8 +126,8 @@ def test_failed_pod_is_replaced_and_counted_for_its_agent_only() -> None:
     pods = [pod("llama-char", "learner", "Failed", terminated={"exitCode": 1, "reason": "Error"})] + all_pods()[:1] + all_pods()[2:]
     p = plan(status=running_status(), pods=pods)
     assert p.delete_pods == [pod_name("quickstart", "llama-char", "learner")] and p.create_pods == [("llama-char", "learner")]
-    llama, qwen = p.status["agentProgress"]
-    assert (llama["restarts"], llama["learnerPod"], qwen["restarts"]) == (1, "Restarting", 0)
+    llama, qwen = p.status.agent_progress
+    assert (llama.restarts, llama.learner_pod, qwen.restarts) == (1, "Restarting", 0)
     assert [e.reason for e in p.events if e.type == "Warning"] == ["PodFailed"]
 
 
@@ -140,7 +141,7 @@ def test_missing_pod_counts_as_restart_only_if_it_existed(previous_state: str | 
     pods = [p for p in all_pods() if p["metadata"]["name"] != pod_name("quickstart", "llama-char", "learner")]
     p = plan(status=old, pods=pods)
     assert p.create_pods == [("llama-char", "learner")]
-    assert p.status["agentProgress"][0]["restarts"] == restarts
+    assert p.status.agent_progress[0].restarts == restarts
 
 
 def test_restart_limit_exceeded_fails_without_restarting_anything() -> None:
@@ -149,29 +150,29 @@ def test_restart_limit_exceeded_fails_without_restarting_anything() -> None:
     old["agentProgress"][1]["restarts"] = 0
     pods = [pod("llama-char", "rollout", "Failed"), pod("qwen-bpe", "learner", "Failed")] + [pod("llama-char", "learner"), pod("qwen-bpe", "rollout")]
     p = plan(status=old, pods=pods)
-    assert p.status["phase"] == "Failed" and p.create_pods == [] and p.delete_pods == []
-    assert cond(p, "Failed")["reason"] == "RestartLimitExceeded" and "agent llama-char rollout pod" in cond(p, "Failed")["message"]
-    assert [a["restarts"] for a in p.status["agentProgress"]] == [3, 0]  # no restart happened in the failing pass
-    assert p.status["completionTime"] == "2026-01-01T12:00:00Z"
+    assert p.status.phase == "Failed" and p.create_pods == [] and p.delete_pods == []
+    assert cond(p, "Failed").reason == "RestartLimitExceeded" and "agent llama-char rollout pod" in cond(p, "Failed").message
+    assert [a.restarts for a in p.status.agent_progress] == [3, 0]  # no restart happened in the failing pass
+    assert p.status.completion_time == "2026-01-01T12:00:00Z"
     assert ("Warning", "Failed") in [(e.type, e.reason) for e in p.events]
-    assert cond(p, "CleanedUp")["reason"] == "Kept"
+    assert cond(p, "CleanedUp").reason == "Kept"
 
 
 def test_restart_limit_zero_fails_on_the_first_failure() -> None:
     p = plan(exp=experiment(restartLimit=0), status=running_status(), pods=all_pods()[1:] + [pod("llama-char", "rollout", "Failed")])
-    assert p.status["phase"] == "Failed"
+    assert p.status.phase == "Failed"
 
 
 def test_suspend_deletes_pods_and_resume_recreates_without_counting() -> None:
     p = plan(exp=experiment(suspend=True), status=running_status(), pods=all_pods())
-    assert p.status["phase"] == "Suspended" and len(p.delete_pods) == 4 and not p.create_pods and not p.ensure_configmap
-    assert cond(p, "Suspended")["status"] == "True"
-    assert all(a["rolloutPod"] is None and a["learnerPod"] is None for a in p.status["agentProgress"])
+    assert p.status.phase == "Suspended" and len(p.delete_pods) == 4 and not p.create_pods and not p.ensure_configmap
+    assert cond(p, "Suspended").status == "True"
+    assert all(a.rollout_pod is None and a.learner_pod is None for a in p.status.agent_progress)
     again = plan(exp=experiment(suspend=True), status=p.status, pods=[])
     assert status_patch(p.status, again.status) is None and not again.events and not again.delete_pods
     resumed = plan(status=p.status, pods=[])
-    assert len(resumed.create_pods) == 4 and [a["restarts"] for a in resumed.status["agentProgress"]] == [0, 0]
-    assert cond(resumed, "Suspended")["reason"] == "Resumed" and resumed.status["phase"] == "Pending"
+    assert len(resumed.create_pods) == 4 and [a.restarts for a in resumed.status.agent_progress] == [0, 0]
+    assert cond(resumed, "Suspended").reason == "Resumed" and resumed.status.phase == "Pending"
 
 
 def test_heartbeats_fill_agent_progress_and_step_is_the_slowest() -> None:
@@ -182,12 +183,12 @@ def test_heartbeats_fill_agent_progress_and_step_is_the_slowest() -> None:
                      "capability": None, "last_checkpoint": None, "done": False, "time": 1.0},
     }
     p = plan(status=running_status(), pods=all_pods(), progress=progress)
-    llama = p.status["agentProgress"][0]
-    assert (llama["step"], llama["weightsVersion"], llama["reward"], llama["accuracy"], llama["capability"], llama["lastCheckpoint"]) == (7, 7, 0.5, 0.4, 0.6, 4)
-    assert p.status["step"] == 5 and p.status["message"] == "step 5 of 12"
+    llama = p.status.agent_progress[0]
+    assert (llama.step, llama.weights_version, llama.reward, llama.accuracy, llama.capability, llama.last_checkpoint) == (7, 7, 0.5, 0.4, 0.6, 4)
+    assert p.status.step == 5 and p.status.message == "step 5 of 12"
     # A store that does not answer keeps the last numbers and says why.
     later = plan(status=p.status, pods=all_pods(), store_error="cannot read progress: timeout")
-    assert later.status["step"] == 5 and cond(later, "StoreReachable")["reason"] == "StoreUnreachable"
+    assert later.status.step == 5 and cond(later, "StoreReachable").reason == "StoreUnreachable"
     assert ("Warning", "StoreUnreachable") in [(e.type, e.reason) for e in later.events]
 
 
@@ -198,37 +199,37 @@ def test_heartbeats_fill_agent_progress_and_step_is_the_slowest() -> None:
 def test_completion_applies_the_on_success_policy(policy: str, deletes_pods: bool, deletes_store: bool, reason: str) -> None:
     progress = {a: {"step": 12, "done": True} for a in AGENTS}
     p = plan(exp=experiment(cleanup={"onSuccess": policy}), status=running_status(), pods=all_pods(), progress=progress)
-    assert p.status["phase"] == "Succeeded" and p.status["step"] == 12 and not p.create_pods
+    assert p.status.phase == "Succeeded" and p.status.step == 12 and not p.create_pods
     assert bool(p.delete_pods) == deletes_pods and p.delete_store == deletes_store
-    assert cond(p, "CleanedUp")["reason"] == reason and cond(p, "Succeeded")["status"] == "True"
+    assert cond(p, "CleanedUp").reason == reason and cond(p, "Succeeded").status == "True"
     # Once applied, the store is not deleted again.
     again = plan(exp=experiment(cleanup={"onSuccess": policy}), status=p.status, pods=[] if deletes_pods else all_pods(), progress={})
-    assert not again.delete_store and again.status["phase"] == "Succeeded"
+    assert not again.delete_store and again.status.phase == "Succeeded"
     assert status_patch(p.status, again.status) is None
 
 
 def test_learner_pod_succeeded_completes_the_agent() -> None:
     pods = [pod(a, "learner", "Succeeded") for a in AGENTS] + [pod(a, "rollout", "Running") for a in AGENTS]
     p = plan(status=running_status(), pods=pods)
-    assert p.status["phase"] == "Succeeded" and p.status["step"] == 12
+    assert p.status.phase == "Succeeded" and p.status.step == 12
 
 
 def test_ttl_after_finished() -> None:
     done = running_status(phase="Succeeded", completionTime="2026-01-01T11:59:00Z")
     exp = experiment(cleanup={"ttlSecondsAfterFinished": 120})
     p = plan(exp=exp, status=done)
-    assert not p.delete_experiment and p.requeue_after == 60
+    assert not p.delete_experiment
     p = plan(exp=experiment(cleanup={"ttlSecondsAfterFinished": 30}), status=done)
     assert p.delete_experiment
 
 
 def test_invalid_spec_fails_with_field_paths_and_recovers() -> None:
     p = plan_reconcile(Observed(experiment=None, spec_errors=["spec.algorithm.groupSize: Input should be greater than or equal to 2"], now=NOW))
-    assert p.status["phase"] == "Failed" and not p.create_pods
-    assert cond(p, "Failed")["reason"] == "InvalidSpec" and "spec.algorithm.groupSize" in cond(p, "Failed")["message"]
+    assert p.status.phase == "Failed" and not p.create_pods
+    assert cond(p, "Failed").reason == "InvalidSpec" and "spec.algorithm.groupSize" in cond(p, "Failed").message
     assert [(e.type, e.reason) for e in p.events] == [("Warning", "Failed")]
     fixed = plan(status=p.status)
-    assert fixed.status["phase"] == "Pending" and len(fixed.create_pods) == 4 and not cond(fixed, "Failed")
+    assert fixed.status.phase == "Pending" and len(fixed.create_pods) == 4 and not cond(fixed, "Failed")
 
 
 def test_orphan_pods_of_removed_agents_are_deleted() -> None:
@@ -240,11 +241,11 @@ def test_last_transition_time_moves_only_with_the_status() -> None:
     old = running_status()
     pods = all_pods()[:3] + [pod("qwen-bpe", "learner", "Pending", waiting="ImagePullBackOff")]
     first = plan(status=old, pods=pods)
-    assert cond(first, "Ready")["lastTransitionTime"] == "2026-01-01T12:00:00Z"
+    assert cond(first, "Ready").last_transition_time == "2026-01-01T12:00:00Z"
     later = plan_reconcile(Observed(experiment=experiment(), status=first.status, pods=pods[:3] + [pod("qwen-bpe", "learner", "Pending", unschedulable=True)],
                                     now=NOW + dt.timedelta(minutes=5)))
-    assert cond(later, "Ready")["reason"] == "Unschedulable"
-    assert cond(later, "Ready")["lastTransitionTime"] == "2026-01-01T12:00:00Z"
+    assert cond(later, "Ready").reason == "Unschedulable"
+    assert cond(later, "Ready").last_transition_time == "2026-01-01T12:00:00Z"
 
 
 def test_status_patch_only_when_changed_and_removes_vanished_keys() -> None:
@@ -252,6 +253,15 @@ def test_status_patch_only_when_changed_and_removes_vanished_keys() -> None:
     assert status_patch({"phase": "Running", "completionTime": "t"}, {"phase": "Pending", "completionTime": None}) == {"phase": "Pending", "completionTime": None}
     assert status_patch({}, {"agentProgress": [{"name": "a", "reward": None}]}) == {"agentProgress": [{"name": "a"}]}
 
+
+def test_a_status_value_edited_by_hand_reads_as_unset() -> None:
+    """A stored value that is not what the CRD declares does not fail every reconcile."""
+    old = running_status(phase="Bogus", step="many")
+    old["agentProgress"][0]["restarts"] = "two"
+    p = plan(status=old, pods=all_pods())
+    assert p.status.phase == "Running" and p.status.step == 0
+    assert [a.restarts for a in p.status.agent_progress] == [0, 0]  # the list as a whole reads as unset
+    assert cond(p, "Ready").last_transition_time == "2026-01-01T11:00:00Z"  # the conditions are kept
 
 def data_heartbeat(skipped: int, rows: int = 100) -> dict[str, Any]:
     report = {"field": "data.train", "name": "train.jsonl", "rows": rows, "skipped": {"invalid_json": skipped} if skipped else {}}
@@ -262,21 +272,21 @@ def test_a_dataset_that_lost_many_rows_raises_a_condition_and_a_warning_event() 
     progress = {"llama-char": data_heartbeat(skipped=25), "qwen-bpe": None}
     first = plan(status=running_status(), pods=all_pods(), progress=progress)
     condition = cond(first, "DataRowsSkipped")
-    assert (condition["status"], condition["reason"]) == ("True", "ManyRowsSkipped")
-    assert "data.train (train.jsonl): 100 rows, 25 skipped (invalid_json 25): 20% of its rows" in condition["message"]
-    assert "hacrl validate --data" in condition["message"]
+    assert (condition.status, condition.reason) == ("True", "ManyRowsSkipped")
+    assert "data.train (train.jsonl): 100 rows, 25 skipped (invalid_json 25): 20% of its rows" in condition.message
+    assert "hacrl validate --data" in condition.message
     assert [(e.type, e.reason) for e in first.events if e.reason == "ManyRowsSkipped"] == [("Warning", "ManyRowsSkipped")]
     # Said once: the next reconcile with the same heartbeat posts no second event.
     again = plan(status=first.status, pods=all_pods(), progress=progress)
-    assert cond(again, "DataRowsSkipped")["reason"] == "ManyRowsSkipped"
+    assert cond(again, "DataRowsSkipped").reason == "ManyRowsSkipped"
     assert not [e for e in again.events if e.reason == "ManyRowsSkipped"]
     # While no heartbeat reports data (store briefly unreadable), the condition stays as it was.
     quiet = plan(status=first.status, pods=all_pods(), progress={})
-    assert cond(quiet, "DataRowsSkipped")["status"] == "True"
+    assert cond(quiet, "DataRowsSkipped").status == "True"
 
 
 @pytest.mark.parametrize("skipped, reason", [(3, "FewRowsSkipped"), (0, "NoRowsSkipped")])
 def test_a_few_skipped_rows_are_recorded_without_an_event(skipped: int, reason: str) -> None:
     p = plan(status=running_status(), pods=all_pods(), progress={"llama-char": data_heartbeat(skipped=skipped)})
-    assert (cond(p, "DataRowsSkipped")["status"], cond(p, "DataRowsSkipped")["reason"]) == ("False", reason)
+    assert (cond(p, "DataRowsSkipped").status, cond(p, "DataRowsSkipped").reason) == ("False", reason)
     assert not [e for e in p.events if "Skipped" in e.reason]

@@ -17,7 +17,8 @@ from hacrl_core.spec import API_GROUP, API_VERSION, PLURAL
 from hacrl_core.store.ownership import StoreOwnedByAnother
 from hacrl_operator.config import OperatorConfig
 from hacrl_operator.handlers.reconcile import Reconciler, delete_owned_store
-from hacrl_operator.status import cleanup_action
+from hacrl_operator.status import cleanup_action, read_status
+from hacrl_operator.status.conditions import store_deleted
 
 
 def needs_store_cleanup(spec: Any) -> bool:
@@ -39,11 +40,8 @@ def register_experiment_deleted(registry: kopf.OperatorRegistry, config: Operato
             return
         phase = (status or {}).get("phase")
         action = cleanup_action(experiment, phase)
-        if action != "delete-store":
+        if action != "delete-store" or store_deleted(read_status(status or {})):
             return
-        for condition in (status or {}).get("conditions") or []:
-            if condition.get("type") == "CleanedUp" and condition.get("reason") == "StoreDeleted" and condition.get("status") == "True":
-                return
         try:
             deleted = delete_owned_store(reconciler.store(experiment), experiment, body)
         except StoreOwnedByAnother as error:

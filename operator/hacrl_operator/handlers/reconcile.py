@@ -23,15 +23,9 @@ from hacrl_operator import builders
 from hacrl_operator.config import OperatorConfig
 from hacrl_operator.kube import Kube, KubeError
 from hacrl_operator.metrics import OperatorMetrics
-from hacrl_operator.status import (
-    Event,
-    Observed,
-    Plan,
-    now_utc,
-    plan_reconcile,
-    rfc3339,
-    status_patch,
-)
+from hacrl_operator.status import Event, Observed, Plan, plan_reconcile, read_status, status_patch
+from hacrl_operator.status.clock import now_utc, rfc3339
+from hacrl_operator.status.conditions import store_deleted
 
 logger = logging.getLogger("hacrl_operator.reconcile")
 
@@ -57,7 +51,6 @@ class Outcome:
     outcome: str  # ok, invalid, gone, coalesced
     phase: str | None = None
     errors: list[str] | None = None
-    requeue_after: float | None = None
 
 
 class _Slot:
@@ -108,17 +101,18 @@ class Reconciler:
         if body is None or body.get("metadata", {}).get("deletionTimestamp"):
             return Outcome("gone")
         experiment, errors = self.parse(body)
-        status = dict(body.get("status") or {})
+        stored = body.get("status") or {}
+        status = read_status(stored)
         pods: list[dict[str, Any]] = []
         progress: dict[str, dict[str, Any] | None] = {}
         store_error = None
         blocked: list[tuple[str, str]] = []
         if experiment is not None:
             pods = kube.list_pods(namespace, {builders.LABEL_EXPERIMENT: name})
-            if not _store_deleted(status):
+            if not store_deleted(status):  # nothing to read, nor to own, once cleanup deleted it
                 progress, store_error = self.read_progress(experiment)
             blocked = [("SecretNotAllowed", m) for m in self.refused_secrets(experiment, namespace)]
-            if store_error is None and not _store_deleted(status):
+            if store_error is None and not store_deleted(status):
                 blocked += [("StoreOwnedByAnother", m) for m in self.store_owner_refusal(experiment, body)]
         observed = Observed(
             experiment=experiment, spec_errors=errors, status=status, pods=pods, progress=progress,
@@ -128,16 +122,16 @@ class Reconciler:
         plan = plan_reconcile(observed)
         if experiment is not None:
             self.execute(plan, experiment, body)
-        patch = status_patch(status, plan.status)
+        patch = status_patch(stored, plan.status)
         if patch:
             kube.patch_experiment_status(namespace, name, patch)
         for event in plan.events:
             self.post_event(body, event)
-        phase = plan.status.get("phase")
+        phase = plan.status.phase
         self.metrics.set_phase(namespace, name, phase)
         if plan.delete_experiment:
             kube.delete_experiment(namespace, name)
-        return Outcome("invalid" if errors else "ok", phase=phase, errors=errors, requeue_after=plan.requeue_after)
+        return Outcome("invalid" if errors else "ok", phase=phase, errors=errors)
 
     @staticmethod
     def parse(body: dict[str, Any]) -> tuple[Experiment | None, list[str] | None]:
@@ -214,7 +208,7 @@ class Reconciler:
             except KubeError as error:
                 plan.set_pod_state(agent, role, "CreateFailed")
                 message = f"cannot create pod {name}: {error}"
-                _set_condition(plan, "Ready", "False", "PodCreateFailed", message)
+                plan.set_condition("Ready", False, "PodCreateFailed", message)
                 plan.events.append(Event("Warning", "PodCreateFailed", message))
                 logger.warning("%s/%s: %s", namespace, experiment.name, message)
         restarts = sum(1 for e in plan.events if e.reason in ("PodFailed", "PodLost"))
@@ -228,11 +222,11 @@ class Reconciler:
                 plan.events.append(Event("Normal", "StoreDeleted", f"deleted {deleted} objects of {experiment.name} from {experiment.spec.store.uri}"))
             except StoreOwnedByAnother as error:
                 message = f"cleanup skipped: {error}"
-                _set_condition(plan, "CleanedUp", "False", "StoreNotOwned", message)
+                plan.set_condition("CleanedUp", False, "StoreNotOwned", message)
                 plan.events.append(Event("Warning", "StoreNotOwned", message))
             except Exception as error:
                 message = f"cannot delete the store prefix: {type(error).__name__}: {error}"
-                _set_condition(plan, "CleanedUp", "False", "StoreUnreachable", message)
+                plan.set_condition("CleanedUp", False, "StoreUnreachable", message)
                 plan.events.append(Event("Warning", "StoreUnreachable", message))
 
     @staticmethod
@@ -250,7 +244,7 @@ class Reconciler:
         message = (f"cannot create pod {name}: a pod of that name already exists and belongs to {holder}; "
                    "rename this experiment or the agent so that experiment-agent-role names differ")
         plan.set_pod_state(agent, role, "CreateFailed")
-        _set_condition(plan, "Ready", "False", "PodNameTaken", message)
+        plan.set_condition("Ready", False, "PodNameTaken", message)
         plan.events.append(Event("Warning", "PodNameTaken", message))
         logger.warning("%s/%s: %s", namespace, body["metadata"].get("name"), message)
 
@@ -300,20 +294,3 @@ class Reconciler:
             raise RuntimeError("the Kubernetes client is not configured yet (login has not run)")
         return self.kube
 
-
-def _store_deleted(status: dict[str, Any]) -> bool:
-    return any(
-        c.get("type") == "CleanedUp" and c.get("reason") == "StoreDeleted" and c.get("status") == "True"
-        for c in status.get("conditions") or []
-    )
-
-
-def _set_condition(plan: Plan, type_: str, status: str, reason: str, message: str) -> None:
-    conditions = plan.status.setdefault("conditions", [])
-    for condition in conditions:
-        if condition["type"] == type_:
-            if condition["status"] != status:
-                condition["lastTransitionTime"] = rfc3339(now_utc())
-            condition.update(status=status, reason=reason, message=message)
-            return
-    conditions.append({"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": rfc3339(now_utc())})

@@ -1,0 +1,104 @@
+"""What to do about each (agent, role) pod of an active experiment, decided before anything is
+applied: keep it, (re)create it, delete a failed one and count a restart, or fail the experiment
+because the agent's restart limit is spent. ``plan._plan_active`` applies the decisions, or, when
+one of them fails the experiment, applies none of the restarts.
+
+Each agent is its own failure domain: its restarts count against ``spec.restartLimit`` alone, and
+both its pods are decided in turn against the running count (two failures in one pass count two).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from hacrl_core.status import AgentProgress
+from hacrl_operator.builders import ROLES
+from hacrl_operator.status.events import Event
+from hacrl_operator.status.heartbeats import Heartbeat
+from hacrl_operator.status.pods import PodView
+
+# Pod states after which a missing pod is recreated without counting a restart: never created
+# (or suspended), deleted by the operator after a failure (already counted), or not created.
+_NOT_LOST = (None, "Restarting", "CreateFailed")
+
+
+@dataclasses.dataclass(frozen=True)
+class PodDecision:
+    role: str
+    state: str | None  # the pod's state to record in agentProgress[].<role>Pod
+    create: bool = False  # create the pod (again)
+    delete: str | None = None  # a failed pod to delete first
+    restart: Event | None = None  # a restart of the agent, with the event that says why
+    problem: tuple[str, str] | None = None  # (reason, message): why the pod does not run (yet)
+    failure: str | None = None  # the restart limit is spent: the experiment fails
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentDecision:
+    agent: str
+    done: bool  # the agent's learner finished every step
+    restarts: int  # the agent's restarts once its decisions are applied
+    pods: tuple[PodDecision, ...]
+
+
+def decide_agent(
+    entry: AgentProgress, heartbeat: Heartbeat, views: Mapping[tuple[str, str], PodView],
+    previous: AgentProgress | None, steps: int, limit: int,
+) -> AgentDecision:
+    """The decisions for one agent's pods. ``entry`` holds its progress as of this reconcile,
+    ``previous`` the progress last written (each pod's last state)."""
+    agent = entry.name
+    learner = views.get((agent, "learner"))
+    done = heartbeat.get("done") is True or entry.step >= steps or (learner is not None and learner.phase == "Succeeded")
+    restarts = entry.restarts
+    pods = []
+    for role in ROLES:
+        last = previous.pod_state(role) if previous is not None else None
+        decision = _decide_pod(f"agent {agent} {role} pod", role, views.get((agent, role)), last, done, restarts, limit)
+        restarts += decision.restart is not None
+        pods.append(decision)
+    return AgentDecision(agent, done, restarts, tuple(pods))
+
+
+def _decide_pod(label: str, role: str, view: PodView | None, last: str | None, done: bool, restarts: int, limit: int) -> PodDecision:
+    if view is None:
+        return _missing(label, role, last, done, restarts, limit)
+    if view.terminating:
+        return PodDecision(role, "Restarting" if last == "Restarting" else "Terminating",
+                           problem=("Restarting", f"{label} {view.name} is terminating"))
+    if view.phase == "Failed" and not done:  # once the agent finished, a worker exiting badly changes nothing
+        return _failed(label, role, view, restarts, limit)
+    if done or view.phase == "Succeeded" or (view.phase == "Running" and not view.reason):
+        return PodDecision(role, view.state)
+    detail = (view.reason or view.phase) + (f": {view.message}" if view.message else "")
+    return PodDecision(role, view.state, problem=(view.reason or "PodsPending", f"{label} {view.name}: {detail}"))
+
+
+def _missing(label: str, role: str, last: str | None, done: bool, restarts: int, limit: int) -> PodDecision:
+    """No pod: create it, unless the agent is done. A pod that existed (its last state says so)
+    was deleted by hand or evicted: recreating it counts as a restart."""
+    if done:
+        return PodDecision(role, last if last in ("Succeeded", "Failed") else None)
+    restart = None
+    if last not in _NOT_LOST:
+        if restarts >= limit:
+            return PodDecision(role, "Missing", failure=f"{label} disappeared (deleted or evicted) after {restarts} restarts (restartLimit {limit})")
+        restart = Event("Warning", "PodLost", f"{label} disappeared (was {last}); recreating it, resuming from its checkpoint "
+                                              f"(restart {restarts + 1} of {limit})")
+    return PodDecision(
+        role, "Restarting" if last == "Restarting" else "Pending", create=True, restart=restart,
+        problem=("Restarting" if last not in (None, "CreateFailed") else "PodsPending", f"{label}: being created"),
+    )
+
+
+def _failed(label: str, role: str, view: PodView, restarts: int, limit: int) -> PodDecision:
+    """A failed pod: delete and recreate it (the worker resumes from its checkpoint), a restart."""
+    if restarts >= limit:
+        return PodDecision(role, view.state, failure=f"{label} {view.name} failed ({view.message}) after {restarts} restarts (restartLimit {limit})")
+    return PodDecision(
+        role, "Restarting", create=True, delete=view.name,
+        restart=Event("Warning", "PodFailed", f"{label} {view.name} failed ({view.message}); recreating it, resuming from its checkpoint "
+                                              f"(restart {restarts + 1} of {limit})"),
+        problem=("Restarting", f"{label}: restarting after a failure"),
+    )

@@ -1,0 +1,297 @@
+"""The pure plan: from what one reconcile observes (spec, status, pods, heartbeats) to what to do.
+
+``plan_reconcile`` returns a ``Plan``: the new status (a typed ``ExperimentStatus``), the pods to
+create and delete, the cleanup to apply and the Events to post. Nothing here does I/O, so every
+transition is unit-tested table-driven (tests/operator/test_status.py); ``handlers/reconcile.py``
+executes plans. The phase decides the branch: finished (cleanup, TTL), suspended, blocked (no new
+pod), or active, where each (agent, role) pod is decided first (``decisions.py``) and the
+decisions are applied after.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from hacrl_core.spec import Experiment, ExperimentSpec
+from hacrl_core.status import AgentProgress, ExperimentStatus, Phase
+from hacrl_operator.builders import ROLES
+from hacrl_operator.status.clock import now_utc, parse_time, rfc3339
+from hacrl_operator.status.conditions import Conditions, most_actionable, store_deleted
+from hacrl_operator.status.decisions import AgentDecision, decide_agent
+from hacrl_operator.status.events import Event, transition_events
+from hacrl_operator.status.heartbeats import Heartbeat, agent_progress, data_rows_condition
+from hacrl_operator.status.pods import PodView, index_pods
+from hacrl_operator.status.wire import Status, read_status
+
+TERMINAL = ("Succeeded", "Failed")
+
+Views = Mapping[tuple[str, str], PodView]
+
+
+@dataclasses.dataclass(frozen=True)
+class Observed:
+    """Everything one reconcile looks at."""
+
+    experiment: Experiment | None
+    spec_errors: list[str] | None = None
+    status: Status = dataclasses.field(default_factory=dict)  # as last written: typed, or as stored
+    pods: Iterable[Mapping[str, Any]] = ()
+    progress: Mapping[str, Heartbeat | None] = dataclasses.field(default_factory=dict)
+    store_error: str | None = None
+    # Why no pod may be created: (reason, message) pairs, e.g. a Secret the cluster admin has not
+    # approved (SecretNotAllowed) or a store prefix another experiment owns (StoreOwnedByAnother).
+    blocked: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    generation: int | None = None
+    now: dt.datetime = dataclasses.field(default_factory=now_utc)
+
+
+@dataclasses.dataclass
+class Plan:
+    status: ExperimentStatus
+    conditions: Conditions
+    create_pods: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (agent, role)
+    delete_pods: list[str] = dataclasses.field(default_factory=list)
+    ensure_configmap: bool = False
+    delete_store: bool = False
+    delete_experiment: bool = False  # ttlSecondsAfterFinished has passed
+    events: list[Event] = dataclasses.field(default_factory=list)
+
+    def set_condition(self, type_: str, status: bool, reason: str, message: str = "") -> None:
+        """Set a condition (the planner, and the reconcile when an action fails)."""
+        self.conditions.set(type_, status, reason, message)
+        self.status.conditions = self.conditions.listed()
+
+    def keep_condition(self, type_: str) -> None:
+        self.conditions.keep(type_)
+        self.status.conditions = self.conditions.listed()
+
+    def set_pod_state(self, agent: str, role: str, state: str | None) -> None:
+        for entry in self.status.agent_progress:
+            if entry.name == agent:
+                entry.set_pod_state(role, state)
+
+    def forget_pods(self) -> None:
+        """No pod states: the pods are deleted on purpose (recreating them counts no restart)."""
+        for entry in self.status.agent_progress:
+            for role in ROLES:
+                entry.set_pod_state(role, None)
+
+
+def cleanup_action(experiment: Experiment, phase: str | None) -> str:
+    """The cleanup policy that applies in ``phase``: onSuccess when it succeeded, else onFailure
+    (a failed experiment, and one deleted before it finished)."""
+    cleanup = experiment.spec.cleanup
+    return cleanup.on_success if phase == "Succeeded" else cleanup.on_failure
+
+
+def plan_reconcile(observed: Observed) -> Plan:
+    old = read_status(observed.status)
+    conditions = Conditions(old.conditions, observed.now)
+    if observed.experiment is None:
+        plan = _plan_invalid(observed, old, conditions)
+    else:
+        plan = _plan_valid(observed, observed.experiment, old, conditions)
+    if observed.generation is not None:
+        plan.status.observed_generation = observed.generation
+    plan.events[:0] = transition_events(old, plan.status)
+    return plan
+
+
+def _plan_invalid(observed: Observed, old: ExperimentStatus, conditions: Conditions) -> Plan:
+    errors = observed.spec_errors or ["<document>: invalid experiment spec"]
+    message = "invalid spec: " + "; ".join(errors)
+    kept = {name: getattr(old, name) for name in ("step", "steps", "agents", "agent_progress", "start_time") if name in old.model_fields_set}
+    plan = Plan(ExperimentStatus(**kept, phase="Failed", message=message, conditions=[]), conditions)
+    plan.set_condition("Failed", True, "InvalidSpec", message)
+    plan.set_condition("Ready", False, "InvalidSpec", "fix the spec; no pods run until it validates")
+    return plan
+
+
+def _failed_for_invalid_spec(old: ExperimentStatus) -> bool:
+    return old.phase == "Failed" and any(c.type == "Failed" and c.reason == "InvalidSpec" for c in old.conditions)
+
+
+def _plan_valid(observed: Observed, experiment: Experiment, old: ExperimentStatus, conditions: Conditions) -> Plan:
+    spec = experiment.spec
+    steps = spec.algorithm.steps
+    names = [a.name for a in spec.agents]
+    previous = {p.name: p for p in old.agent_progress}
+    views, orphans = index_pods(observed.pods, names)
+    entries = [agent_progress(n, observed.progress.get(n), previous.get(n), steps) for n in names]
+    for entry in entries:
+        for role in ROLES:
+            if (entry.name, role) in views:
+                entry.set_pod_state(role, views[(entry.name, role)].state)
+    resumed_from_invalid = _failed_for_invalid_spec(old)  # the spec was fixed: start over
+    status = ExperimentStatus(
+        phase="Pending" if resumed_from_invalid else old.phase, steps=steps, agents=len(names), agent_progress=entries,
+        conditions=[], start_time=old.start_time, completion_time=None if resumed_from_invalid else old.completion_time,
+    )
+    plan = Plan(status, conditions, delete_pods=orphans)  # pods of agents removed from the spec
+    if observed.store_error:
+        plan.set_condition("StoreReachable", False, "StoreUnreachable", observed.store_error)
+    else:
+        plan.set_condition("StoreReachable", True, "StoreReachable", f"progress read from {spec.store.uri}")
+    data = data_rows_condition(observed.progress)
+    if data is None:
+        plan.keep_condition("DataRowsSkipped")  # no heartbeat reports its datasets (yet)
+    else:
+        plan.set_condition("DataRowsSkipped", *data)
+
+    if status.phase in TERMINAL:
+        _plan_finished(plan, experiment, views, observed.now, old)
+    elif spec.suspend:
+        _plan_suspended(plan, views)
+    elif observed.blocked:
+        _plan_blocked(plan, observed.blocked)
+    else:
+        _plan_active(plan, experiment, views, observed, old)
+    status.step = min((e.step for e in status.agent_progress), default=0)
+    if status.phase == "Running":
+        status.message = f"step {status.step} of {steps}"
+    return plan
+
+
+def _plan_finished(plan: Plan, experiment: Experiment, views: Views, now: dt.datetime, old: ExperimentStatus) -> None:
+    status = plan.status
+    status.message = old.message or status.phase
+    for type_ in ("Succeeded", "Failed", "Ready", "Suspended"):
+        plan.keep_condition(type_)
+    for entry in status.agent_progress:
+        for role in ROLES:
+            if (entry.name, role) not in views and entry.pod_state(role) not in ("Succeeded", "Failed"):
+                entry.set_pod_state(role, None)
+    _apply_cleanup(plan, experiment, views, status.phase, old)
+    ttl = experiment.spec.cleanup.ttl_seconds_after_finished
+    finished = parse_time(status.completion_time)
+    if ttl is not None and finished is not None and finished + dt.timedelta(seconds=ttl) <= now:
+        plan.delete_experiment = True
+        plan.events.append(Event("Normal", "TTLExpired", f"deleting the experiment {ttl}s after it finished"))
+
+
+def _apply_cleanup(plan: Plan, experiment: Experiment, views: Views, phase: str, old: ExperimentStatus) -> None:
+    action = cleanup_action(experiment, phase)
+    which = "onSuccess" if phase == "Succeeded" else "onFailure"
+    if action in ("delete-pods", "delete-store"):
+        alive = [v.name for v in views.values() if not v.terminating]
+        plan.delete_pods.extend(n for n in alive if n not in plan.delete_pods)
+        plan.forget_pods()
+        if alive:
+            plan.events.append(Event("Normal", "PodsDeleted", f"cleanup.{which}={action}: deleting {len(alive)} pods"))
+    if action != "delete-store":
+        plan.set_condition("CleanedUp", True, "PodsDeleted" if action == "delete-pods" else "Kept", f"cleanup.{which}={action}")
+    elif store_deleted(old):
+        plan.keep_condition("CleanedUp")
+    else:
+        plan.delete_store = True
+        plan.set_condition("CleanedUp", True, "StoreDeleted", f"cleanup.{which}=delete-store: store prefix of {experiment.name} deleted")
+
+
+def _plan_suspended(plan: Plan, views: Views) -> None:
+    status = plan.status
+    alive = [v.name for v in views.values() if not v.terminating]
+    plan.delete_pods.extend(alive)
+    if alive:
+        plan.events.append(Event("Normal", "PodsDeleted", f"suspended: deleting {len(alive)} pods; ConfigMap and store kept"))
+    plan.forget_pods()  # resuming recreates them, no restart counted
+    status.phase = "Suspended"
+    status.message = "spec.suspend is true: pods deleted; set it to false to resume from the checkpoints"
+    plan.set_condition("Suspended", True, "Suspended", status.message)
+    plan.set_condition("Ready", False, "Suspended", "no pods while suspended")
+
+
+def _plan_blocked(plan: Plan, blocked: list[tuple[str, str]]) -> None:
+    """No new pod while something the operator checks refuses the experiment; pods already running
+    (created before, e.g. before the admin narrowed the approved Secrets) are left alone rather
+    than killed mid-step."""
+    message = "; ".join(text for _, text in blocked)
+    plan.set_condition("Ready", False, blocked[0][0], message)  # a Warning event as it appears
+    if plan.status.phase == "Suspended":
+        plan.status.phase = "Pending"
+    plan.status.message = "waiting: " + message
+
+
+def _plan_active(plan: Plan, experiment: Experiment, views: Views, observed: Observed, old: ExperimentStatus) -> None:
+    """Decide every (agent, role) pod, then apply: fail the experiment when an agent's restart
+    limit is spent (no restart then), succeed when every agent is done, else restart and create."""
+    spec = experiment.spec
+    steps = spec.algorithm.steps
+    previous = {p.name: p for p in old.agent_progress}
+    entries = plan.status.agent_progress
+    decisions = [
+        decide_agent(entry, observed.progress.get(entry.name) or {}, views, previous.get(entry.name), steps, spec.restart_limit)
+        for entry in entries
+    ]
+    plan.ensure_configmap = True
+    for entry, decision in zip(entries, decisions, strict=True):
+        if decision.done:
+            entry.step = steps
+    failures = [pod.failure for decision in decisions for pod in decision.pods if pod.failure]
+    if failures:
+        # Failed pods stay for their logs unless cleanup says otherwise; every pod keeps its observed state.
+        for entry, decision in zip(entries, decisions, strict=True):
+            for pod in decision.pods:
+                view = views.get((entry.name, pod.role))
+                entry.set_pod_state(pod.role, view.state if view is not None else pod.state)
+        _finish(plan, experiment, views, old, "Failed", "RestartLimitExceeded", "RestartLimitExceeded", "; ".join(failures), observed.now)
+        return
+    _apply(plan, entries, decisions)
+    if all(decision.done for decision in decisions):
+        message = f"all {len(decisions)} learners reached step {steps}"
+        _finish(plan, experiment, views, old, "Succeeded", "AllAgentsFinished", "Finished", message, observed.now)
+        return
+    _plan_running(plan, spec, decisions, observed.now, old)
+
+
+def _apply(plan: Plan, entries: list[AgentProgress], decisions: list[AgentDecision]) -> None:
+    for entry, decision in zip(entries, decisions, strict=True):
+        entry.restarts = decision.restarts
+        for pod in decision.pods:
+            entry.set_pod_state(pod.role, pod.state)
+            if pod.delete:
+                plan.delete_pods.append(pod.delete)
+            if pod.create:
+                plan.create_pods.append((decision.agent, pod.role))
+            if pod.restart:
+                plan.events.append(pod.restart)
+
+
+def _finish(
+    plan: Plan, experiment: Experiment, views: Views, old: ExperimentStatus,
+    phase: Phase, reason: str, ready_reason: str, message: str, now: dt.datetime,
+) -> None:
+    plan.status.phase = phase
+    plan.status.message = message
+    plan.status.completion_time = rfc3339(now)
+    plan.set_condition(phase, True, reason, message)
+    plan.set_condition("Ready", False, ready_reason, message)
+    plan.set_condition("Suspended", False, "NotSuspended")
+    _apply_cleanup(plan, experiment, views, phase, old)
+
+
+def _plan_running(plan: Plan, spec: ExperimentSpec, decisions: list[AgentDecision], now: dt.datetime, old: ExperimentStatus) -> None:
+    status = plan.status
+    if plan.create_pods and not status.start_time:
+        status.start_time = rfc3339(now)
+        if spec.store.uri.startswith("file://") or "://" not in spec.store.uri:
+            plan.events.append(Event(
+                "Warning", "FileStore",
+                f"store {spec.store.uri} is a path inside each pod: rollout and learner pods share it only through a "
+                "shared (ReadWriteMany) volume mounted there by podTemplate; use s3:// otherwise",
+            ))
+    suspended = plan.conditions.previous("Suspended")
+    resumed = old.phase == "Suspended" or (suspended is not None and (suspended.status, suspended.reason) == ("False", "Resumed"))
+    plan.set_condition("Suspended", False, "Resumed" if resumed else "NotSuspended", "resumed from the checkpoints" if resumed else "")
+    problems = [pod.problem for decision in decisions for pod in decision.pods if pod.problem]
+    if not problems:
+        status.phase = "Running"
+        plan.set_condition("Ready", True, "AllPodsRunning", "every unfinished agent's rollout and learner pods run")
+        return
+    reason, message = most_actionable(problems)
+    # Once running, a restarting agent does not send the experiment back to Pending.
+    status.phase = "Running" if old.phase == "Running" else "Pending"
+    status.message = message
+    plan.set_condition("Ready", False, reason, message)
