@@ -2,9 +2,9 @@
 
 | metric | type | labels | meaning |
 |---|---|---|---|
-| `hacrl_operator_reconciles_total` | counter | handler, outcome | reconciles run; outcome: ok, invalid, gone, coalesced, error |
-| `hacrl_operator_errors_total` | counter | handler, kind | errors by exception class |
-| `hacrl_operator_reconcile_seconds` | histogram | handler | wall time of one reconcile |
+| `hacrl_operator_reconciles_total` | counter | trigger, outcome | reconciles run; trigger: create, update, resume, pod-event, periodic; outcome: ok, invalid, gone, coalesced, error |
+| `hacrl_operator_errors_total` | counter | trigger, kind | failed reconciles by exception class |
+| `hacrl_operator_reconcile_seconds` | histogram | trigger | wall time of one reconcile |
 | `hacrl_operator_experiments` | gauge | phase | experiments watched, by phase |
 | `hacrl_operator_pod_restarts_total` | counter | — | worker pods recreated after a failure or loss |
 
@@ -35,11 +35,11 @@ class OperatorMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self.reconciles = Counter(
-            "hacrl_operator_reconciles", "Reconciles run, by handler and outcome.", ["handler", "outcome"], registry=self.registry
+            "hacrl_operator_reconciles", "Reconciles run, by trigger and outcome.", ["trigger", "outcome"], registry=self.registry
         )
-        self.errors = Counter("hacrl_operator_errors", "Errors in handlers, by handler and exception class.", ["handler", "kind"], registry=self.registry)
+        self.errors = Counter("hacrl_operator_errors", "Failed reconciles, by trigger and exception class.", ["trigger", "kind"], registry=self.registry)
         self.latency = Histogram(
-            "hacrl_operator_reconcile_seconds", "Wall time of one reconcile.", ["handler"], buckets=_BUCKETS, registry=self.registry
+            "hacrl_operator_reconcile_seconds", "Wall time of one reconcile.", ["trigger"], buckets=_BUCKETS, registry=self.registry
         )
         self.experiments = Gauge("hacrl_operator_experiments", "Experiments watched, by phase.", ["phase"], registry=self.registry)
         self.restarts = Counter("hacrl_operator_pod_restarts", "Worker pods recreated after a failure or loss.", registry=self.registry)
@@ -50,20 +50,21 @@ class OperatorMetrics:
             self.experiments.labels(phase).set(0)
 
     @contextlib.contextmanager
-    def track(self, handler: str) -> Iterator[dict[str, str]]:
-        """Time a reconcile; the body sets ``outcome["outcome"]``; an exception counts as error."""
+    def track(self, trigger: str) -> Iterator[dict[str, str]]:
+        """Time a reconcile that ``trigger`` (create, update, resume, pod-event, periodic) started;
+        the body sets ``outcome["outcome"]``; an exception counts as error."""
         outcome = {"outcome": "ok"}
         start = time.perf_counter()
         try:
             yield outcome
         except Exception as error:
-            self.errors.labels(handler, type(error).__name__).inc()
-            self.reconciles.labels(handler, "error").inc()
+            self.errors.labels(trigger, type(error).__name__).inc()
+            self.reconciles.labels(trigger, "error").inc()
             raise
         else:
-            self.reconciles.labels(handler, outcome["outcome"]).inc()
+            self.reconciles.labels(trigger, outcome["outcome"]).inc()
         finally:
-            self.latency.labels(handler).observe(time.perf_counter() - start)
+            self.latency.labels(trigger).observe(time.perf_counter() - start)
 
     def set_phase(self, namespace: str, name: str, phase: str | None) -> None:
         with self._lock:

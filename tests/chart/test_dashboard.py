@@ -23,13 +23,18 @@ def expressions() -> list[str]:
     return exprs
 
 
-def operator_series() -> set[str]:
+def operator_labels() -> dict[str, set[str]]:
+    """Every operator series with its label names (the histogram's buckets add `le`)."""
     metrics = OperatorMetrics()
     with metrics.track("create"):
         pass
     metrics.errors.labels("create", "ValueError").inc(0)
     metrics.restarts.inc(0)
-    return {sample.name for family in metrics.registry.collect() for sample in family.samples}
+    return {sample.name: set(sample.labels) for family in metrics.registry.collect() for sample in family.samples}
+
+
+def operator_series() -> set[str]:
+    return set(operator_labels())
 
 
 def worker_series() -> set[str]:
@@ -89,3 +94,15 @@ def test_the_check_is_not_vacuous():
 def test_worker_metric_naming_rule():
     assert prometheus_name("learner/pg_loss") == "hacrl_learner_pg_loss"
     assert prometheus_name("eval/arithmetic/pass@4") == "hacrl_eval_arithmetic_pass_4"
+
+
+def test_operator_panels_group_by_labels_that_exist():
+    labels = operator_labels()
+    checked = 0
+    for expr in expressions():
+        names = [n for n in re.findall(r"\b(hacrl_operator_[a-z0-9_]+)\b", expr) if n in labels]
+        for group in re.findall(r"\bby \(([^)]*)\)", expr):
+            for name in names:
+                assert {g.strip() for g in group.split(",")} <= labels[name], f"{expr}: {name} has labels {sorted(labels[name])}"
+                checked += 1
+    assert checked >= 3

@@ -405,7 +405,7 @@ def test_suspend_deletes_pods_keeps_the_rest_and_resume_recreates_them(cluster: 
 
     # Idempotent and quiet: several reconcile intervals pass without another status write.
     version = cluster.get("hx", "quickstart", NS)["metadata"]["resourceVersion"]
-    reconciles = lambda: sum(s.value for m in op.reconciler.metrics.registry.collect() for s in m.samples if s.name == "hacrl_operator_reconciles_total" and s.labels["handler"] == "periodic")
+    reconciles = lambda: sum(s.value for m in op.reconciler.metrics.registry.collect() for s in m.samples if s.name == "hacrl_operator_reconciles_total" and s.labels["trigger"] == "periodic")
     before = reconciles()
     wait_for(lambda: reconciles() >= before + 3, timeout=5, what="3 periodic reconciles")
     assert cluster.get("hx", "quickstart", NS)["metadata"]["resourceVersion"] == version
@@ -531,8 +531,8 @@ def test_metrics_and_liveness_endpoints(cluster: EmulatedCluster, op: OperatorHa
             return response.read().decode()
 
     text = wait_for(lambda: 'hacrl_operator_experiments{phase="Pending"} 1.0' in scrape() and scrape(), what="phase gauge")
-    assert 'hacrl_operator_reconciles_total{handler="create",outcome="ok"} 1.0' in text
-    assert 'hacrl_operator_reconcile_seconds_bucket{handler="create"' in text
+    assert 'hacrl_operator_reconciles_total{outcome="ok",trigger="create"} 1.0' in text
+    assert 'hacrl_operator_reconcile_seconds_count{trigger="create"}' in text
     assert "hacrl_operator_errors_total" in text or "hacrl_operator_errors" in text
 
 
