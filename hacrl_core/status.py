@@ -35,7 +35,7 @@ class AgentProgress(SpecModel):
 class Condition(SpecModel):
     """A metav1.Condition (the fields, limits and formats of Kubernetes' own type)."""
 
-    type: str = Field(description="Condition type, e.g. Ready, Progressing, Failed.", json_schema_extra={"maxLength": 316})
+    type: str = Field(description="Condition type, e.g. Ready, StoreReachable, Failed.", json_schema_extra={"maxLength": 316})
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
     reason: str = Field(description="CamelCase reason, e.g. Unschedulable, ImagePullBackOff, StoreUnreachable.",
                         json_schema_extra={"maxLength": 1024, "pattern": "^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"})
