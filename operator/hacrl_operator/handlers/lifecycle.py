@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 import kopf
+import kubernetes.client
 
 from hacrl_operator.config import FINALIZER, OperatorConfig
 from hacrl_operator.handlers.reconcile import Reconciler
@@ -37,30 +38,40 @@ def configure_settings(settings: kopf.OperatorSettings, config: OperatorConfig) 
     settings.posting.level = logging.WARNING
 
 
+def connection_info(configuration: kubernetes.client.Configuration, settings: kopf.OperatorSettings) -> kopf.ConnectionInfo:
+    """kopf's credentials from the client configuration the operator's own client uses, read as
+    ``kopf.login_via_client`` reads it. That function itself cannot be used: it loads the
+    configuration anew, in-cluster first and then the ``KUBECONFIG`` the process had when the
+    kubernetes package was imported, whereas ``OperatorConfig.kubeconfig`` (``KUBECONFIG``, also
+    set per operator by in-process tests) must win over the service account (docs/operator.md)."""
+    header = configuration.get_api_key_with_prefix("BearerToken") or configuration.get_api_key_with_prefix("authorization")
+    parts = header.split(" ", 1) if header else []
+    scheme, token = (None, None) if not parts else (None, parts[0]) if len(parts) == 1 else (parts[0], parts[1])
+    return kopf.ConnectionInfo(
+        server=configuration.host,
+        ca_path=configuration.ssl_ca_cert,
+        insecure=not configuration.verify_ssl,
+        username=configuration.username or None,
+        password=configuration.password or None,
+        scheme=scheme,
+        token=token,
+        certificate_path=configuration.cert_file,
+        private_key_path=configuration.key_file,
+        trust_env=settings.networking.trust_env,
+    )
+
+
 def register_lifecycle(registry: kopf.OperatorRegistry, config: OperatorConfig, reconciler: Reconciler) -> None:
     ticker = Ticker(reconciler, config.reconcile_interval)
     started = {"at": 0.0}
 
     @kopf.on.login(registry=registry)
-    def login(**_: Any) -> kopf.ConnectionInfo:
+    def login(settings: kopf.OperatorSettings, **_: Any) -> kopf.ConnectionInfo:
         configuration = load_configuration(config)
         if reconciler.kube is not None:
             reconciler.kube.close()
         reconciler.kube = Kube(configuration)
-        header = configuration.get_api_key_with_prefix("BearerToken") or configuration.get_api_key_with_prefix("authorization")
-        parts = header.split(" ", 1) if header else []
-        scheme, token = (None, None) if not parts else (None, parts[0]) if len(parts) == 1 else (parts[0], parts[1])
-        return kopf.ConnectionInfo(
-            server=configuration.host,
-            ca_path=configuration.ssl_ca_cert,
-            insecure=not configuration.verify_ssl,
-            username=configuration.username or None,
-            password=configuration.password or None,
-            scheme=scheme,
-            token=token,
-            certificate_path=configuration.cert_file,
-            private_key_path=configuration.key_file,
-        )
+        return connection_info(configuration, settings)
 
     @kopf.on.startup(registry=registry)
     def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
