@@ -25,7 +25,6 @@ from hacrl_core.store.errors import (
 )
 from hacrl_core.store.file_store import FileObjectStore
 from hacrl_core.store.objects import ObjectStore, open_object_store
-from hacrl_core.store.retry import RetryPolicy
 from hacrl_core.store.s3_store import S3ObjectStore
 from hacrl_core.store.trajectory_store import (
     TrajectoryStore,
@@ -41,7 +40,6 @@ __all__ = [
     "FileObjectStore",
     "ObjectNotFound",
     "ObjectStore",
-    "RetryPolicy",
     "S3ObjectStore",
     "StoreError",
     "StoreUnavailable",

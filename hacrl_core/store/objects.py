@@ -14,8 +14,7 @@ from typing import Protocol, runtime_checkable
 from urllib.parse import unquote, urlsplit
 
 from hacrl_core.store.file_store import FileObjectStore
-from hacrl_core.store.retry import RetryPolicy
-from hacrl_core.store.s3_store import S3ObjectStore
+from hacrl_core.store.s3_store import DEFAULT_ATTEMPTS, S3ObjectStore
 
 ALLOWED_SCHEMES = ("file://", "s3://")
 
@@ -52,13 +51,13 @@ def open_object_store(
     *,
     endpoint: str | None = None,
     region: str | None = None,
-    retry: RetryPolicy | None = None,
+    attempts: int = DEFAULT_ATTEMPTS,
     connect_timeout: float = 5.0,
 ) -> ObjectStore:
     """The store a URI names: ``file:///abs/path``, ``file://rel/path``, a plain path, or
     ``s3://bucket[/prefix]``.
 
-    ``endpoint``/``region``/``retry``/``connect_timeout`` apply to ``s3://`` only (see
+    ``endpoint``/``region``/``attempts``/``connect_timeout`` apply to ``s3://`` only (see
     ``s3_store`` for the environment variables they default to).
     """
     if not uri:
@@ -86,7 +85,7 @@ def open_object_store(
             unquote(parts.path),
             endpoint=endpoint,
             region=region,
-            retry=retry,
+            attempts=attempts,
             connect_timeout=connect_timeout,
         )
     raise ValueError(

@@ -9,9 +9,10 @@ Configuration comes from arguments or the environment, never from a spec or URI:
 - credentials: boto3's standard chain (``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` /
   ``AWS_SESSION_TOKEN``, ``AWS_PROFILE``, web identity for IRSA). They are never logged.
 
-Addressing is path-style (MinIO and SeaweedFS need it). botocore's own retries are switched
-off; transient failures (connection errors, timeouts, HTTP 5xx and 429, SlowDown/throttling
-codes) are retried here with ``retry.RetryPolicy``, and ``retries`` counts the retries made.
+Addressing is path-style (MinIO and SeaweedFS need it). Transient failures (connection errors,
+timeouts, HTTP 500/502/503/504 and 429, SlowDown/throttling codes) are retried by botocore's
+``standard`` retry mode, ``attempts`` tries in all, with its exponential full-jitter backoff
+(50 ms doubling, 1 s doubling for throttling, at most 20 s); ``retries`` counts the retries made.
 A missing bucket, refused credentials, or an endpoint still failing after the last attempt
 raise ``StoreUnavailable`` naming the endpoint, the bucket and the fix.
 """
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
@@ -37,6 +37,8 @@ from botocore.exceptions import (
     IncompleteReadError,
     NoCredentialsError,
     PartialCredentialsError,
+    ReadTimeoutError,
+    ResponseStreamingError,
     SSLError,
 )
 from botocore.exceptions import (
@@ -46,7 +48,6 @@ from botocore.exceptions import (
 from hacrl_core.store.errors import ObjectNotFound, StoreError, StoreUnavailable
 from hacrl_core.store.file_store import atomic_write
 from hacrl_core.store.keys import check_key, check_prefix
-from hacrl_core.store.retry import RetryPolicy, call_with_retry
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -54,8 +55,10 @@ T = TypeVar("T")
 ENDPOINT_ENV_VARS = ("HACRL_S3_ENDPOINT", "AWS_ENDPOINT_URL")
 REGION_ENV_VARS = ("AWS_REGION", "AWS_DEFAULT_REGION")
 DEFAULT_REGION = "us-east-1"
+DEFAULT_ATTEMPTS = 5  # tries of one request, the first included
 
-# Error codes worth retrying (AWS S3, MinIO, SeaweedFS, Ceph spellings).
+# Error codes of a failure worth retrying (AWS S3, MinIO, SeaweedFS, Ceph spellings): botocore
+# decides the retries; these only word the error once they ran out.
 TRANSIENT_CODES = frozenset(
     {
         "SlowDown",
@@ -113,13 +116,17 @@ def make_s3_client(
     region: str | None = None,
     connect_timeout: float = 5.0,
     read_timeout: float = 60.0,
+    attempts: int = DEFAULT_ATTEMPTS,
 ) -> Any:
-    """A boto3 S3 client with path-style addressing and botocore's retries disabled."""
+    """A boto3 S3 client with path-style addressing, retrying each request ``attempts`` times in
+    all (botocore's ``standard`` mode)."""
+    if attempts < 1:
+        raise ValueError(f"attempts must be >= 1, got {attempts}")
     config = Config(
         region_name=resolve_region(region),
         connect_timeout=connect_timeout,
         read_timeout=read_timeout,
-        retries={"total_max_attempts": 1, "mode": "standard"},
+        retries={"total_max_attempts": attempts, "mode": "standard"},
         s3={"addressing_style": "path"},
         # Only send/verify checksums S3 requires; we verify sha256 ourselves, and older
         # S3-compatible servers reject the newer default CRC headers.
@@ -174,6 +181,21 @@ def _code_status(exc: BaseException) -> tuple[str, int]:
     return "", 0
 
 
+_FAILURE = "hacrl_failure"  # request-context key: what the last attempt failed with
+
+
+def _remember_failure(request_dict: dict[str, Any], response: Any, caught_exception: BaseException | None, **_: Any) -> None:
+    """``needs-retry`` hook, run beside botocore's retry handler: keeps what the attempt failed
+    with for the warning ``_count_retry`` logs if botocore sends the request again."""
+    if caught_exception is not None:
+        what = type(caught_exception).__name__
+    elif response is not None and response[0].status_code >= 400:
+        what = f"{response[1].get('Error', {}).get('Code', '')} (HTTP {response[0].status_code})"
+    else:
+        return
+    request_dict["context"][_FAILURE] = what
+
+
 def is_transient(exc: BaseException) -> bool:
     """True if retrying ``exc`` may succeed: connection trouble, timeouts, 5xx, 429, throttling."""
     exc = _boto_cause(exc)
@@ -192,7 +214,8 @@ class S3ObjectStore:
 
     client: a boto3 S3 client; built with ``make_s3_client(endpoint=, region=,
     connect_timeout=, read_timeout=)`` when None.
-    retry: how transient failures are retried (default ``RetryPolicy()``: 5 attempts).
+    attempts: tries of one request, the first included (default 5; 1 disables retrying); it
+    configures the client built here, an injected client keeps its own retry settings.
     """
 
     def __init__(
@@ -203,7 +226,7 @@ class S3ObjectStore:
         *,
         endpoint: str | None = None,
         region: str | None = None,
-        retry: RetryPolicy | None = None,
+        attempts: int = DEFAULT_ATTEMPTS,
         connect_timeout: float = 5.0,
         read_timeout: float = 60.0,
     ) -> None:
@@ -219,11 +242,14 @@ class S3ObjectStore:
             region=region,
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
+            attempts=attempts,
         )
-        self.retry_policy = retry or RetryPolicy()
-        self.retries = 0  # transient failures retried so far (metric store/retries)
-        self._rng = random.Random()
+        self.attempts = attempts
+        self.retries = 0  # requests sent again after a transient failure, so far
         self._bucket_checked = False
+        events = self.client.meta.events
+        events.register("needs-retry.s3", _remember_failure)
+        events.register("request-created.s3", self._count_retry)
 
     def __repr__(self) -> str:
         return f"S3ObjectStore({self.uri!r}, endpoint={self.endpoint!r})"
@@ -259,9 +285,19 @@ class S3ObjectStore:
         full = self._full(key)
 
         def download() -> bytes:
-            response = self.client.get_object(Bucket=self.bucket, Key=full)
-            with closing(response["Body"]) as body:
-                return body.read()
+            # botocore retries a request until a response arrives; a body that breaks off while
+            # it is read here fails after botocore has returned, so that read is retried here.
+            for attempt in range(1, self.attempts + 1):
+                response = self.client.get_object(Bucket=self.bucket, Key=full)
+                try:
+                    with closing(response["Body"]) as body:
+                        return body.read()
+                except (IncompleteReadError, ResponseStreamingError, ReadTimeoutError) as error:
+                    if attempt == self.attempts:
+                        raise
+                    self.retries += 1
+                    log.warning("store: reading %r from %s broke off (%s); retry %d/%d", key, self.endpoint, type(error).__name__, attempt, self.attempts - 1)
+            raise AssertionError("unreachable")
 
         return self._call("get", key, download)
 
@@ -354,28 +390,20 @@ class S3ObjectStore:
         self._call("head_bucket", "", lambda: self.client.head_bucket(Bucket=self.bucket))
         self._bucket_checked = True
 
-    def _on_retry(self, op: str, key: str) -> Callable[[int, BaseException, float], None]:
-        def report(retry_index: int, exc: BaseException, delay: float) -> None:
+    def _count_retry(self, request: Any, **_: Any) -> None:
+        """``request-created`` hook: botocore is sending a request again (attempt 2 or later)."""
+        retries = request.context.get("retries", {})
+        if retries.get("attempt", 1) > 1:
             self.retries += 1
-            code, status = _code_status(_boto_cause(exc))
-            what = f"{code} (HTTP {status})" if code else type(_boto_cause(exc)).__name__
             log.warning(
-                "store: %s %r on %s failed with %s; retry %d/%d in %.2fs",
-                op, key, self.endpoint, what, retry_index + 1,
-                self.retry_policy.attempts - 1, delay,
+                "store: %s %s on %s failed with %s; retry %d/%d",
+                request.method, urlsplit(request.url).path, self.endpoint,
+                request.context.get(_FAILURE, "an error"), retries["attempt"] - 1, self.attempts - 1,
             )  # fmt: skip
-
-        return report
 
     def _call(self, op: str, key: str, fn: Callable[[], T]) -> T:
         try:
-            return call_with_retry(
-                fn,
-                policy=self.retry_policy,
-                is_transient=is_transient,
-                on_retry=self._on_retry(op, key),
-                rng=self._rng,
-            )
+            return fn()
         except StoreError:
             raise
         except Exception as exc:
@@ -394,7 +422,7 @@ class S3ObjectStore:
                 "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE / a web identity) in the environment"
             )
         if is_transient(cause):
-            attempts = self.retry_policy.attempts
+            attempts = self.attempts
             if isinstance(cause, ClientError):
                 return StoreUnavailable(
                     f"S3 {op} of {key!r} kept failing with {code} (HTTP {status}) on {where} "

@@ -152,8 +152,8 @@ def test_s3_server_killed_mid_run_and_restarted_on_same_ports(tmp_path: Path, mo
     """SeaweedFS SIGKILLed after the first step for OUTAGE seconds, then started again with the
     same ports and data directory: the run completes with the uninterrupted result.
 
-    Workers see the outage as StoreUnavailable once their S3 retries (RetryPolicy: 5 attempts,
-    a few seconds) run out, exit, and `hacrl run` restarts them (restartLimit); the restarted
+    Workers see the outage as StoreUnavailable once their S3 retries (botocore standard mode,
+    5 attempts, about a second) run out, exit, and `hacrl run` restarts them (restartLimit); the restarted
     workers resume from the store once it is back. The test records how many restarts it took
     (new pids in workers.json).
 

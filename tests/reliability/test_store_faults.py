@@ -21,7 +21,6 @@ import pytest
 from hacrl_core.store import CorruptObject, TrajectoryStore
 from hacrl_core.store.errors import StoreUnavailable
 from hacrl_core.store.objects import open_object_store
-from hacrl_core.store.retry import RetryPolicy
 from hacrl_core.store.s3_store import S3ObjectStore
 from tests.reliability.faults import LEDGER, restart_server, stop_server
 from tests.support.seaweed import SeaweedS3, start_seaweedfs
@@ -190,14 +189,14 @@ def own_server(tmp_path_factory: pytest.TempPathFactory):
         server.stop()
 
 
-def store_on(server: SeaweedS3, monkeypatch: pytest.MonkeyPatch, retry: RetryPolicy | None = None) -> S3ObjectStore:
+def store_on(server: SeaweedS3, monkeypatch: pytest.MonkeyPatch, attempts: int = 5) -> S3ObjectStore:
     for name, value in server.env().items():
         monkeypatch.setenv(name, value)
-    return open_object_store(f"s3://{server.bucket}/restart", endpoint=server.endpoint, retry=retry, connect_timeout=1.0)
+    return open_object_store(f"s3://{server.bucket}/restart", endpoint=server.endpoint, attempts=attempts, connect_timeout=1.0)
 
 
 def test_writes_ride_over_a_server_restart_on_the_same_ports_and_data_dir(own_server: SeaweedS3, monkeypatch: pytest.MonkeyPatch) -> None:
-    patient = store_on(own_server, monkeypatch, RetryPolicy(attempts=60, base_delay=0.25, max_delay=1.0))
+    patient = store_on(own_server, monkeypatch, attempts=60)
     store = TrajectoryStore(patient, "restart")
     store.write_rollouts(0, "a", rows(0, "a", 1.0, experiment="restart"))
     stop_server(own_server)
@@ -224,7 +223,7 @@ def test_writes_ride_over_a_server_restart_on_the_same_ports_and_data_dir(own_se
 
 
 def test_store_down_beyond_the_retry_window_fails_fast_naming_the_endpoint(own_server: SeaweedS3, monkeypatch: pytest.MonkeyPatch) -> None:
-    """With the default RetryPolicy a worker gives up after a few seconds with a clear message
+    """With the default 5 attempts a worker gives up after a few seconds with a clear message
     (and `hacrl run`/the operator restart it); it never hangs and never names a credential."""
     store = store_on(own_server, monkeypatch)
     stop_server(own_server)

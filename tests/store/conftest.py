@@ -14,11 +14,11 @@ _REPO_ROOT = str(Path(__file__).resolve().parents[2])
 if _REPO_ROOT not in sys.path:
     sys.path.insert(0, _REPO_ROOT)
 
-from hacrl_core.store import ObjectStore, RetryPolicy, open_object_store
+from hacrl_core.store import ObjectStore, open_object_store
 from tests.support.seaweed_fixtures import seaweed_server, seaweedfs  # noqa: F401 (fixtures)
 
-# Fast backoff so that retry tests stay quick; the default policy is tested for its values.
-FAST_RETRY = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05)
+# Few tries so that tests of failures stay quick; the default is tested for its value.
+FAST_ATTEMPTS = 3
 
 _AWS_ENV_TO_CLEAR = (
     "AWS_PROFILE",
@@ -50,4 +50,4 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
         return open_object_store((tmp_path / "store").as_uri())
     _endpoint, bucket, _env = request.getfixturevalue("seaweedfs")
     request.getfixturevalue("s3_env")
-    return open_object_store(f"s3://{bucket}/t-{uuid.uuid4().hex[:12]}", retry=FAST_RETRY)
+    return open_object_store(f"s3://{bucket}/t-{uuid.uuid4().hex[:12]}", attempts=FAST_ATTEMPTS)

@@ -13,7 +13,7 @@ from hacrl_core.store import (
     S3ObjectStore,
     open_object_store,
 )
-from hacrl_core.store.retry import RetryPolicy
+from hacrl_core.store.errors import StoreUnavailable
 from hacrl_core.store.s3_store import resolve_endpoint, resolve_region
 
 
@@ -127,14 +127,29 @@ def test_s3_endpoint_and_region_resolution(monkeypatch: pytest.MonkeyPatch) -> N
     assert store.client.meta.config.s3["addressing_style"] == "path"
 
 
-def test_retry_policy_defaults_and_backoff_bounds() -> None:
-    import random
-
-    policy = RetryPolicy()
-    assert policy.attempts == 5
-    rng = random.Random(0)
-    for retry_index in range(8):
-        bound = min(policy.max_delay, policy.base_delay * 2**retry_index)
-        assert all(0 <= policy.delay(retry_index, rng) <= bound for _ in range(50))
+def test_requests_are_retried_by_botocore_standard_mode_five_tries_by_default() -> None:
+    assert S3ObjectStore("b", "p").client.meta.config.retries == {"total_max_attempts": 5, "mode": "standard"}
+    assert S3ObjectStore("b", "p", attempts=2).client.meta.config.retries["total_max_attempts"] == 2
     with pytest.raises(ValueError, match="attempts"):
-        RetryPolicy(attempts=0)
+        S3ObjectStore("b", "p", attempts=0)
+
+
+def test_a_body_that_breaks_off_while_read_is_fetched_again() -> None:
+    """botocore retries requests, not the reading of a response body: get() does that itself."""
+    import io
+
+    from botocore.exceptions import IncompleteReadError
+
+    class BrokenBody(io.BytesIO):
+        def read(self, *_: object) -> bytes:
+            raise IncompleteReadError(actual_bytes=2, expected_bytes=5)
+
+    store = S3ObjectStore("b", "p", endpoint="http://127.0.0.1:1", attempts=2)
+    bodies = [BrokenBody(), io.BytesIO(b"whole")]
+    store.client.get_object = lambda **_: {"Body": bodies.pop(0)}
+    assert store.get("k") == b"whole"
+    assert store.retries == 1
+    store.client.get_object = lambda **_: {"Body": BrokenBody()}
+    with pytest.raises(StoreUnavailable, match="after 2 attempts"):
+        store.get("k")
+    assert store.retries == 2

@@ -17,13 +17,12 @@ from botocore.exceptions import EndpointConnectionError
 
 from hacrl_core.store import (
     ObjectNotFound,
-    RetryPolicy,
     S3ObjectStore,
     StoreUnavailable,
 )
 from tests.support.seaweed import closed_port
 
-FAST_RETRY = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05)
+FAST_ATTEMPTS = 3
 
 SLOW_DOWN = b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
 
@@ -69,7 +68,7 @@ class CountRequests:
 @pytest.fixture
 def s3_store(seaweedfs: tuple[str, str, dict[str, str]], s3_env: dict[str, str]) -> S3ObjectStore:
     _endpoint, bucket, _env = seaweedfs
-    return S3ObjectStore(bucket, f"t-{uuid.uuid4().hex[:12]}", retry=FAST_RETRY)
+    return S3ObjectStore(bucket, f"t-{uuid.uuid4().hex[:12]}", attempts=FAST_ATTEMPTS)
 
 
 def test_transient_errors_are_retried_until_success(
@@ -108,7 +107,7 @@ def test_missing_bucket_is_not_retried_and_says_create_it(
     seaweedfs: tuple[str, str, dict[str, str]], s3_env: dict[str, str]
 ) -> None:
     endpoint, _bucket, _env = seaweedfs
-    store = S3ObjectStore("hacrl-no-such-bucket", "p", retry=FAST_RETRY)
+    store = S3ObjectStore("hacrl-no-such-bucket", "p", attempts=FAST_ATTEMPTS)
     requests = CountRequests()
     store.client.meta.events.register("before-send.s3", requests)
     for operation in (
@@ -133,7 +132,7 @@ def test_refused_credentials_are_not_retried_and_never_echoed(
 ) -> None:
     _endpoint, bucket, _env = seaweedfs
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong-secret-do-not-print")
-    store = S3ObjectStore(bucket, "p", retry=FAST_RETRY)
+    store = S3ObjectStore(bucket, "p", attempts=FAST_ATTEMPTS)
     with pytest.raises(
         StoreUnavailable, match=f"access denied .*'{bucket}'.*AWS_SECRET_ACCESS_KEY"
     ) as info:
@@ -151,7 +150,7 @@ def test_unreachable_endpoint_fails_fast_naming_the_endpoint(
     store = S3ObjectStore(
         "some-bucket",
         endpoint=endpoint,
-        retry=RetryPolicy(attempts=4, base_delay=0.05),
+        attempts=4,
         connect_timeout=1.0,
     )
     started = time.monotonic()
@@ -188,7 +187,7 @@ def test_a_skewed_clock_is_reported_as_clock_skew_not_access_denied(
     _endpoint, bucket, _env = seaweedfs
     skewed = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None) - datetime.timedelta(hours=1)
     monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda *args, **kwargs: skewed)  # the node's clock
-    store = S3ObjectStore(bucket, "p", retry=FAST_RETRY)
+    store = S3ObjectStore(bucket, "p", attempts=FAST_ATTEMPTS)
     with pytest.raises(StoreUnavailable, match=r"clock .* differs from the S3 server's .*RequestTimeTooSkewed.*NTP") as info:
         store.get("k")
     assert "access denied" not in str(info.value) and bucket in str(info.value)
