@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from hacrl_core.data.base import PromptSource
+from hacrl_core.data.rows import RowSource, decode_bytes
 from hacrl_core.uri import uri_query
 
 SCHEME = "hf://"
@@ -48,8 +49,6 @@ def open_hub_source(
 ) -> PromptSource:
     """A ``PromptSource`` over the hub dataset ``uri``; ``load_dataset`` defaults to
     ``datasets.load_dataset`` (injectable for tests)."""
-    from hacrl_core.data.datasets import RowSource, _decode_bytes
-
     target = parse_hub_uri(uri)
     name = target["name"]
     if load_dataset is None:
@@ -72,7 +71,7 @@ def open_hub_source(
 
     def rows() -> Iterator[tuple[int, Any]]:
         for position, row in enumerate(dataset):
-            yield position, _decode_bytes(dict(row)) if isinstance(row, dict) else row
+            yield position, decode_bytes(dict(row)) if isinstance(row, dict) else row
 
     label = f"{name}:{target['split']}"
     return RowSource(label, rows(), prompt_key=prompt_key, answer_key=answer_key, uid_key=uid_key, reward=reward)
