@@ -1,7 +1,7 @@
 """Worker metrics: one dict of namespaced values per step, served to Prometheus as gauges.
 
-Step metrics are written as `{"learner/loss": ..., "rollout/reward_mean": ...}` to the store
-and mirrored to gauges named `hacrl_learner_loss`, `hacrl_rollout_reward_mean`, ... labelled
+Step metrics are written as `{"learner/pg_loss": ..., "rollout/reward_mean": ...}` to the store
+and mirrored to gauges named `hacrl_learner_pg_loss`, `hacrl_rollout_reward_mean`, ... labelled
 with the experiment and agent, so the JSON, the report and Prometheus use the same names
 (docs/metrics.md lists them).
 """
