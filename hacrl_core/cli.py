@@ -29,6 +29,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
             f"{path}: ok — experiment {experiment.name!r}, algorithm {spec.algorithm.name}, "
             f"{len(spec.agents)} agents ({', '.join(a.name for a in spec.agents)}), {spec.algorithm.steps} steps"
         )
+        if "store" not in spec.model_fields_set:
+            print(f"  no spec.store: `hacrl run` uses {spec.store.uri}; the operator fills in its install's default store "
+                  "(refused where the install has none: then add spec.store)")
         if args.data and not check_data(path, spec):
             failed += 1
     return 1 if failed else 0

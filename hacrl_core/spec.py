@@ -331,7 +331,7 @@ class ExperimentSpec(SpecModel):
                                     json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]})
     algorithm: AlgorithmSpec = Field(default_factory=AlgorithmSpec, description="Algorithm and its hyper-parameters.")
     data: DataSpec = Field(description="Training data, eval sets, template and reward.")
-    store: StoreSpec = Field(default_factory=StoreSpec, description="Where trajectories, weights and checkpoints live.")
+    store: StoreSpec = Field(default_factory=StoreSpec, description="Where trajectories, weights and checkpoints live. Omitted: `hacrl run` uses file://./runs; the operator fills in its install's default store (chart values defaultStore or minio.enabled) and refuses the experiment when it has none.")
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec, description="Checkpointing.")
     evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec, description="Evaluation during and after training.")
     metrics: MetricsSpec = Field(default_factory=MetricsSpec, description="Prometheus endpoints of the workers.")

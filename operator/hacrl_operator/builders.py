@@ -12,7 +12,7 @@ import hashlib
 from typing import Any
 
 from hacrl_core.pod_policy import lock_down
-from hacrl_core.spec import API_GROUP, API_VERSION, KIND, Experiment, dump_experiment
+from hacrl_core.spec import API_GROUP, API_VERSION, KIND, Experiment, StoreSpec, dump_experiment
 from hacrl_operator.config import OperatorConfig
 
 ROLES = ("rollout", "learner")
@@ -69,18 +69,40 @@ def owner_reference(body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def experiment_from_body(body: dict[str, Any]) -> dict[str, Any]:
+# Why an experiment without `spec.store` is refused when the install has no default store.
+NO_STORE = (
+    "spec.store: no store given, and this operator has no default store; name one in the experiment "
+    "(spec.store: {uri: s3://bucket/prefix, endpoint: http(s)://host:port, credentialsSecret: <Secret>}) "
+    "or ask the cluster admin to give the chart a default store (value defaultStore.uri, or minio.enabled=true for development)"
+)
+
+
+def omits_store(body: dict[str, Any]) -> bool:
+    """True when the experiment names no store (``spec.store`` absent or null)."""
+    spec = body.get("spec")
+    return isinstance(spec, dict) and spec.get("store") is None
+
+
+def experiment_from_body(body: dict[str, Any], default_store: StoreSpec | None = None) -> dict[str, Any]:
     """The document `parse_experiment` reads, from a custom resource's body.
 
     Only name and namespace of the metadata are kept: uid, resourceVersion, annotations and
-    managed fields change all the time and are no part of the experiment.
+    managed fields change all the time and are no part of the experiment. An experiment without
+    ``spec.store`` gets ``default_store`` (the install's, ``OperatorConfig.default_store``); the
+    rendered ConfigMap and the pods' env then carry it. The custom resource itself is left as
+    the user wrote it.
     """
     metadata = body.get("metadata") or {}
+    spec = body.get("spec")
+    if omits_store(body):  # absent or null (as the API server would drop it)
+        spec = {k: v for k, v in spec.items() if k != "store"}
+        if default_store is not None:
+            spec["store"] = default_store.model_dump(by_alias=True, exclude_none=True)
     return {
         "apiVersion": body.get("apiVersion", f"{API_GROUP}/{API_VERSION}"),
         "kind": body.get("kind", KIND),
         "metadata": {k: metadata[k] for k in ("name", "namespace") if metadata.get(k) is not None},
-        "spec": body.get("spec"),
+        "spec": spec,
     }
 
 

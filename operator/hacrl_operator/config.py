@@ -11,8 +11,10 @@ import os
 import re
 from collections.abc import Mapping
 
+from pydantic import ValidationError
+
 from hacrl_core import __version__ as _HACRL_VERSION
-from hacrl_core.spec import DNS_LABEL, DNS_SUBDOMAIN
+from hacrl_core.spec import DNS_LABEL, DNS_SUBDOMAIN, StoreSpec
 
 _IMAGE = re.compile(r"^[^\s]+$")
 
@@ -55,6 +57,12 @@ class OperatorConfig:
     experiment_secrets: tuple[str, ...] = ()
     # imagePullSecrets of every worker pod (the cluster admin's; experiments cannot name Secrets).
     worker_image_pull_secrets: tuple[str, ...] = ()
+    # The install's default store (HACRL_DEFAULT_STORE_URI, _ENDPOINT, _REGION,
+    # _CREDENTIALS_SECRET), filled into experiments without `spec.store`; None = such experiments
+    # are refused (a `file://` path inside each pod is no store rollout and learner pods share).
+    # Sharing one store is safe: each experiment keeps to `<uri>/<namespace>/<name>/`, claimed by
+    # an owner record (hacrl_core/store/ownership.py).
+    default_store: StoreSpec | None = None
 
     @property
     def clusterwide(self) -> bool:
@@ -85,6 +93,7 @@ class OperatorConfig:
             run_as_user=_int(env, "HACRL_POD_RUN_AS_USER", defaults.run_as_user, low=1),
             experiment_secrets=_secrets(env, "HACRL_EXPERIMENT_SECRETS"),
             worker_image_pull_secrets=_secrets(env, "HACRL_WORKER_IMAGE_PULL_SECRETS", qualified=False),
+            default_store=_default_store(env),
         )
 
 
@@ -140,6 +149,36 @@ def _secrets(env: Mapping[str, str], name: str, qualified: bool = True) -> tuple
         forms = "Secret names ('hacrl-store', any namespace) or 'namespace/name', or '*' for any Secret" if qualified else "Secret names"
         raise ConfigError(f"{name}={raw!r}: {', '.join(map(repr, bad))} is not a Secret; give a comma-separated list of {forms}")
     return entries
+
+
+# The default store's settings: (variable, StoreSpec field).
+DEFAULT_STORE_VARIABLES = (
+    ("HACRL_DEFAULT_STORE_URI", "uri"),
+    ("HACRL_DEFAULT_STORE_ENDPOINT", "endpoint"),
+    ("HACRL_DEFAULT_STORE_REGION", "region"),
+    ("HACRL_DEFAULT_STORE_CREDENTIALS_SECRET", "credentials_secret"),
+)
+
+
+def _default_store(env: Mapping[str, str]) -> StoreSpec | None:
+    """The default store, validated as `spec.store` is; each error names its variable."""
+    given = {field: (name, raw) for name, field in DEFAULT_STORE_VARIABLES if (raw := _raw(env, name)) is not None}
+    if not given:
+        return None
+    if "uri" not in given:
+        names = ", ".join(name for name, _ in given.values())
+        raise ConfigError(f"{names} set but HACRL_DEFAULT_STORE_URI is empty: give the default store's URI (e.g. s3://hacrl), or unset {names}")
+    if not given["uri"][1].startswith("s3://"):
+        raise ConfigError(f"HACRL_DEFAULT_STORE_URI={given['uri'][1]!r} is not an S3 store: give s3://bucket[/prefix] "
+                          "(a file:// path inside each pod is no store that rollout and learner pods share)")
+    try:
+        return StoreSpec(**{field: raw for field, (_, raw) in given.items()})
+    except ValidationError as error:
+        first = error.errors()[0]
+        by_alias = {StoreSpec.model_fields[field].alias or field: field for field in given}
+        field = str(first["loc"][0]) if first["loc"] else "uri"
+        name, raw = given.get(field) or given.get(by_alias.get(field, "uri")) or given["uri"]
+        raise ConfigError(f"{name}={raw!r}: {first['msg'].removeprefix('Value error, ')}") from None
 
 
 def _namespaces(env: Mapping[str, str], name: str) -> tuple[str, ...]:

@@ -49,6 +49,59 @@ def test_experiment_from_body_drops_volatile_metadata() -> None:
     assert "status" not in builders.experiment_from_body(body)
 
 
+MINIO = {"HACRL_DEFAULT_STORE_URI": "s3://hacrl", "HACRL_DEFAULT_STORE_ENDPOINT": "http://hacrl-minio.hacrl-system.svc:9000",
+         "HACRL_DEFAULT_STORE_REGION": "us-east-1", "HACRL_DEFAULT_STORE_CREDENTIALS_SECRET": "hacrl-minio"}
+
+
+def without_store() -> dict[str, Any]:
+    document = yaml.safe_load((REPO / "examples/quickstart.yaml").read_text())
+    del document["spec"]["store"]
+    return {**document, "metadata": OWNER["metadata"]}
+
+
+def test_an_experiment_without_store_gets_the_default_store_and_its_pods_the_env() -> None:
+    from hacrl_operator.handlers.reconcile import Reconciler
+    from hacrl_operator.metrics import OperatorMetrics
+
+    config = OperatorConfig.from_env({**MINIO, "HACRL_EXPERIMENT_SECRETS": "hacrl-minio"})
+    body = without_store()
+    exp, errors = Reconciler(config, OperatorMetrics()).parse(body)
+    assert errors is None and exp is not None
+    assert (exp.spec.store.uri, exp.spec.store.endpoint, exp.spec.store.credentials_secret) == (
+        "s3://hacrl", "http://hacrl-minio.hacrl-system.svc:9000", "hacrl-minio")
+    assert "store" not in body["spec"], "the custom resource itself is left as written"
+    variables = env(builders.build_pod(exp, "llama-char", "learner", body, config))
+    assert variables["HACRL_S3_ENDPOINT"]["value"] == "http://hacrl-minio.hacrl-system.svc:9000"
+    assert variables["AWS_REGION"]["value"] == "us-east-1"
+    for key in builders.CREDENTIAL_KEYS:
+        assert variables[key] == {"name": key, "valueFrom": {"secretKeyRef": {"name": "hacrl-minio", "key": key}}}
+    # The workers read the same store from the rendered spec.
+    rendered = yaml.safe_load(builders.build_configmap(exp, body)["data"]["spec.yaml"])
+    assert rendered["spec"]["store"]["uri"] == "s3://hacrl" and rendered["spec"]["store"]["credentialsSecret"] == "hacrl-minio"
+    # A store the experiment names is its own: the default never replaces or completes it.
+    named = {**body, "spec": {**body["spec"], "store": {"uri": "s3://mine/runs"}}}
+    exp, _ = Reconciler(config, OperatorMetrics()).parse(named)
+    assert (exp.spec.store.uri, exp.spec.store.endpoint, exp.spec.store.credentials_secret) == ("s3://mine/runs", None, None)
+
+
+def test_an_experiment_without_store_is_refused_without_a_default_naming_spec_store_and_the_fix() -> None:
+    from hacrl_operator.handlers.reconcile import Reconciler
+    from hacrl_operator.metrics import OperatorMetrics
+
+    reconciler = Reconciler(OperatorConfig(), OperatorMetrics())
+    exp, errors = reconciler.parse(without_store())
+    assert exp is None and errors == [builders.NO_STORE]
+    assert errors[0].startswith("spec.store: no store given") and "defaultStore.uri" in errors[0] and "minio.enabled=true" in errors[0]
+    # Other problems are reported together with the missing store.
+    broken = without_store()
+    broken["spec"]["algorithm"]["groupSize"] = 1
+    _, errors = reconciler.parse(broken)
+    assert len(errors) == 2 and "spec.algorithm.groupSize" in errors[0] and errors[1] == builders.NO_STORE
+    # `store: null` is no store either; an explicit file:// store stays the user's choice.
+    assert reconciler.parse({**broken, "spec": {**without_store()["spec"], "store": None}})[1] == [builders.NO_STORE]
+    assert reconciler.parse({**broken, "spec": {**without_store()["spec"], "store": {"uri": "file://./runs"}}})[1] is None
+
+
 @pytest.mark.parametrize("role", builders.ROLES)
 def test_pod_runs_the_worker_with_labels_owner_security_and_metrics(role: str) -> None:
     pod = builders.build_pod(experiment(), "qwen-bpe", role, OWNER, CONFIG)
@@ -185,6 +238,29 @@ def test_config_defaults_and_values() -> None:
 def test_config_errors_name_the_variable_and_value(variable: str, value: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         OperatorConfig.from_env({variable: value})
+
+
+def test_default_store_settings() -> None:
+    assert OperatorConfig.from_env({}).default_store is None
+    store = OperatorConfig.from_env(MINIO).default_store
+    assert (store.uri, store.endpoint, store.region, store.credentials_secret) == (
+        "s3://hacrl", "http://hacrl-minio.hacrl-system.svc:9000", "us-east-1", "hacrl-minio")
+    assert OperatorConfig.from_env({"HACRL_DEFAULT_STORE_URI": "s3://runs/team"}).default_store.endpoint is None  # AWS S3
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"HACRL_DEFAULT_STORE_ENDPOINT": "http://minio:9000"}, "HACRL_DEFAULT_STORE_ENDPOINT set but HACRL_DEFAULT_STORE_URI is empty"),
+        ({"HACRL_DEFAULT_STORE_URI": "file://./runs"}, "HACRL_DEFAULT_STORE_URI='file://./runs' is not an S3 store"),
+        ({"HACRL_DEFAULT_STORE_URI": "s3://"}, "HACRL_DEFAULT_STORE_URI='s3://': s3 store needs a bucket"),
+        ({**MINIO, "HACRL_DEFAULT_STORE_ENDPOINT": "minio:9000"}, "HACRL_DEFAULT_STORE_ENDPOINT='minio:9000': 'minio:9000' is not an S3 endpoint URL"),
+        ({**MINIO, "HACRL_DEFAULT_STORE_CREDENTIALS_SECRET": "S3_Keys"}, "HACRL_DEFAULT_STORE_CREDENTIALS_SECRET='S3_Keys': 'S3_Keys' is not a Secret name"),
+    ],
+)
+def test_default_store_errors_name_the_variable(settings: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        OperatorConfig.from_env(settings)
 
 
 def test_python_m_hacrl_operator_reports_config_errors(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

@@ -200,6 +200,57 @@ def test_store_credentials_by_reference_resources_and_scheduling(cluster: Emulat
     assert "AWS_SECRET_ACCESS_KEY\", \"value\"" not in json.dumps(pods)
 
 
+def without_store() -> dict[str, Any]:
+    document = quickstart()
+    del document["spec"]["store"]
+    return document
+
+
+def test_an_experiment_without_store_gets_the_install_default_store(cluster: EmulatedCluster) -> None:
+    """The chart's default store (here as the in-chart MinIO sets it up) reaches the pods of an
+    experiment that names none, by reference, and the rendered spec; the resource stays as written."""
+    default = {"HACRL_DEFAULT_STORE_URI": "s3://hacrl", "HACRL_DEFAULT_STORE_ENDPOINT": "http://127.0.0.1:9",
+               "HACRL_DEFAULT_STORE_REGION": "us-east-1", "HACRL_DEFAULT_STORE_CREDENTIALS_SECRET": "hacrl-minio",
+               "HACRL_EXPERIMENT_SECRETS": "hacrl-minio"}
+    with run_operator(cluster, **default):
+        create_namespace(cluster)
+        apply(cluster, without_store())
+        pods = wait_for(lambda: len(pods_of(cluster)) == 4 and pods_of(cluster), what="4 pods")
+        for pod in pods.values():
+            env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+            assert env["HACRL_S3_ENDPOINT"]["value"] == "http://127.0.0.1:9" and env["AWS_REGION"]["value"] == "us-east-1"
+            for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+                assert env[key] == {"name": key, "valueFrom": {"secretKeyRef": {"name": "hacrl-minio", "key": key}}}
+        rendered = yaml.safe_load(cluster.get("configmap", "quickstart-spec", NS)["data"]["spec.yaml"])
+        assert rendered["spec"]["store"] == {"uri": "s3://hacrl", "endpoint": "http://127.0.0.1:9", "region": "us-east-1",
+                                             "credentialsSecret": "hacrl-minio", "adoptExisting": False}
+        assert "store" not in cluster.get("hx", "quickstart", NS)["spec"], "the operator never writes the user's spec"
+        # The operator reads progress from the default store too (unreachable here, and it says where).
+        status = wait_for(lambda: condition(status_of(cluster), "StoreReachable").get("status") == "False" and status_of(cluster),
+                          what="StoreReachable False")
+        assert "s3://hacrl" in condition(status, "StoreReachable")["message"]
+        assert "FileStore" not in event_reasons(cluster) and "InvalidSpec" not in json.dumps(status)
+
+
+def test_without_a_default_store_an_experiment_without_store_is_refused_naming_spec_store(cluster: EmulatedCluster, op: OperatorHandle) -> None:
+    """The harness's operator has no default store: an experiment naming none gets no pod (a
+    file:// path inside each pod is no store its pods share) and the status and an Event say why
+    and what to do; naming a store starts it."""
+    op.expect_errors("invalid experiment spec")
+    create_namespace(cluster)
+    apply(cluster, without_store())
+    status = wait_for(lambda: status_of(cluster).get("phase") == "Failed" and status_of(cluster), what="phase Failed")
+    failed = condition(status, "Failed")
+    assert failed["reason"] == "InvalidSpec" and "spec.store: no store given" in failed["message"]
+    assert "defaultStore.uri" in failed["message"] and "minio.enabled=true" in failed["message"]
+    events = wait_for(lambda: [e for e in cluster.get("events", namespace=NS) if "spec.store: no store given" in e["message"]],
+                      what="an Event naming spec.store")
+    assert any(e["type"] == "Warning" for e in events)
+    assert pods_of(cluster) == {}
+    cluster.kubectl("patch", "hx", "quickstart", "-n", NS, "--type=merge", "-p", json.dumps({"spec": {"store": {"uri": "file://./runs"}}}))
+    wait_for(lambda: len(pods_of(cluster)) == 4, what="pods once spec.store is given")
+
+
 # -- 2. status reasons ------------------------------------------------------------------------------
 
 

@@ -133,13 +133,20 @@ class Reconciler:
             kube.delete_experiment(namespace, name)
         return Outcome("invalid" if errors else "ok", phase=phase, errors=errors)
 
-    @staticmethod
-    def parse(body: dict[str, Any]) -> tuple[Experiment | None, list[str] | None]:
+    def parse(self, body: dict[str, Any]) -> tuple[Experiment | None, list[str] | None]:
+        """The experiment, with the install's default store when it names none; or its errors.
+        Without a default store, an experiment naming none is refused (``builders.NO_STORE``): a
+        ``file://`` path inside each pod is no store its rollout and learner pods share."""
         metadata = body.get("metadata") or {}
+        default = self.config.default_store
+        errors: list[str] = []
         try:
-            return parse_experiment(builders.experiment_from_body(body), f"{metadata.get('namespace')}/{metadata.get('name')}"), None
+            experiment = parse_experiment(builders.experiment_from_body(body, default), f"{metadata.get('namespace')}/{metadata.get('name')}")
         except SpecError as error:
-            return None, error.errors
+            experiment, errors = None, error.errors
+        if default is None and builders.omits_store(body):
+            experiment, errors = None, [*errors, builders.NO_STORE]
+        return (experiment, None) if experiment is not None else (None, errors)
 
     def store_owner_refusal(self, experiment: Experiment, body: dict[str, Any]) -> list[str]:
         """Why this experiment object may not use its store prefix (another uid owns it), if so.
