@@ -14,7 +14,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CLUSTER="${KIND_CLUSTER:-hacrl}"
-RELEASE="hacrl-operator"          # examples/kind-tiny.yaml names this release's MinIO service and Secret
+RELEASE="hacrl-operator"          # any name: MinIO's names (hacrl-minio) do not depend on it
 OPERATOR_NS="hacrl-system"
 EXPERIMENT_NS="default"
 EXPERIMENT="kind-tiny"
@@ -131,7 +131,7 @@ k apply --server-side -f "${ROOT}/charts/hacrl-operator/crds/"
   --set "images.learner.repository=${REGISTRY}/hacrl-worker-cpu,images.learner.tag=${TAG}" \
   --wait --timeout 10m
 k rollout status -n "$OPERATOR_NS" "deployment/${RELEASE}" --timeout=180s
-k rollout status -n "$OPERATOR_NS" "deployment/${RELEASE}-minio" --timeout=180s
+k rollout status -n "$OPERATOR_NS" "deployment/hacrl-minio" --timeout=180s
 
 # 4. Experiment ----------------------------------------------------------------------------
 log "Applying ${MANIFEST#"$ROOT"/} in namespace ${EXPERIMENT_NS}"

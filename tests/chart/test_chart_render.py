@@ -82,8 +82,11 @@ def test_experiment_secrets_and_worker_pull_secrets_reach_the_operator():
 
     assert operator_env()["HACRL_EXPERIMENT_SECRETS"] == "" and "HACRL_WORKER_IMAGE_PULL_SECRETS" not in operator_env()
     env = operator_env("experimentSecrets={hacrl-store,ml/hf-token}", "minio.enabled=true", "workerImagePullSecrets[0].name=regcred")
-    assert env["HACRL_EXPERIMENT_SECRETS"] == f"hacrl-store,ml/hf-token,{RELEASE}-minio"
+    assert env["HACRL_EXPERIMENT_SECRETS"] == "hacrl-store,ml/hf-token,hacrl-minio"
     assert env["HACRL_WORKER_IMAGE_PULL_SECRETS"] == "regcred"
+    # The default store's Secret is approved with it: naming it there is the admin's approval.
+    env = operator_env("defaultStore.uri=s3://team-runs", "defaultStore.credentialsSecret=team-s3", "experimentSecrets={hacrl-store}")
+    assert env["HACRL_EXPERIMENT_SECRETS"] == "hacrl-store,team-s3"
 
 
 def test_crd_is_shipped_unchanged_and_alone():
@@ -235,7 +238,7 @@ def test_minio_secret_generated_never_in_values():
     docs = render((str(CHART / "ci" / "minio-values.yaml"),))
     secrets = objects(docs, "Secret")
     assert {s["metadata"]["namespace"] for s in secrets} == {NAMESPACE, "default"}
-    assert {s["metadata"]["name"] for s in secrets} == {f"{RELEASE}-minio"}
+    assert {s["metadata"]["name"] for s in secrets} == {"hacrl-minio"}
     assert all(set(s["data"]) == set(CREDENTIAL_KEYS) for s in secrets)
     assert len({json.dumps(s["data"], sort_keys=True) for s in secrets}) == 1, "the copies must hold the same keys"
     # Random per render (no cluster: lookup finds nothing), i.e. generated, not from values.
@@ -255,7 +258,7 @@ def test_minio_secret_generated_never_in_values():
 
 def test_minio_objects_and_operator_credentials():
     docs = render((str(CHART / "ci" / "minio-values.yaml"),))
-    minio = one(docs, "Deployment", f"{RELEASE}-minio")
+    minio = one(docs, "Deployment", "hacrl-minio")
     container = minio["spec"]["template"]["spec"]["containers"][0]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert minio["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
@@ -265,22 +268,66 @@ def test_minio_objects_and_operator_credentials():
     # The operator reads heartbeats with MinIO's credentials when store.credentialsSecret is empty.
     (operator,) = one(docs, "Deployment", RELEASE)["spec"]["template"]["spec"]["containers"]
     refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in operator["env"] if "valueFrom" in e}
-    assert {k: v["name"] for k, v in refs.items()} == {k: f"{RELEASE}-minio" for k in CREDENTIAL_KEYS}
+    assert {k: v["name"] for k, v in refs.items()} == {k: "hacrl-minio" for k in CREDENTIAL_KEYS}
 
 
-def test_kind_example_points_at_the_chart_minio():
-    """examples/kind-tiny.yaml names the Service and Secret the chart creates in the kind script's install."""
-    manifest = yaml.safe_load((ROOT / "examples" / "kind-tiny.yaml").read_text())
-    store = manifest["spec"]["store"]
-    docs = render((str(CHART / "ci" / "kind-values.yaml"),))
-    service = one(docs, "Service", f"{RELEASE}-minio")
-    port = service["spec"]["ports"][0]["port"]
-    assert store["endpoint"] == f"http://{service['metadata']['name']}.{NAMESPACE}.svc:{port}"
-    secret_namespaces = {s["metadata"]["namespace"] for s in objects(docs, "Secret") if s["metadata"]["name"] == store["credentialsSecret"]}
-    assert "default" in secret_namespaces, "kind-e2e.sh applies the example in namespace default"
-    bucket = store["uri"].removeprefix("s3://").split("/")[0]
+def _operator_config(docs) -> OperatorConfig:
+    (deployment,) = [d for d in objects(docs, "Deployment") if d["metadata"]["name"] != "hacrl-minio"]
+    return OperatorConfig.from_env(_plain_env(deployment["spec"]["template"]["spec"]["containers"][0]))
+
+
+@pytest.mark.parametrize(("release", "namespace", "sets", "served"), [
+    ("hacrl", "default", (), {"default"}),
+    ("my-ops", "hacrl-system", (), {"hacrl-system"}),
+    ("hacrl-operator", "tools", ("watchNamespaces={team-a,team-b}",), {"tools", "team-a", "team-b"}),
+    ("x", "hacrl-system", ("minio.secretNamespaces={default}",), {"hacrl-system", "default"}),
+])
+def test_any_release_with_minio_gives_an_experiment_without_store_a_working_default(release, namespace, sets, served):
+    """`helm install <any name> --set minio.enabled=true`, then examples/kind-tiny.yaml (no
+    spec.store) in a namespace MinIO serves: the operator, configured from the rendered env alone,
+    fills in a store whose endpoint is the rendered Service, whose bucket the hook Job creates,
+    and whose Secret exists in that namespace and is approved for experiments."""
+    from hacrl_core.spec import parse_experiment
+    from hacrl_operator.builders import build_pod, experiment_from_body
+
+    args = ["template", release, str(CHART), "--namespace", namespace, "--set", "minio.enabled=true"]
+    for item in sets:
+        args += ["--set", item]
+    docs = [d for d in yaml.safe_load_all(run_helm(*args).stdout) if d]
+    config = _operator_config(docs)
+    store = config.default_store
+    assert store is not None and store.uri == "s3://hacrl"
+    service = one(docs, "Service", "hacrl-minio")
+    assert store.endpoint == f"http://hacrl-minio.{namespace}.svc:{service['spec']['ports'][0]['port']}"
     job_env = {e["name"]: e.get("value") for e in one(docs, "Job")["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert job_env["BUCKET"] == bucket
+    assert job_env["BUCKET"] == "hacrl" and job_env["ENDPOINT"] == store.endpoint
+    manifest = yaml.safe_load((ROOT / "examples" / "kind-tiny.yaml").read_text())
+    assert "store" not in manifest["spec"], "the example relies on the install's default store"
+    secret_namespaces = {s["metadata"]["namespace"] for s in objects(docs, "Secret") if s["metadata"]["name"] == "hacrl-minio"}
+    assert secret_namespaces == served
+    for experiment_ns in sorted(served - ({namespace} if config.namespaces else set())):
+        body = {**manifest, "metadata": {"name": "kind-tiny", "namespace": experiment_ns, "uid": "u"}}
+        experiment = parse_experiment(experiment_from_body(body, store))
+        pod = build_pod(experiment, experiment.spec.agents[0].name, "learner", body, config)
+        env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+        assert env["HACRL_S3_ENDPOINT"]["value"] == store.endpoint and env["AWS_REGION"]["value"] == "us-east-1"
+        for key in CREDENTIAL_KEYS:
+            assert env[key]["valueFrom"]["secretKeyRef"]["name"] == "hacrl-minio"
+        assert experiment_ns in secret_namespaces and config.secret_allowed(experiment_ns, "hacrl-minio")
+
+
+def test_default_store_from_values_reaches_the_operator():
+    docs = render(sets=("defaultStore.uri=s3://team-runs/hacrl", "defaultStore.endpoint=https://s3.example.com",
+                        "defaultStore.region=eu-west-1", "defaultStore.credentialsSecret=team-s3", "minio.enabled=true"))
+    config = _operator_config(docs)
+    assert config.default_store.model_dump(exclude_defaults=True) == {
+        "uri": "s3://team-runs/hacrl", "endpoint": "https://s3.example.com", "region": "eu-west-1", "credentials_secret": "team-s3"}
+    assert config.secret_allowed("any", "team-s3") and config.secret_allowed("any", "hacrl-minio")
+    # The operator reads heartbeats with the default store's credentials unless store.credentialsSecret says otherwise.
+    (container,) = one(docs, "Deployment", RELEASE)["spec"]["template"]["spec"]["containers"]
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"]["name"] for e in container["env"] if "valueFrom" in e}
+    assert refs == {k: "team-s3" for k in CREDENTIAL_KEYS}
+    assert _operator_config(render()).default_store is None, "no default store unless one is configured"
 
 
 def test_grafana_dashboard_configmap():
@@ -297,4 +344,15 @@ def test_notes_tell_the_next_command():
     notes = result.stdout.split("NOTES:", 1)[1]
     assert f"kubectl -n {NAMESPACE} rollout status deployment/{RELEASE}" in notes
     assert "kubectl apply --server-side -f charts/hacrl-operator/crds/" in notes
-    assert f"endpoint: http://{RELEASE}-minio.{NAMESPACE}.svc:9000" in notes
+    assert f"s3://hacrl at http://hacrl-minio.{NAMESPACE}.svc:9000" in notes
+    assert f"kubectl apply -n {NAMESPACE} -f examples/kind-tiny.yaml" in notes
+    assert f"kubectl get hx -n {NAMESPACE} -w" in notes
+    assert "helm upgrade" in notes and """minio.secretNamespaces=["default","<namespace>"]""" in notes
+    # Watching other namespaces only: the example goes to a watched one.
+    watched = run_helm("install", "any-name", str(CHART), "--namespace", NAMESPACE, "--dry-run=client",
+                       "--set", "minio.enabled=true", "--set", "watchNamespaces={ml}").stdout.split("NOTES:", 1)[1]
+    assert "kubectl apply -n ml -f examples/kind-tiny.yaml" in watched and """watchNamespaces=["ml","<namespace>"]""" in watched
+    # No default store: the notes say that spec.store is needed, or how to get a default.
+    bare = run_helm("install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=client").stdout.split("NOTES:", 1)[1]
+    assert "refuses experiments without spec.store" in bare
+    assert f"helm upgrade {RELEASE} charts/hacrl-operator -n {NAMESPACE} --reuse-values --set minio.enabled=true" in bare

@@ -58,14 +58,13 @@ def test_script_waits_for_succeeded_and_uses_the_chart():
     assert "charts/hacrl-operator/ci/kind-values.yaml" in text
     assert "examples/kind-tiny.yaml" in text
     assert "Makefile.images kind-images kind-load" in text
-    release = re.search(r'^RELEASE="([^"]+)"', text, re.M).group(1)
-    namespace = re.search(r'^OPERATOR_NS="([^"]+)"', text, re.M).group(1)
     experiment_ns = re.search(r'^EXPERIMENT_NS="([^"]+)"', text, re.M).group(1)
-    store = yaml.safe_load((ROOT / "examples" / "kind-tiny.yaml").read_text())["spec"]["store"]
-    assert store["endpoint"].startswith(f"http://{release}-minio.{namespace}.svc:")
-    assert store["credentialsSecret"] == f"{release}-minio"
+    # The example names no store: the chart's MinIO is the default store, its names fixed.
+    assert "store" not in yaml.safe_load((ROOT / "examples" / "kind-tiny.yaml").read_text())["spec"]
+    assert 'deployment/hacrl-minio"' in text
     kind_values = yaml.safe_load((CHART / "ci" / "kind-values.yaml").read_text())
     assert kind_values["minio"]["enabled"] is True and experiment_ns in kind_values["minio"]["secretNamespaces"]
+    assert "defaultStore" not in kind_values, "the kind run relies on MinIO being the default store"
 
 
 def test_kind_config():

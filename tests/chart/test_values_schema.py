@@ -37,6 +37,9 @@ SCHEMA_CASES = [
     ("bad-bucket-name", ["--set", "minio.bucket=Bad_Bucket"], "/minio/bucket"),
     ("bad-scrape-interval", ["--set", "metrics.serviceMonitor.interval=often"], "/metrics/serviceMonitor/interval"),
     ("store-endpoint-not-a-url", ["--set", "store.endpoint=minio:9000"], "/store/endpoint"),
+    ("default-store-not-s3", ["--set", "defaultStore.uri=file://./runs"], "/defaultStore/uri"),
+    ("default-store-endpoint-not-a-url", ["--set", "defaultStore.uri=s3://runs", "--set", "defaultStore.endpoint=minio:9000"], "/defaultStore/endpoint"),
+    ("default-store-bad-secret-name", ["--set", "defaultStore.uri=s3://runs", "--set", "defaultStore.credentialsSecret=S3_Keys"], "/defaultStore/credentialsSecret"),
     ("service-type", ["--set", "metrics.service.type=Ingress"], "/metrics/service/type"),
 ]
 
@@ -52,6 +55,8 @@ FAIL_CASES = [
      ["--set", "minio.enabled=true", "--set", "minio.existingSecret=mine", "--set-json", 'minio.secretNamespaces=["default"]'],
      "minio.secretNamespaces copies only a generated Secret"),
     ("secret-copies-without-minio", ["--set-json", 'minio.secretNamespaces=["default"]'], "minio.secretNamespaces is set but minio.enabled is false"),
+    ("default-store-fields-without-uri", ["--set", "defaultStore.endpoint=http://minio.storage:9000"],
+     "defaultStore.endpoint, defaultStore.region and defaultStore.credentialsSecret need defaultStore.uri"),
     ("no-service-account-name", ["--set", "serviceAccount.create=false"], "serviceAccount.name is required when serviceAccount.create is false"),
 ]
 

@@ -49,13 +49,23 @@ app.kubernetes.io/part-of: hacrl
 {{- if $image.digest }}{{ printf "%s@%s" $ref $image.digest }}{{ else }}{{ $ref }}{{ end }}
 {{- end }}
 
-{{/* MinIO: names and the in-cluster endpoint. */}}
+{{/*
+MinIO: fixed names, the same whatever the release is called (Deployment, Service, Secret:
+hacrl-minio), so that examples and docs can rely on them and the default store below is the same
+for every install. One in-chart MinIO per namespace.
+*/}}
 {{- define "hacrl-operator.minio.fullname" -}}
-{{- printf "%s-minio" (include "hacrl-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
+hacrl-minio
 {{- end }}
 
 {{- define "hacrl-operator.minio.secretName" -}}
 {{- default (include "hacrl-operator.minio.fullname" .) .Values.minio.existingSecret }}
+{{- end }}
+
+{{/* The namespaces the in-chart MinIO serves, comma-separated: the release namespace, the watched namespaces, minio.secretNamespaces. */}}
+{{- define "hacrl-operator.minio.namespaces" -}}
+{{- $namespaces := concat (list .Release.Namespace) (.Values.watchNamespaces | default list) (.Values.minio.secretNamespaces | default list) }}
+{{- join "," (uniq $namespaces) }}
 {{- end }}
 
 {{- define "hacrl-operator.minio.endpoint" -}}
@@ -67,12 +77,26 @@ app.kubernetes.io/name: minio
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
-{{/* The operator's store credentials Secret: store.credentialsSecret, else MinIO's when enabled. */}}
+{{/*
+The default store filled into experiments without spec.store, as a dict (empty: none):
+defaultStore when its uri is set, else the in-chart MinIO's bucket when minio.enabled.
+*/}}
+{{- define "hacrl-operator.defaultStore" -}}
+{{- if .Values.defaultStore.uri }}
+{{- toJson (pick .Values.defaultStore "uri" "endpoint" "region" "credentialsSecret") }}
+{{- else if .Values.minio.enabled }}
+{{- toJson (dict "uri" (printf "s3://%s" .Values.minio.bucket) "endpoint" (include "hacrl-operator.minio.endpoint" .) "region" "us-east-1" "credentialsSecret" (include "hacrl-operator.minio.secretName" .)) }}
+{{- else }}
+{{- toJson dict }}
+{{- end }}
+{{- end }}
+
+{{/* The operator's store credentials Secret: store.credentialsSecret, else the default store's. */}}
 {{- define "hacrl-operator.store.credentialsSecret" -}}
 {{- if .Values.store.credentialsSecret }}
 {{- .Values.store.credentialsSecret }}
-{{- else if .Values.minio.enabled }}
-{{- include "hacrl-operator.minio.secretName" . }}
+{{- else }}
+{{- (include "hacrl-operator.defaultStore" . | fromJson).credentialsSecret | default "" }}
 {{- end }}
 {{- end }}
 
@@ -128,13 +152,19 @@ tests/chart/test_rbac.py fails when these and RULES differ in either direction.
 {{- if and .Values.minio.secretNamespaces (not .Values.minio.enabled) }}
 {{- fail "minio.secretNamespaces is set but minio.enabled is false: enable MinIO or remove minio.secretNamespaces" }}
 {{- end }}
+{{- if and (not .Values.defaultStore.uri) (or .Values.defaultStore.endpoint .Values.defaultStore.region .Values.defaultStore.credentialsSecret) }}
+{{- fail "defaultStore.endpoint, defaultStore.region and defaultStore.credentialsSecret need defaultStore.uri: set defaultStore.uri (e.g. s3://bucket), or leave them all empty" }}
+{{- end }}
 {{- end }}
 
-{{/* Secrets experiments may name: the admin's list, plus the in-chart MinIO's Secret. */}}
+{{/* Secrets experiments may name: the admin's list, plus the in-chart MinIO's and the default store's Secret. */}}
 {{- define "hacrl-operator.experimentSecrets" -}}
 {{- $secrets := .Values.experimentSecrets | default list -}}
 {{- if .Values.minio.enabled -}}
 {{- $secrets = append $secrets (include "hacrl-operator.minio.secretName" .) -}}
+{{- end -}}
+{{- with (include "hacrl-operator.defaultStore" . | fromJson).credentialsSecret -}}
+{{- $secrets = append $secrets . -}}
 {{- end -}}
 {{- join "," (uniq $secrets) -}}
 {{- end }}
