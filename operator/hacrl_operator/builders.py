@@ -11,6 +11,8 @@ import copy
 import hashlib
 from typing import Any
 
+import yaml
+
 from hacrl_core.pod_policy import lock_down
 from hacrl_core.spec import API_GROUP, API_VERSION, KIND, Experiment, StoreSpec, dump_experiment
 from hacrl_operator.config import OperatorConfig
@@ -81,6 +83,24 @@ def omits_store(body: dict[str, Any]) -> bool:
     """True when the experiment names no store (``spec.store`` absent or null)."""
     spec = body.get("spec")
     return isinstance(spec, dict) and spec.get("store") is None
+
+
+def rendered_store(configmap: dict[str, Any] | None, uid: str | None) -> StoreSpec | None:
+    """The store in the rendered spec of ``configmap`` when experiment ``uid`` owns it, else None.
+
+    For an experiment without ``spec.store`` this is the default store it got when its ConfigMap
+    was first written: the operator keeps it, so a later change of the install's default moves no
+    experiment away from its checkpoints."""
+    if not configmap or not uid:
+        return None
+    owners = (configmap.get("metadata") or {}).get("ownerReferences") or []
+    if not any(owner.get("uid") == uid for owner in owners):
+        return None
+    try:
+        store = ((yaml.safe_load((configmap.get("data") or {}).get(SPEC_FILE) or "") or {}).get("spec") or {}).get("store")
+        return StoreSpec.model_validate(store) if isinstance(store, dict) else None
+    except (yaml.YAMLError, ValueError, AttributeError):
+        return None
 
 
 def experiment_from_body(body: dict[str, Any], default_store: StoreSpec | None = None) -> dict[str, Any]:

@@ -102,6 +102,17 @@ def test_an_experiment_without_store_is_refused_without_a_default_naming_spec_st
     assert reconciler.parse({**broken, "spec": {**without_store()["spec"], "store": {"uri": "file://./runs"}}})[1] is None
 
 
+def test_the_store_an_experiment_runs_on_is_read_back_from_its_own_configmap() -> None:
+    store = OperatorConfig.from_env(MINIO).default_store
+    exp = parse_experiment(builders.experiment_from_body(without_store(), store))
+    configmap = builders.build_configmap(exp, OWNER)
+    assert builders.rendered_store(configmap, "u-1") == store
+    assert builders.rendered_store(configmap, "another-uid") is None, "a ConfigMap of another experiment object"
+    assert builders.rendered_store(None, "u-1") is None
+    assert builders.rendered_store({**configmap, "data": {"spec.yaml": "{not: [yaml"}}, "u-1") is None
+    assert builders.rendered_store({**configmap, "data": {"spec.yaml": "spec: {store: {uri: 1}}"}}, "u-1") is None
+
+
 @pytest.mark.parametrize("role", builders.ROLES)
 def test_pod_runs_the_worker_with_labels_owner_security_and_metrics(role: str) -> None:
     pod = builders.build_pod(experiment(), "qwen-bpe", role, OWNER, CONFIG)

@@ -232,6 +232,32 @@ def test_an_experiment_without_store_gets_the_install_default_store(cluster: Emu
         assert "FileStore" not in event_reasons(cluster) and "InvalidSpec" not in json.dumps(status)
 
 
+def test_an_experiment_keeps_the_default_store_it_started_on_when_the_install_changes_it(cluster: EmulatedCluster) -> None:
+    """The store an experiment without spec.store got is read back from its ConfigMap: after the
+    install's default changes (an operator restarted with other HACRL_DEFAULT_STORE_*), a pod it
+    recreates still carries the old store, so the run keeps its checkpoints."""
+    first = {"HACRL_DEFAULT_STORE_URI": "s3://first", "HACRL_DEFAULT_STORE_ENDPOINT": "http://127.0.0.1:9"}
+    second = {"HACRL_DEFAULT_STORE_URI": "s3://second", "HACRL_DEFAULT_STORE_ENDPOINT": "http://127.0.0.1:10"}
+    failing = pod_name("quickstart", "llama-char", "learner")
+    with run_operator(cluster, **first):
+        create_namespace(cluster)
+        apply(cluster, without_store())
+        uid = wait_for(lambda: len(pods_of(cluster)) == 4 and pods_of(cluster), what="4 pods")[failing]["metadata"]["uid"]
+    with run_operator(cluster, **second):
+        cluster.set_pod_phase(failing, NS, "Failed")
+        pod = wait_for(lambda: (pods_of(cluster).get(failing) or {}).get("metadata", {}).get("uid") not in (None, uid) and pods_of(cluster)[failing],
+                       what="failed pod recreated")
+        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+        assert env["HACRL_S3_ENDPOINT"] == "http://127.0.0.1:9"
+        rendered = yaml.safe_load(cluster.get("configmap", "quickstart-spec", NS)["data"]["spec.yaml"])
+        assert rendered["spec"]["store"]["uri"] == "s3://first" and "ConfigMapUpdated" not in event_reasons(cluster)
+    # A new experiment gets the new default.
+    with run_operator(cluster, **second):
+        apply(cluster, {**without_store(), "metadata": {"name": "later"}})
+        pods = wait_for(lambda: len(pods_of(cluster, "later")) == 4 and pods_of(cluster, "later"), what="4 pods of the new experiment")
+        assert {e["name"]: e.get("value") for e in next(iter(pods.values()))["spec"]["containers"][0]["env"]}["HACRL_S3_ENDPOINT"] == "http://127.0.0.1:10"
+
+
 def test_without_a_default_store_an_experiment_without_store_is_refused_naming_spec_store(cluster: EmulatedCluster, op: OperatorHandle) -> None:
     """The harness's operator has no default store: an experiment naming none gets no pod (a
     file:// path inside each pod is no store its pods share) and the status and an Event say why

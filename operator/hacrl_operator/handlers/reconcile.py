@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from hacrl_core.spec import Experiment, SpecError, parse_experiment
+from hacrl_core.spec import Experiment, SpecError, StoreSpec, parse_experiment
 from hacrl_core.store.ownership import StoreOwnedByAnother
 from hacrl_operator import builders
 from hacrl_operator.config import OperatorConfig
@@ -134,11 +134,12 @@ class Reconciler:
         return Outcome("invalid" if errors else "ok", phase=phase, errors=errors)
 
     def parse(self, body: dict[str, Any]) -> tuple[Experiment | None, list[str] | None]:
-        """The experiment, with the install's default store when it names none; or its errors.
-        Without a default store, an experiment naming none is refused (``builders.NO_STORE``): a
-        ``file://`` path inside each pod is no store its rollout and learner pods share."""
+        """The experiment, with a store filled in when it names none: the one it already runs on
+        (``store_in_use``), else the install's default. Without either it is refused
+        (``builders.NO_STORE``): a ``file://`` path inside each pod is no store its rollout and
+        learner pods share."""
         metadata = body.get("metadata") or {}
-        default = self.config.default_store
+        default = (self.store_in_use(body) if builders.omits_store(body) else None) or self.config.default_store
         errors: list[str] = []
         try:
             experiment = parse_experiment(builders.experiment_from_body(body, default), f"{metadata.get('namespace')}/{metadata.get('name')}")
@@ -147,6 +148,16 @@ class Reconciler:
         if default is None and builders.omits_store(body):
             experiment, errors = None, [*errors, builders.NO_STORE]
         return (experiment, None) if experiment is not None else (None, errors)
+
+    def store_in_use(self, body: dict[str, Any]) -> StoreSpec | None:
+        """The store in the experiment's rendered ConfigMap (``builders.rendered_store``), if any."""
+        if self.kube is None:
+            return None
+        metadata = body.get("metadata") or {}
+        name, namespace = metadata.get("name"), metadata.get("namespace")
+        if not name or not namespace:
+            return None
+        return builders.rendered_store(self.kube.get_configmap(namespace, builders.configmap_name(name)), metadata.get("uid"))
 
     def store_owner_refusal(self, experiment: Experiment, body: dict[str, Any]) -> list[str]:
         """Why this experiment object may not use its store prefix (another uid owns it), if so.
