@@ -328,6 +328,10 @@ def test_default_store_from_values_reaches_the_operator():
     refs = {e["name"]: e["valueFrom"]["secretKeyRef"]["name"] for e in container["env"] if "valueFrom" in e}
     assert refs == {k: "team-s3" for k in CREDENTIAL_KEYS}
     assert _operator_config(render()).default_store is None, "no default store unless one is configured"
+    # `helm upgrade --reuse-values` from a release before defaultStore existed: no such key at all.
+    assert _operator_config(render(sets=("defaultStore=null", "minio.enabled=true"))).default_store.uri == "s3://hacrl"
+    external = _operator_config(render((str(CHART / "ci" / "default-store-values.yaml"),))).default_store
+    assert (external.uri, external.credentials_secret) == ("s3://ml-runs/hacrl", "hacrl-store")
 
 
 def test_grafana_dashboard_configmap():

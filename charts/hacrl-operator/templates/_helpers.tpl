@@ -80,10 +80,13 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{/*
 The default store filled into experiments without spec.store, as a dict (empty: none):
 defaultStore when its uri is set, else the in-chart MinIO's bucket when minio.enabled.
+(`| default dict`: `helm upgrade --reuse-values` from a release before defaultStore existed
+does not bring the chart's new defaults.)
 */}}
 {{- define "hacrl-operator.defaultStore" -}}
-{{- if .Values.defaultStore.uri }}
-{{- toJson (pick .Values.defaultStore "uri" "endpoint" "region" "credentialsSecret") }}
+{{- $values := .Values.defaultStore | default dict }}
+{{- if $values.uri }}
+{{- toJson (pick $values "uri" "endpoint" "region" "credentialsSecret") }}
 {{- else if .Values.minio.enabled }}
 {{- toJson (dict "uri" (printf "s3://%s" .Values.minio.bucket) "endpoint" (include "hacrl-operator.minio.endpoint" .) "region" "us-east-1" "credentialsSecret" (include "hacrl-operator.minio.secretName" .)) }}
 {{- else }}
@@ -152,7 +155,8 @@ tests/chart/test_rbac.py fails when these and RULES differ in either direction.
 {{- if and .Values.minio.secretNamespaces (not .Values.minio.enabled) }}
 {{- fail "minio.secretNamespaces is set but minio.enabled is false: enable MinIO or remove minio.secretNamespaces" }}
 {{- end }}
-{{- if and (not .Values.defaultStore.uri) (or .Values.defaultStore.endpoint .Values.defaultStore.region .Values.defaultStore.credentialsSecret) }}
+{{- $defaultStore := .Values.defaultStore | default dict }}
+{{- if and (not $defaultStore.uri) (or $defaultStore.endpoint $defaultStore.region $defaultStore.credentialsSecret) }}
 {{- fail "defaultStore.endpoint, defaultStore.region and defaultStore.credentialsSecret need defaultStore.uri: set defaultStore.uri (e.g. s3://bucket), or leave them all empty" }}
 {{- end }}
 {{- end }}
