@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -12,6 +9,7 @@ from typing import Any
 
 import torch
 
+from hacrl_core.models.directories import replace_directory
 from hacrl_core.models.tokenizers import load_tokenizer
 
 
@@ -64,18 +62,4 @@ def save_policy(model: Any, tokenizer: Any, path: str | Path) -> Path:
     The files are written to a sibling temporary directory which is then renamed to ``path``; a
     reader never sees a half-written directory (an existing ``path`` is replaced).
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{path.name}-", dir=path.parent))
-    try:
-        save_pretrained_quietly(model, tokenizer, tmp)
-        if path.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".old-{path.name}-", dir=path.parent))
-            os.rename(path, old / path.name)
-            os.rename(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, path)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return path
+    return replace_directory(path, lambda directory: save_pretrained_quietly(model, tokenizer, directory))

@@ -29,13 +29,9 @@ the torch version); to share one initial model between machines, distribute the 
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import math
-import os
-import shutil
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
@@ -44,11 +40,13 @@ from typing import Any
 from urllib.parse import urlparse
 
 import torch
+from filelock import FileLock
 
 from hacrl_core.data.arithmetic import ArithmeticTask
 from hacrl_core.data.base import Problem
 from hacrl_core.data.datasets import parse_range
 from hacrl_core.data.templates import ARITHMETIC_TEMPLATE, render_prompt
+from hacrl_core.models.directories import build_once
 from hacrl_core.models.encoding import encode_prompt, encode_text
 from hacrl_core.models.tokenizers import build_bpe_tokenizer, build_char_tokenizer
 from hacrl_core.uri import uri_query
@@ -232,22 +230,9 @@ def build_tiny_model(
         return target
     cache_dir.mkdir(parents=True, exist_ok=True)
     # Processes on one machine (an agent's rollout and learner workers) wait for one build
-    # instead of each spending the CPU; the rename below stays the guarantee across machines.
-    with open(cache_dir / f".{target.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (target / METADATA_FILE).is_file():
-            return target
-        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=cache_dir))
-        try:
-            _build_into(tmp, spec, seed, task_spec)
-            try:
-                os.rename(tmp, target)
-            except OSError:
-                if not (target / METADATA_FILE).is_file():  # not a lost race: a real failure
-                    raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    # instead of each spending the CPU; build_once's rename stays the guarantee across machines.
+    with FileLock(cache_dir / f".{target.name}.lock"):
+        return build_once(target, lambda directory: _build_into(directory, spec, seed, task_spec), marker=METADATA_FILE)
 
 
 def _build_into(directory: Path, spec: TinyPreset, seed: int, task_spec: str) -> None:

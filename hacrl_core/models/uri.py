@@ -14,14 +14,12 @@ Forms (``AgentSpec.model``):
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hacrl_core.models.directories import build_once
 from hacrl_core.models.tiny import build_tiny_model, parse_tiny_uri
 
 #: ``fetch_dir(uri, local_dir)``: copy every object under ``uri`` (an ``s3://`` prefix) into
@@ -90,19 +88,10 @@ def _fetch_s3(uri: str, cache_dir: Path, store: FetchDir | Any | None) -> Path:
     if fetch is None or not callable(fetch):
         raise ModelResolutionError(f"model {uri!r}: an s3:// model needs a store to fetch it, and none was given")
     target = cache_dir / hashlib.sha256(uri.rstrip("/").encode()).hexdigest()[:16]
-    if (target / "config.json").is_file():
-        return target
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=cache_dir))
-    try:
-        fetch(uri, tmp)
-        if not (tmp / "config.json").is_file():
+
+    def download(directory: Path) -> None:
+        fetch(uri, directory)
+        if not (directory / "config.json").is_file():
             raise ModelResolutionError(f"model {uri!r}: fetched prefix holds no config.json (not a model directory)")
-        try:
-            os.rename(tmp, target)
-        except OSError:
-            if not (target / "config.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+
+    return build_once(target, download, marker="config.json")
