@@ -128,7 +128,7 @@ def test_s3_endpoint_and_region_resolution(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_requests_are_retried_by_botocore_standard_mode_five_tries_by_default() -> None:
-    assert S3ObjectStore("b", "p").client.meta.config.retries == {"total_max_attempts": 5, "mode": "standard"}
+    assert S3ObjectStore("b", "p").client.meta.config.retries == {"total_max_attempts": 8, "mode": "standard"}
     assert S3ObjectStore("b", "p", attempts=2).client.meta.config.retries["total_max_attempts"] == 2
     with pytest.raises(ValueError, match="attempts"):
         S3ObjectStore("b", "p", attempts=0)
