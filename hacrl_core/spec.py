@@ -176,6 +176,10 @@ class AlgorithmSpec(SpecModel):
     grpo_clip_low: float = Field(0.2, ge=0, lt=1, description="GRPO token-ratio clip below 1 (grpo only).")
     grpo_clip_high: float = Field(0.28, ge=0, description="GRPO token-ratio clip above 1, clip-higher (grpo only).")
     ablations: Ablations = Field(default_factory=Ablations, description="Switch single HACPO mechanisms off (hacpo only).")
+    max_staleness: int = Field(0, ge=0, le=4, description=(
+        "Weights versions a rollout may lag its step: step t is sampled with weights version max(0, t - maxStaleness). "
+        "0: strictly on-policy (the paper's), rollout and learner take turns; 1: sampling of step t+1 overlaps the update of "
+        "step t (one-step off-policy, as verl's recipe; pi_old stays the learner's own scoring pass)."))
 
     @field_validator("ratio_bounds")
     @classmethod

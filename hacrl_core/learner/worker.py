@@ -216,6 +216,8 @@ def train_step(context: WorkerContext, state: LearnerState, step: int, algorithm
     tokens = sum(sum(r.response_mask) for r in rows)
     values.update(step_metrics(rows, advantages, mean_rewards, state.tracker, algorithm, context.agent_names, context.agent_index))
     values["learner/tokens_per_second"] = tokens * spec.algorithm.epochs / max(seconds_update, 1e-9)
+    # The weights being trained are version ``step``; rows sampled with an older one (maxStaleness) lag it.
+    values["learner/policy_lag"] = step - sum(r["policy_version"] for r in own_rollouts) / max(len(own_rollouts), 1)
     return values, rows
 
 

@@ -13,6 +13,13 @@ from hacrl_core.models.tokenizers import tokenizer_fingerprint
 from hacrl_core.rollout.engine import RolloutEngine, Sample, SamplingParams
 
 
+def sampling_version(step: int, max_staleness: int) -> int:
+    """The weights version that samples ``step``: the step's own (on-policy), or up to
+    ``max_staleness`` versions older so that sampling overlaps the learner's update. A fixed lag,
+    not "the newest there is", so that a run and its resume sample with the same weights."""
+    return max(0, step - max_staleness)
+
+
 def sampling_seed(base_seed: int, step: int, agent_index: int) -> int:
     return (base_seed * 1_000_003 + step * 7919 + agent_index * 104_729) % (2**31)
 
@@ -36,8 +43,10 @@ def sample_step(engine: RolloutEngine, problems: Sequence[Problem], template: st
 
 
 def rollout_rows(problems: Sequence[Problem], prompts: Sequence[str], samples: Sequence[Sequence[Sample]],
-                 reward: Callable[[str, str], float], *, experiment: str, agent: str, step: int, tokenizer) -> list[dict]:
-    """The step's rollout shard: one row per sample, its reward scored on the response text."""
+                 reward: Callable[[str, str], float], *, experiment: str, agent: str, step: int, tokenizer,
+                 policy_version: int | None = None) -> list[dict]:
+    """The step's rollout shard: one row per sample, its reward scored on the response text;
+    ``policy_version``: the weights that sampled it (default: the step's own)."""
     tokenizer_id = tokenizer_fingerprint(tokenizer)
     rows = []
     for problem, prompt, group in zip(problems, prompts, samples):
@@ -47,7 +56,7 @@ def rollout_rows(problems: Sequence[Problem], prompts: Sequence[str], samples: S
                     "experiment": experiment,
                     "step": step,
                     "source_agent": agent,
-                    "policy_version": step,
+                    "policy_version": step if policy_version is None else policy_version,
                     "tokenizer_id": tokenizer_id,
                     "prompt_uid": problem.uid,
                     "sample_index": index,
@@ -68,7 +77,7 @@ def rollout_metrics(rows: Sequence[dict], step: int, seconds: dict[str, float]) 
     tokens = sum(len(r["token_ids"]) for r in rows)
     return {
         "rollout/step": step,
-        "rollout/weights_version": step,
+        "rollout/weights_version": rows[0]["policy_version"],
         "rollout/reward_mean": sum(r["reward"] for r in rows) / len(rows),
         "rollout/response_tokens_mean": tokens / len(rows),
         "rollout/stop_fraction": sum(r["finish_reason"] == "stop" for r in rows) / len(rows),

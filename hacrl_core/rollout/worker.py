@@ -1,8 +1,8 @@
 """The rollout worker: `hacrl worker rollout --spec S --agent A`.
 
-For each step t: wait for the agent's weights version t (step 0: the initial checkpoint, which is
-what version 0 holds), sample G responses for each of the
-step's prompts with the agent's own chat template, score the response text, write the shard.
+For each step t: wait for the agent's weights version t - maxStaleness (0 and below: the initial
+checkpoint, which is what version 0 holds), sample G responses for each of the step's prompts
+with the agent's own chat template, score the response text, write the shard.
 A restarted worker continues at the first step whose shard is missing.
 """
 
@@ -14,7 +14,7 @@ import time
 from hacrl_core.context import WorkerContext, log
 from hacrl_core.metrics import WorkerMetrics
 from hacrl_core.rollout.engine import engine_for
-from hacrl_core.rollout.sampling import rollout_metrics, rollout_rows, sample_step, sampling_params
+from hacrl_core.rollout.sampling import rollout_metrics, rollout_rows, sample_step, sampling_params, sampling_version
 
 
 def first_missing_step(context: WorkerContext) -> int:
@@ -35,19 +35,24 @@ def run_rollout_worker(context: WorkerContext) -> None:
     if start:
         log.info("rollout %s: steps 0..%d already written, resuming at %d", agent.name, start - 1, start)
     weights_root = context.work_dir / "rollout-weights"
+    loaded: int | None = None
     for step in range(start, spec.algorithm.steps):
         seconds: dict[str, float] = {}
         began = time.perf_counter()
-        local = weights_root / f"{step:06d}"
-        if step == 0:
-            # Version 0 is the initial model, which the learner is still loading to publish:
-            # sampling from the same checkpoint now takes the learner's start-up off the critical
-            # path (its pi_old is the learner's own scoring either way).
-            engine.load(context.initial_model_dir())
-        else:
-            context.store.fetch_weights(agent.name, step, local, wait=context.wait_seconds)
-            engine.load(local)
-        shutil.rmtree(weights_root / f"{step - 1:06d}", ignore_errors=True)
+        version = sampling_version(step, spec.algorithm.max_staleness)
+        if version != loaded:
+            if version == 0:
+                # Version 0 is the initial model, which the learner is still loading to publish:
+                # sampling from the same checkpoint now takes the learner's start-up off the critical
+                # path (its pi_old is the learner's own scoring either way).
+                engine.load(context.initial_model_dir())
+            else:
+                local = weights_root / f"{version:06d}"
+                context.store.fetch_weights(agent.name, version, local, wait=context.wait_seconds)
+                engine.load(local)
+            if loaded is not None:
+                shutil.rmtree(weights_root / f"{loaded:06d}", ignore_errors=True)
+            loaded = version
         seconds["load_weights"] = time.perf_counter() - began
 
         began = time.perf_counter()
@@ -59,7 +64,7 @@ def run_rollout_worker(context: WorkerContext) -> None:
 
         began = time.perf_counter()
         rows = rollout_rows(problems, prompts, samples, context.reward_fn, experiment=context.experiment.name, agent=agent.name,
-                            step=step, tokenizer=engine.tokenizer)
+                            step=step, tokenizer=engine.tokenizer, policy_version=version)
         seconds["reward"] = time.perf_counter() - began
 
         began = time.perf_counter()

@@ -318,3 +318,29 @@ def test_sharing_warning_fires_for_the_agent_whose_shared_rows_are_clipped_and_n
     warnings = summary.split("Warnings:", 1)[1].split("Data:", 1)[0]
     assert "- llama: " in warnings and said in warnings and "- qwen:" not in warnings
     assert "algorithm.delta widens the window" in warnings
+
+
+def test_one_step_off_policy_run_samples_with_the_previous_weights_and_survives_a_killed_learner(tmp_path, cache):
+    """maxStaleness 1: step t is sampled with weights version t - 1 (the rollout of t + 1 can run
+    while the learner updates on t); a SIGKILLed learner resumes with every shard exactly once."""
+    store_uri = (tmp_path / "store").as_uri()
+    spec = write_spec(tmp_path, tiny_spec("e2e-stale", store_uri, steps=4, extra_algorithm={"maxStaleness": 1}))
+    process = start_run(spec, tmp_path, run_env(cache))
+    store = open_trajectory_store(store_uri, "e2e-stale")
+
+    wait_for(lambda: (store.read_progress("llama") or {}).get("step", 0) >= 1, 300, "llama to finish a step")
+    pids = subprocess.run(["pgrep", "-f", f"worker learner --spec {tmp_path}/work/spec.yaml --agent llama"], capture_output=True, text=True).stdout.split()
+    assert pids, "could not find the llama learner process"
+    for pid in pids:
+        subprocess.run(["kill", "-KILL", pid])
+    output, _ = process.communicate(timeout=600)
+    assert process.returncode == 0, output
+    assert "learner worker of llama exited with code -9; restarting" in output
+
+    assert_every_shard_once(store, 4, ["llama", "qwen"])
+    for agent in ("llama", "qwen"):
+        assert store.read_progress(agent)["step"] == 4
+        for step in range(4):
+            versions = {row["policy_version"] for row in store.read_rollouts(step, agent)}
+            assert versions == {max(0, step - 1)}, (agent, step, versions)
+        assert [store.read_metrics(step, agent)["learner/policy_lag"] for step in range(4)] == [0.0, 1.0, 1.0, 1.0]
