@@ -314,12 +314,57 @@ class ImageSpec(SpecModel):
     pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field("IfNotPresent", description="Image pull policy.")
 
 
+GangScheduler = Literal["none", "kueue", "volcano"]
+MAX_PENDING_TIMEOUT_SECONDS = 7 * 86400
+
+
 class SchedulingSpec(SpecModel):
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "!has(self.queueName) || (has(self.gang) && self.gang != 'none')",
+         "message": "scheduling.queueName names a Kueue LocalQueue or a Volcano Queue: set scheduling.gang to kueue or volcano, or remove queueName"},
+        {"rule": "!has(self.gang) || self.gang != 'kueue' || has(self.queueName)",
+         "message": "scheduling.gang kueue needs scheduling.queueName: the LocalQueue of the experiment's namespace that admits the pods"},
+        {"rule": "!has(self.gang) || self.gang != 'volcano' || !has(self.schedulerName) || self.schedulerName == 'volcano'",
+         "message": "scheduling.gang volcano schedules the pods with schedulerName volcano: remove scheduling.schedulerName"},
+    ]})
+
     node_selector: dict[str, str] = Field(default_factory=dict, description="Node selector for every pod.")
     tolerations: list[KubeObject] = Field(default_factory=list, description="Tolerations for every pod.")
     affinity: KubeObject = Field(default_factory=dict, description="Affinity for every pod.")
-    priority_class_name: str | None = Field(None, description="PriorityClass of the pods.")
-    scheduler_name: str | None = Field(None, description="Scheduler of the pods (e.g. a gang scheduler).")
+    priority_class_name: str | None = Field(None, description="PriorityClass of the pods (and of the Volcano PodGroup with gang volcano).")
+    scheduler_name: str | None = Field(None, description="Scheduler of the pods. With gang volcano it is volcano and may be left out.")
+    gang: GangScheduler = Field("none", description=(
+        "Put all the experiment's pods (every agent's rollout and learner) into one gang, admitted or scheduled all together "
+        "by the cluster's own scheduler, so that some pods never hold GPUs while the others wait. "
+        "`none`: each pod is scheduled on its own. "
+        "`kueue`: Kueue plain-pod group (pod integration enabled): labels kueue.x-k8s.io/queue-name (queueName, required) and "
+        "kueue.x-k8s.io/pod-group-name, annotation kueue.x-k8s.io/pod-group-total-count. "
+        "`volcano`: a scheduling.volcano.sh/v1beta1 PodGroup with minMember = the pod count (queue: queueName, else Volcano's default), "
+        "pods annotated scheduling.k8s.io/group-name and scheduled by schedulerName volcano. "
+        "Change it with the experiment suspended: pods created before and after would be in different gangs."))
+    queue_name: str | None = Field(None, max_length=63, description="The Kueue LocalQueue (gang kueue, required) or Volcano Queue (gang volcano, optional) of the pods.",
+                                   json_schema_extra={"pattern": DNS_SUBDOMAIN.pattern})
+    pending_timeout_seconds: int = Field(600, ge=0, le=MAX_PENDING_TIMEOUT_SECONDS, description=(
+        "A pod not scheduled (Pending, PodScheduled not True: no node fits, a quota or gang not admitted, no such scheduler) for "
+        "this long turns the experiment's Ready condition to False, reason Unschedulable, with the scheduler's message, and posts "
+        "one Warning event; until then Ready says PodsPending. The experiment keeps waiting. 0 reports at once (at most 7 days)."))
+
+    @field_validator("queue_name")
+    @classmethod
+    def _queue_name(cls, value: str | None) -> str | None:
+        if value is not None and (len(value) > 63 or not DNS_SUBDOMAIN.match(value)):
+            raise ValueError(f"{value!r} is not a queue name: use at most 63 lower-case letters, digits, '-' and '.' (a Kueue LocalQueue or Volcano Queue name)")
+        return value
+
+    @model_validator(mode="after")
+    def _gang(self) -> "SchedulingSpec":
+        if self.queue_name is not None and self.gang == "none":
+            raise ValueError("queueName: scheduling.queueName names a Kueue LocalQueue or a Volcano Queue: set scheduling.gang to kueue or volcano, or remove queueName")
+        if self.gang == "kueue" and self.queue_name is None:
+            raise ValueError("queueName: scheduling.gang kueue needs scheduling.queueName: the LocalQueue of the experiment's namespace that admits the pods")
+        if self.gang == "volcano" and self.scheduler_name not in (None, "volcano"):
+            raise ValueError(f"schedulerName: scheduling.gang volcano schedules the pods with schedulerName volcano, got {self.scheduler_name!r}: remove scheduling.schedulerName")
+        return self
 
 
 class ExperimentSpec(SpecModel):

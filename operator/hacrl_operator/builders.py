@@ -1,7 +1,8 @@
 """Pure builders of the objects the operator creates: manifest dicts, no I/O.
 
 Per experiment: one ConfigMap with the rendered spec; per agent: a rollout Pod and a learner Pod
-running the same worker entry points as `hacrl run` (DESIGN.md sections 1 and 4).
+running the same worker entry points as `hacrl run` (DESIGN.md sections 1 and 4); with
+``spec.scheduling.gang`` the pods' gang labels and annotations (Kueue) or a PodGroup (Volcano).
 """
 
 from __future__ import annotations
@@ -32,6 +33,23 @@ CACHE_DIR = "/var/cache/hacrl"  # HF, torch and triton caches (root filesystem i
 # The only keys ever read from `spec.store.credentialsSecret` (by reference, never copied).
 CREDENTIAL_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 
+# Gang scheduling with the cluster's own schedulers (spec.scheduling.gang).
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+KUEUE_GROUP_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
+VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
+VOLCANO_SCHEDULER = "volcano"
+VOLCANO_API = "scheduling.volcano.sh/v1beta1"
+
+# What cluster autoscalers read before evicting a pod to remove its node: Cluster Autoscaler and
+# Karpenter. On both roles by default: an evicted learner loses the steps since its checkpoint,
+# and an evicted rollout pod stalls every learner of the experiment (they wait for each agent's
+# rollouts of the step) for a model load. podTemplate.<role>.metadata.annotations may override them.
+NO_AUTOSCALER_EVICTION = {
+    "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
+    "karpenter.sh/do-not-disrupt": "true",
+}
+
 
 def configmap_name(experiment: str) -> str:
     return f"{experiment}-spec"
@@ -43,6 +61,62 @@ def pod_name(experiment: str, agent: str, role: str) -> str:
     agent `b-c` would both need pod `a-b-c-learner`."""
     digest = base64.b32encode(hashlib.sha256(f"{experiment}/{agent}".encode()).digest()).decode().lower()
     return f"{experiment}-{agent}-{role}-{digest[:5]}"
+
+
+def replacement_pod_name(name: str) -> str:
+    """The other name of a pod: used while a pod being deleted still holds the usual one (e.g. a
+    Kueue finalizer, which stays until the replacement exists); the two names alternate."""
+    return name.removesuffix("-r") if name.endswith("-r") else f"{name}-r"
+
+
+def pod_count(experiment: Experiment) -> int:
+    """The experiment's pods: one per role per agent (the gang's size)."""
+    return len(experiment.spec.agents) * len(ROLES)
+
+
+def gang_name(experiment: str, uid: str | None) -> str:
+    """The Kueue pod group (and so Workload) or Volcano PodGroup of the experiment: its name and
+    the start of its uid, so that an experiment deleted and created again under the same name
+    never joins the old gang while that is still being garbage-collected."""
+    return f"{experiment}-{uid.replace('-', '')[:8]}" if uid else experiment
+
+
+def gang_metadata(experiment: Experiment, uid: str | None) -> tuple[dict[str, str], dict[str, str]]:
+    """The (labels, annotations) that put a pod into the experiment's gang; none without one."""
+    scheduling = experiment.spec.scheduling
+    group = gang_name(experiment.name, uid)
+    if scheduling.gang == "kueue":
+        labels = {KUEUE_QUEUE_LABEL: str(scheduling.queue_name), KUEUE_GROUP_LABEL: group}
+        return labels, {KUEUE_GROUP_COUNT_ANNOTATION: str(pod_count(experiment))}
+    if scheduling.gang == "volcano":
+        return {}, {VOLCANO_GROUP_ANNOTATION: group}
+    return {}, {}
+
+
+def build_pod_group(experiment: Experiment, owner: dict[str, Any]) -> dict[str, Any] | None:
+    """The Volcano PodGroup of the experiment (gang volcano), else None: every pod or none.
+
+    minMember is the pod count; the queue is ``scheduling.queueName`` (Volcano's ``default``
+    queue when absent); owned by the experiment, so it goes when the experiment goes."""
+    scheduling = experiment.spec.scheduling
+    if scheduling.gang != "volcano":
+        return None
+    spec: dict[str, Any] = {"minMember": pod_count(experiment)}
+    if scheduling.queue_name:
+        spec["queue"] = scheduling.queue_name
+    if scheduling.priority_class_name:
+        spec["priorityClassName"] = scheduling.priority_class_name
+    return {
+        "apiVersion": VOLCANO_API,
+        "kind": "PodGroup",
+        "metadata": {
+            "name": gang_name(experiment.name, owner["metadata"].get("uid")),
+            "namespace": owner["metadata"]["namespace"],
+            "labels": experiment_labels(experiment.name),
+            "ownerReferences": [owner_reference(owner)],
+        },
+        "spec": spec,
+    }
 
 
 def experiment_labels(experiment: str) -> dict[str, str]:
@@ -174,9 +248,10 @@ def worker_env(experiment: Experiment, agent: str, role: str, uid: str | None = 
 
 
 def build_pod(
-    experiment: Experiment, agent: str, role: str, owner: dict[str, Any], config: OperatorConfig
+    experiment: Experiment, agent: str, role: str, owner: dict[str, Any], config: OperatorConfig, name: str | None = None,
 ) -> dict[str, Any]:
-    """The Pod of ``role`` ("rollout" or "learner") of ``agent``.
+    """The Pod of ``role`` ("rollout" or "learner") of ``agent``, named ``pod_name`` unless ``name``
+    says otherwise (``replacement_pod_name``).
 
     Restarts are the operator's (``restartPolicy: Never``): a failed worker shows up as a Failed
     pod, which the operator replaces and counts against ``spec.restartLimit``.
@@ -185,7 +260,7 @@ def build_pod(
         raise ValueError(f"role must be one of {ROLES}, got {role!r}")
     spec = experiment.spec
     agent_spec = spec.agent(agent)
-    name = experiment.name
+    pod_name_override, name = name, experiment.name
     port = spec.metrics.port
     image = getattr(spec.images, role) or getattr(config, f"{role}_image")
 
@@ -258,18 +333,20 @@ def build_pod(
     if override:
         pod_spec = merge_pod_spec(pod_spec, override)
     lock_down(pod_spec, config.run_as_user)  # whatever the override said, sidecars included
+    gang_labels, gang_annotations = gang_metadata(experiment, owner["metadata"].get("uid"))
+    if scheduling.gang == "volcano":  # every pod of the gang, whatever a podTemplate said
+        pod_spec["schedulerName"] = VOLCANO_SCHEDULER
 
-    # The user's labels and annotations (e.g. a scheduler's queue), under the operator's own: the
-    # labels the operator, its NetworkPolicy and the PodMonitor select by cannot be changed.
+    # The user's labels and annotations (e.g. a priority class of their scheduler) over the
+    # defaults (autoscaler eviction), under the operator's own: the labels the operator, its
+    # NetworkPolicy and the PodMonitor select by, and the gang's, cannot be changed.
     metadata: dict[str, Any] = {
-        "name": pod_name(name, agent, role),
+        "name": pod_name_override or pod_name(name, agent, role),
         "namespace": owner["metadata"]["namespace"],
-        "labels": {**(extra.get("labels") or {}), **pod_labels(name, agent, role)},
+        "labels": {**(extra.get("labels") or {}), **gang_labels, **pod_labels(name, agent, role)},
         "ownerReferences": [owner_reference(owner)],
     }
-    annotations = {**(extra.get("annotations") or {}), **annotations}
-    if annotations:
-        metadata["annotations"] = annotations
+    metadata["annotations"] = {**NO_AUTOSCALER_EVICTION, **(extra.get("annotations") or {}), **gang_annotations, **annotations}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
 
 

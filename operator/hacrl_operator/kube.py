@@ -92,12 +92,18 @@ class Kube:
         listing = self.request("GET", f"/api/v1/namespaces/{namespace}/pods", query={"labelSelector": label_selector}) or {}
         return list(listing.get("items") or [])
 
+    @staticmethod
+    def collection_path(api_version: str, kind: str, namespace: str) -> str:
+        """The path of the namespaced collection of ``kind`` (one of the kinds the operator creates)."""
+        plural = {"Pod": "pods", "ConfigMap": "configmaps", "PodGroup": "podgroups"}[kind]
+        root = f"/apis/{api_version}" if "/" in api_version else f"/api/{api_version}"
+        return f"{root}/namespaces/{namespace}/{plural}"
+
     def create(self, manifest: dict[str, Any]) -> bool:
-        """Create a core/v1 object; False if it exists already (idempotent)."""
-        namespace = manifest["metadata"]["namespace"]
-        plural = {"Pod": "pods", "ConfigMap": "configmaps"}[manifest["kind"]]
+        """Create a namespaced object; False if it exists already (idempotent)."""
+        path = self.collection_path(manifest.get("apiVersion", "v1"), manifest["kind"], manifest["metadata"]["namespace"])
         try:
-            self.request("POST", f"/api/v1/namespaces/{namespace}/{plural}", body=manifest)
+            self.request("POST", path, body=manifest)
         except KubeError as error:
             if error.status == 409:
                 return False
@@ -124,6 +130,17 @@ class Kube:
 
     def delete_pod(self, namespace: str, name: str) -> bool:
         return self.delete(f"/api/v1/namespaces/{namespace}/pods/{name}")
+
+    def get_object(self, manifest: dict[str, Any]) -> dict[str, Any] | None:
+        """The stored object of ``manifest``'s kind, namespace and name, or None."""
+        metadata = manifest["metadata"]
+        return self.get(self.collection_path(manifest.get("apiVersion", "v1"), manifest["kind"], metadata["namespace"]) + f"/{metadata['name']}")
+
+    def patch_spec(self, manifest: dict[str, Any]) -> None:
+        """Merge-patch the stored object's spec to ``manifest``'s."""
+        metadata = manifest["metadata"]
+        path = self.collection_path(manifest.get("apiVersion", "v1"), manifest["kind"], metadata["namespace"]) + f"/{metadata['name']}"
+        self.request("PATCH", path, body={"spec": manifest["spec"]}, content_type=MERGE_PATCH)
 
     def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.get(f"/api/v1/namespaces/{namespace}/configmaps/{name}")

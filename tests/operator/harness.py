@@ -68,6 +68,8 @@ CORE_RESOURCES = {
     "v1/events": dict(kind="Event", singular="event", namespaced=True, shortnames={"ev"}),
     "v1/secrets": dict(kind="Secret", singular="secret", namespaced=True),
     "v1/namespaces": dict(kind="Namespace", singular="namespace", namespaced=False, shortnames={"ns"}, subresources={"status"}),
+    # Volcano's PodGroup (spec.scheduling.gang volcano), as if Volcano's CRDs were installed.
+    "scheduling.volcano.sh/v1beta1/podgroups": dict(kind="PodGroup", singular="podgroup", namespaced=True, shortnames={"pg"}),
     "apiextensions.k8s.io/v1/customresourcedefinitions": dict(
         kind="CustomResourceDefinition", singular="customresourcedefinition", namespaced=False, shortnames={"crd", "crds"}
     ),

@@ -135,15 +135,69 @@ def test_pod_runs_the_worker_with_labels_owner_security_and_metrics(role: str) -
     assert volumes[mounts["/etc/hacrl"]]["configMap"]["name"] == "quickstart-spec"
     assert "emptyDir" in volumes[mounts["/tmp"]] and "emptyDir" in volumes[mounts["/var/cache/hacrl"]]
     assert c["ports"] == [{"name": "metrics", "containerPort": 9400, "protocol": "TCP"}]
-    assert pod["metadata"]["annotations"] == {"prometheus.io/scrape": "true", "prometheus.io/port": "9400", "prometheus.io/path": "/metrics"}
+    assert pod["metadata"]["annotations"] == {"prometheus.io/scrape": "true", "prometheus.io/port": "9400", "prometheus.io/path": "/metrics",
+                                              **builders.NO_AUTOSCALER_EVICTION}
     assert env(pod)["HACRL_METRICS_BIND"]["value"] == "0.0.0.0" and env(pod)["HACRL_METRICS_PORT"]["value"] == "9400"
     assert "resources" not in c and "AWS_ACCESS_KEY_ID" not in env(pod) and "HACRL_S3_ENDPOINT" not in env(pod)
 
 
 def test_metrics_port_zero_declares_no_port() -> None:
     pod = builders.build_pod(experiment(metrics={"port": 0}), "qwen-bpe", "learner", OWNER, CONFIG)
-    assert "ports" not in container(pod) and "annotations" not in pod["metadata"]
+    assert "ports" not in container(pod) and pod["metadata"]["annotations"] == builders.NO_AUTOSCALER_EVICTION
     assert env(pod)["HACRL_METRICS_PORT"]["value"] == "0"
+
+
+@pytest.mark.parametrize("role", builders.ROLES)
+def test_pods_ask_autoscalers_not_to_evict_them_unless_the_template_says_so(role: str) -> None:
+    pod = builders.build_pod(experiment(), "qwen-bpe", role, OWNER, CONFIG)
+    annotations = pod["metadata"]["annotations"]
+    assert annotations["cluster-autoscaler.kubernetes.io/safe-to-evict"] == "false" and annotations["karpenter.sh/do-not-disrupt"] == "true"
+    exp = experiment()
+    setattr(exp.spec.agents[1].pod_template, role, {"metadata": {"annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "true"}}})
+    overridden = builders.build_pod(exp, "qwen-bpe", role, OWNER, CONFIG)["metadata"]["annotations"]
+    assert overridden["cluster-autoscaler.kubernetes.io/safe-to-evict"] == "true"
+
+
+def test_no_gang_by_default() -> None:
+    exp = experiment()
+    for agent in ("llama-char", "qwen-bpe"):
+        for role in builders.ROLES:
+            pod = builders.build_pod(exp, agent, role, OWNER, CONFIG)
+            keys = set(pod["metadata"]["labels"]) | set(pod["metadata"]["annotations"])
+            assert not [k for k in keys if k.startswith(("kueue.x-k8s.io/", "scheduling.k8s.io/", "scheduling.volcano.sh/"))]
+            assert "schedulerName" not in pod["spec"]
+    assert builders.build_pod_group(exp, OWNER) is None
+
+
+def test_kueue_gang_labels_every_pod_into_one_group_of_all_pods() -> None:
+    exp = experiment(scheduling={"gang": "kueue", "queueName": "team-a"})
+    pods = [builders.build_pod(exp, a, r, OWNER, CONFIG) for a in ("llama-char", "qwen-bpe") for r in builders.ROLES]
+    for pod in pods:
+        labels, annotations = pod["metadata"]["labels"], pod["metadata"]["annotations"]
+        assert labels["kueue.x-k8s.io/queue-name"] == "team-a"
+        assert labels["kueue.x-k8s.io/pod-group-name"] == builders.gang_name("quickstart", "u-1") == "quickstart-u1"
+        assert annotations["kueue.x-k8s.io/pod-group-total-count"] == "4"
+        assert "schedulerName" not in pod["spec"] and VOLCANO_KEY not in annotations
+    assert builders.build_pod_group(exp, OWNER) is None
+
+
+VOLCANO_KEY = "scheduling.k8s.io/group-name"
+
+
+def test_volcano_gang_is_a_pod_group_of_all_pods_and_its_annotation() -> None:
+    exp = experiment(scheduling={"gang": "volcano", "queueName": "research", "priorityClassName": "high"})
+    exp.spec.agents[0].pod_template.learner = {"schedulerName": "default-scheduler"}
+    group = builders.build_pod_group(exp, OWNER)
+    assert group["apiVersion"] == "scheduling.volcano.sh/v1beta1" and group["kind"] == "PodGroup"
+    assert group["metadata"]["name"] == "quickstart-u1" and group["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    assert group["spec"] == {"minMember": 4, "queue": "research", "priorityClassName": "high"}
+    for agent in ("llama-char", "qwen-bpe"):
+        for role in builders.ROLES:
+            pod = builders.build_pod(exp, agent, role, OWNER, CONFIG)
+            assert pod["metadata"]["annotations"][VOLCANO_KEY] == "quickstart-u1"
+            assert pod["spec"]["schedulerName"] == "volcano"  # every pod of the gang, whatever a podTemplate said
+            assert not [k for k in pod["metadata"]["labels"] if k.startswith("kueue.x-k8s.io/")]
+    assert "queue" not in builders.build_pod_group(experiment(scheduling={"gang": "volcano"}), OWNER)["spec"]
 
 
 def test_store_settings_and_credentials_by_reference_only() -> None:

@@ -7,6 +7,7 @@ and play the learner by writing `progress/<agent>.json` heartbeats to a file:// 
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import json
 import time
 import urllib.request
@@ -292,11 +293,40 @@ def test_pod_waiting_reasons_become_conditions_and_warnings(cluster: EmulatedClu
     assert pod_name("quickstart", "qwen-bpe", "rollout") in condition(status, "Ready")["message"]
     assert agent(status, "qwen-bpe")["rolloutPod"] == "ImagePullBackOff"
     cluster.set_pod_phase(pod_name("quickstart", "qwen-bpe", "rollout"), NS, "Pending", containerStatuses=None, conditions=[
-        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes have nvidia.com/gpu"}
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes have nvidia.com/gpu",
+         "lastTransitionTime": ago(3600)}  # past spec.scheduling.pendingTimeoutSeconds (600)
     ])
     wait_for(lambda: condition(status_of(cluster), "Ready").get("reason") == "Unschedulable", what="Unschedulable")
     warnings = {e["reason"] for e in cluster.get("events", namespace=NS) if e["type"] == "Warning"}
     assert {"ImagePullBackOff", "Unschedulable"} <= warnings
+
+
+def ago(seconds: float) -> str:
+    return (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_a_pod_pending_beyond_the_timeout_is_a_condition_and_one_warning(cluster: EmulatedCluster, op: OperatorHandle) -> None:
+    start_running(cluster, quickstart(scheduling={"pendingTimeoutSeconds": 60}))
+    waiting = pod_name("quickstart", "qwen-bpe", "learner")
+    unschedulable = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                     "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}
+    cluster.set_pod_phase(waiting, NS, "Pending", conditions=[{**unschedulable, "lastTransitionTime": ago(5)}])
+    ready = wait_for(lambda: condition(status_of(cluster), "Ready").get("reason") == "PodsPending" and condition(status_of(cluster), "Ready"),
+                     what="PodsPending within the timeout")
+    assert "waiting to be scheduled" in ready["message"] and "pendingTimeoutSeconds 60" in ready["message"]
+    assert "Unschedulable" not in {e["reason"] for e in cluster.get("events", namespace=NS) if e["type"] == "Warning"}
+
+    cluster.set_pod_phase(waiting, NS, "Pending", conditions=[{**unschedulable, "lastTransitionTime": ago(120)}])
+    status = wait_for(lambda: condition(status_of(cluster), "Ready").get("reason") == "Unschedulable" and status_of(cluster),
+                      what="Unschedulable past the timeout")
+    message = condition(status, "Ready")["message"]
+    assert waiting in message and "spec.scheduling.pendingTimeoutSeconds 60" in message and "3 Insufficient nvidia.com/gpu" in message
+    assert status["phase"] == "Running" and agent(status, "qwen-bpe")["learnerPod"] == "Unschedulable"
+    # Later reconciles (one sees the rollout pod stop running) post no second Warning.
+    cluster.set_pod_phase(pod_name("quickstart", "llama-char", "rollout"), NS, "Pending", conditions=[{**unschedulable, "lastTransitionTime": ago(1)}])
+    wait_for(lambda: agent(status_of(cluster), "llama-char").get("rolloutPod") == "Pending", what="a later reconcile")
+    warnings = [e for e in cluster.get("events", namespace=NS) if e["type"] == "Warning" and e["reason"] == "Unschedulable"]
+    assert len(warnings) == 1 and "3 Insufficient nvidia.com/gpu" in warnings[0]["message"]
 
 
 def test_invalid_spec_fails_with_the_field_path_then_recovers_when_fixed(cluster: EmulatedCluster, op: OperatorHandle) -> None:
@@ -409,6 +439,60 @@ def test_pod_names_are_injective_and_a_name_taken_by_something_else_is_a_conditi
     assert not cluster.get("pods", squatter, NS)["metadata"].get("ownerReferences")  # left alone
 
 
+GANG_KEYS = ("kueue.x-k8s.io/", "scheduling.k8s.io/group-name")
+
+
+def gang_keys(pod: dict[str, Any]) -> set[str]:
+    metadata = pod["metadata"]
+    return {k for k in {**metadata.get("labels", {}), **metadata.get("annotations", {})} if k.startswith(GANG_KEYS)}
+
+
+def test_gang_scheduling_with_kueue_labels_or_a_volcano_pod_group_and_none_by_default(cluster: EmulatedCluster, op: OperatorHandle) -> None:
+    create_namespace(cluster)
+    for name, scheduling in (("plain", {}), ("kq", {"gang": "kueue", "queueName": "team-a"}), ("vq", {"gang": "volcano", "queueName": "research"})):
+        apply(cluster, {**quickstart(scheduling=scheduling), "metadata": {"name": name}})
+    pods = {name: wait_for(lambda name=name: len(pods_of(cluster, name)) == 4 and pods_of(cluster, name), what=f"4 pods of {name}")
+            for name in ("plain", "kq", "vq")}
+    uids = {name: cluster.get("hx", name, NS)["metadata"]["uid"] for name in pods}
+
+    for pod in pods["plain"].values():  # nothing of either by default
+        assert not gang_keys(pod) and "schedulerName" not in pod["spec"]
+        assert pod["metadata"]["annotations"]["cluster-autoscaler.kubernetes.io/safe-to-evict"] == "false"
+    group = f"kq-{uids['kq'].replace('-', '')[:8]}"
+    for pod in pods["kq"].values():
+        labels, annotations = pod["metadata"]["labels"], pod["metadata"]["annotations"]
+        assert (labels["kueue.x-k8s.io/queue-name"], labels["kueue.x-k8s.io/pod-group-name"]) == ("team-a", group)
+        assert annotations["kueue.x-k8s.io/pod-group-total-count"] == "4" and "scheduling.k8s.io/group-name" not in annotations
+    group = f"vq-{uids['vq'].replace('-', '')[:8]}"
+    for pod in pods["vq"].values():
+        assert gang_keys(pod) == {"scheduling.k8s.io/group-name"} and pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == group
+        assert pod["spec"]["schedulerName"] == "volcano"
+
+    (podgroup,) = wait_for(lambda: cluster.get("podgroups", namespace=NS), what="the Volcano PodGroup")  # kubectl, through discovery
+    assert podgroup["metadata"]["name"] == group and podgroup["spec"] == {"minMember": 4, "queue": "research"}
+    assert podgroup["metadata"]["ownerReferences"][0]["uid"] == uids["vq"]
+    assert ("create", "scheduling.volcano.sh", "podgroups") in cluster.emulator.access  # and granted: checked when the operator stops
+    assert "PodGroupCreated" in event_reasons(cluster)
+
+
+def test_with_kueue_a_failed_pod_held_by_its_finalizer_is_replaced_under_the_other_name(cluster: EmulatedCluster, op: OperatorHandle) -> None:
+    """Kueue keeps its finalizer on a failed pod of a group until a replacement exists: waiting for
+    the old pod to go before creating one of the same name would wait forever."""
+    pods = start_running(cluster, quickstart(scheduling={"gang": "kueue", "queueName": "team-a"}, restartLimit=1))
+    failing = pod_name("quickstart", "llama-char", "learner")
+    cluster.kubectl("patch", "pod", failing, "-n", NS, "--type=merge", "-p", json.dumps({"metadata": {"finalizers": ["kueue.x-k8s.io/managed"]}}))
+    cluster.set_pod_phase(failing, NS, "Failed", containerStatuses=[
+        {"name": "learner", "ready": False, "restartCount": 0, "image": "x", "imageID": "", "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}])
+    replacement = wait_for(lambda: pods_of(cluster).get(failing + "-r"), what="the replacement under the other name")
+    assert replacement["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] == pods[failing]["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"]
+    assert pods_of(cluster)[failing]["metadata"].get("deletionTimestamp")  # still held
+    status = wait_for(lambda: agent(status_of(cluster), "llama-char").get("restarts") == 1 and status_of(cluster), what="one restart")
+    cluster.set_pod_phase(failing + "-r", NS, "Running")
+    wait_for(lambda: condition(status_of(cluster), "Ready").get("reason") == "AllPodsRunning", what="the replacement counted as the agent's pod")
+    assert agent(status_of(cluster), "llama-char")["restarts"] == 1 and status["phase"] == "Running"
+    cluster.kubectl("patch", "pod", failing, "-n", NS, "--type=merge", "-p", json.dumps({"metadata": {"finalizers": None}}))  # Kueue lets go
+
+
 def test_every_request_the_operator_makes_is_granted_by_the_rbac_the_chart_renders(cluster: EmulatedCluster, op: OperatorHandle) -> None:
     """The emulator records (verb, group, resource) of every request not sent by kubectl, and every
     operator test ends by checking them against hacrl_operator.rbac (= the chart's rules,
@@ -467,6 +551,30 @@ def test_failed_pod_recreated_for_its_agent_only_up_to_the_restart_limit(cluster
     assert agent(status, "llama-char")["restarts"] == 2
     # cleanup.onFailure defaults to keep: the failed pod stays for its logs.
     assert pods_of(cluster)[pod_name("quickstart", "llama-char", "rollout")]["status"]["phase"] == "Failed"
+
+
+def test_an_evicted_pod_is_recreated_without_consuming_a_restart(cluster: EmulatedCluster, op: OperatorHandle) -> None:
+    pods = start_running(cluster, quickstart(restartLimit=0))  # any counted restart would fail the experiment
+    evicted = pod_name("quickstart", "llama-char", "learner")
+    uid = pods[evicted]["metadata"]["uid"]
+    cluster.set_pod_phase(evicted, NS, "Failed", reason="Evicted", message="The node was low on resource: memory.")
+    wait_for(lambda: (pods_of(cluster).get(evicted) or {}).get("metadata", {}).get("uid") not in (None, uid), what="evicted pod recreated")
+    status = status_of(cluster)
+    assert status["phase"] != "Failed" and [agent(status, a)["restarts"] for a in AGENTS] == [0, 0]
+    disrupted = [e for e in cluster.get("events", namespace=NS) if e["reason"] == "PodDisrupted"]
+    assert disrupted and "Evicted" in disrupted[0]["message"] and "not counted against restartLimit" in disrupted[0]["message"]
+    assert not {"PodFailed", "PodLost", "Failed"} & set(event_reasons(cluster))
+
+    # Preempted by the scheduler (announced by DisruptionTarget, then deleted): recreated, not counted either.
+    preempted = pod_name("quickstart", "qwen-bpe", "rollout")
+    uid = pods_of(cluster)[preempted]["metadata"]["uid"]
+    cluster.set_pod_phase(preempted, NS, "Running", conditions=[
+        {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler", "message": "preempted by a higher-priority pod"}])
+    wait_for(lambda: agent(status_of(cluster), "qwen-bpe").get("rolloutPod") == "Disrupted", what="the pod recorded as disrupted")
+    cluster.kubectl("delete", "pod", preempted, "-n", NS, "--wait=false")
+    wait_for(lambda: (pods_of(cluster).get(preempted) or {}).get("metadata", {}).get("uid") not in (None, uid), what="preempted pod recreated")
+    status = status_of(cluster)
+    assert status["phase"] != "Failed" and [agent(status, a)["restarts"] for a in AGENTS] == [0, 0]
 
 
 # -- 4. suspend / resume ----------------------------------------------------------------------

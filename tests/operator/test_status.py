@@ -32,7 +32,8 @@ def pod(agent: str, role: str, phase: str = "Running", *, waiting: str | None = 
         state = {"waiting": {"reason": waiting, "message": "detail"}} if waiting else {"terminated": terminated}
         status["containerStatuses"] = [{"name": role, "state": state}]
     if unschedulable:
-        status["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes"}]
+        status["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes",
+                                 "lastTransitionTime": "2026-01-01T11:00:00Z"}]  # an hour before NOW: past the timeout
     metadata: dict[str, Any] = {"name": pod_name("quickstart", agent, role), "labels": {"hacrl.io/agent": agent, "hacrl.io/role": role, "hacrl.io/experiment": "quickstart"}}
     if terminating:
         metadata["deletionTimestamp"] = "2026-01-01T00:00:00Z"
@@ -290,3 +291,178 @@ def test_a_few_skipped_rows_are_recorded_without_an_event(skipped: int, reason: 
     p = plan(status=running_status(), pods=all_pods(), progress={"llama-char": data_heartbeat(skipped=skipped)})
     assert (cond(p, "DataRowsSkipped").status, cond(p, "DataRowsSkipped").reason) == ("False", reason)
     assert not [e for e in p.events if "Skipped" in e.reason]
+
+
+# -- evictions and preemptions: recreated, never counted -----------------------------------------
+
+
+def with_status(manifest: dict[str, Any], **status: Any) -> dict[str, Any]:
+    manifest["status"].update(status)
+    return manifest
+
+
+LLAMA_LEARNER = pod_name("quickstart", "llama-char", "learner")
+
+
+def others() -> list[dict[str, Any]]:
+    return [p for p in all_pods() if p["metadata"]["name"] != LLAMA_LEARNER]
+
+
+@pytest.mark.parametrize("disrupted", [
+    with_status(pod("llama-char", "learner", "Failed"), reason="Evicted", message="The node was low on resource: memory."),
+    with_status(pod("llama-char", "learner", "Failed"), reason="Preempting", message="Preempted in order to admit critical pod"),
+    with_status(pod("llama-char", "learner", "Failed", terminated={"exitCode": 137, "reason": "Error"}),
+                conditions=[{"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet", "message": "node shutdown"}]),
+], ids=["evicted", "preempted-by-kubelet", "disruption-target"])
+def test_an_evicted_or_preempted_pod_is_recreated_without_counting_a_restart(disrupted: dict) -> None:
+    old = running_status()
+    old["agentProgress"][0]["restarts"] = 3  # the limit is spent: a real failure would fail the experiment
+    p = plan(status=old, pods=[disrupted] + others())
+    assert p.status.phase == "Running" and p.delete_pods == [LLAMA_LEARNER] and p.create_pods == [("llama-char", "learner")]
+    assert [a.restarts for a in p.status.agent_progress] == [3, 0] and p.status.agent_progress[0].learner_pod == "Disrupted"
+    assert [(e.type, e.reason) for e in p.events] == [("Normal", "PodDisrupted")]
+    assert "not counted against restartLimit" in p.events[0].message
+    # Gone the next time: created again, still not counted.
+    again = plan(status=p.status, pods=others())
+    assert again.create_pods == [("llama-char", "learner")] and [a.restarts for a in again.status.agent_progress] == [3, 0]
+
+
+@pytest.mark.parametrize("condition", ["DisruptionTarget", "TerminationTarget"])  # Kubernetes' preemption and drains; Kueue's
+def test_a_pod_announced_for_disruption_is_recreated_uncounted_once_gone(condition: str) -> None:
+    announced = with_status(pod("llama-char", "learner", terminating=True), conditions=[
+        {"type": condition, "status": "True", "reason": "PreemptionByScheduler", "message": "preempted by a higher priority pod"}])
+    p = plan(status=running_status(), pods=[announced] + others())
+    assert not p.create_pods and p.status.agent_progress[0].learner_pod == "Disrupted"
+    assert cond(p, "Ready").reason == "Restarting" and "PreemptionByScheduler" in cond(p, "Ready").message
+    gone = plan(status=p.status, pods=others())
+    assert gone.create_pods == [("llama-char", "learner")] and [a.restarts for a in gone.status.agent_progress] == [0, 0]
+    assert not [e for e in gone.events if e.reason == "PodLost"]
+
+
+def test_a_pod_that_vanished_unannounced_still_counts() -> None:
+    """Without a disruption reason or condition nothing tells an eviction from a deletion by hand."""
+    p = plan(status=running_status(), pods=others())
+    assert p.status.agent_progress[0].restarts == 1 and [e.reason for e in p.events if e.type == "Warning"] == ["PodLost"]
+
+
+# -- the pending timeout -------------------------------------------------------------------------
+
+
+def unscheduled(agent: str, role: str, since: str | None, **condition: Any) -> dict[str, Any]:
+    manifest = pod(agent, role, "Pending")
+    manifest["metadata"]["creationTimestamp"] = "2026-01-01T11:00:00Z"
+    if since is not None:
+        manifest["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "lastTransitionTime": since,
+                                             "reason": "Unschedulable", "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+                                             **condition}]
+    return manifest
+
+
+def test_a_pod_unscheduled_beyond_the_timeout_says_unschedulable_once() -> None:
+    pods = all_pods()[:3] + [unscheduled("qwen-bpe", "learner", "2026-01-01T11:58:00Z")]
+    waiting = plan(status=running_status(), pods=pods)  # 120 s of the default 600
+    ready = cond(waiting, "Ready")
+    assert (ready.status, ready.reason) == ("False", "PodsPending") and "waiting to be scheduled for 120s" in ready.message
+    assert not [e for e in waiting.events if e.type == "Warning"]
+    later = plan_reconcile(Observed(experiment=experiment(), status=waiting.status, pods=pods, now=NOW + dt.timedelta(seconds=481)))
+    ready = cond(later, "Ready")
+    assert (ready.status, ready.reason) == ("False", "Unschedulable")
+    assert "not scheduled for 601s (spec.scheduling.pendingTimeoutSeconds 600)" in ready.message
+    assert "3 Insufficient nvidia.com/gpu" in ready.message and later.status.agent_progress[1].learner_pod == "Unschedulable"
+    assert [(e.type, e.reason) for e in later.events] == [("Warning", "Unschedulable")]
+    again = plan_reconcile(Observed(experiment=experiment(), status=later.status, pods=pods, now=NOW + dt.timedelta(seconds=900)))
+    assert cond(again, "Ready").reason == "Unschedulable" and not again.events  # one Warning, not one per reconcile
+    assert later.status.phase == "Running" and not later.create_pods and not later.delete_pods  # it keeps waiting
+
+
+def test_pending_timeout_zero_reports_at_once_and_gangs_say_where_to_look() -> None:
+    exp = experiment(scheduling={"gang": "kueue", "queueName": "team-a", "pendingTimeoutSeconds": 0})
+    gated = unscheduled("qwen-bpe", "learner", "2026-01-01T12:00:00Z", reason="SchedulingGated",
+                        message="Scheduling is blocked due to non-empty scheduling gates")
+    p = plan(exp=exp, status=running_status(), pods=all_pods()[:3] + [gated])
+    ready = cond(p, "Ready")
+    assert ready.reason == "Unschedulable" and "SchedulingGated" not in (ready.reason,)
+    assert "scheduling gates" in ready.message and "kubectl get workloads" in ready.message and "LocalQueue team-a" in ready.message
+
+
+def test_a_pod_no_scheduler_picks_up_times_out_from_its_creation() -> None:
+    """schedulerName volcano without Volcano installed: no PodScheduled condition ever appears."""
+    exp = experiment(scheduling={"gang": "volcano"})
+    lost = unscheduled("qwen-bpe", "learner", None)
+    lost["spec"] = {"schedulerName": "volcano"}
+    p = plan(exp=exp, status=running_status(), pods=all_pods()[:3] + [lost])
+    ready = cond(p, "Ready")
+    assert ready.reason == "Unschedulable" and "not scheduled for 3600s" in ready.message
+    assert "no scheduler has placed it yet (schedulerName volcano)" in ready.message and "kubectl describe podgroups" in ready.message
+
+
+def test_a_scheduled_pod_waiting_for_its_image_is_not_unschedulable() -> None:
+    pulling = pod("qwen-bpe", "learner", "Pending", waiting="ImagePullBackOff")
+    pulling["metadata"]["creationTimestamp"] = "2026-01-01T11:00:00Z"
+    assert cond(plan(status=running_status(), pods=all_pods()[:3] + [pulling]), "Ready").reason == "ImagePullBackOff"
+
+
+def test_only_gang_volcano_ensures_a_pod_group() -> None:
+    assert not plan().ensure_pod_group
+    assert not plan(exp=experiment(scheduling={"gang": "kueue", "queueName": "q"})).ensure_pod_group
+    assert plan(exp=experiment(scheduling={"gang": "volcano"})).ensure_pod_group
+    assert not plan(exp=experiment(scheduling={"gang": "volcano"}, suspend=True), status=running_status()).ensure_pod_group
+
+
+# -- pods held by a finalizer (Kueue keeps its own on a pod of a group until it is replaced) ------
+
+
+def held(manifest: dict[str, Any], name: str | None = None) -> dict[str, Any]:
+    manifest["metadata"]["deletionTimestamp"] = "2026-01-01T11:59:00Z"
+    manifest["metadata"]["finalizers"] = ["kueue.x-k8s.io/managed"]
+    if name:
+        manifest["metadata"]["name"] = name
+    return manifest
+
+
+def test_a_failed_pod_held_by_a_finalizer_is_replaced_under_the_other_name_uncounted() -> None:
+    old = running_status()
+    old["agentProgress"][0]["restarts"] = 1
+    old["agentProgress"][0]["learnerPod"] = "Restarting"  # deleted by the operator after its failure, counted then
+    p = plan(status=old, pods=others() + [held(pod("llama-char", "learner", "Failed"))])
+    assert p.create_pods == [("llama-char", "learner")] and p.pod_names == {("llama-char", "learner"): LLAMA_LEARNER + "-r"}
+    assert p.status.agent_progress[0].restarts == 1 and not p.delete_pods
+    # The replacement runs while the old object is still held: it is the agent's pod; nothing more to do.
+    replacement = pod("llama-char", "learner", "Running")
+    replacement["metadata"]["name"] = LLAMA_LEARNER + "-r"
+    settled = plan(status=p.status, pods=others() + [held(pod("llama-char", "learner", "Failed")), replacement])
+    assert not settled.create_pods and not settled.delete_pods and cond(settled, "Ready").reason == "AllPodsRunning"
+    # Its own replacement, later, takes the usual name again once that is free.
+    assert build_name("llama-char", "learner", held_names=[LLAMA_LEARNER + "-r"]) == LLAMA_LEARNER
+
+
+def build_name(agent: str, role: str, held_names: list[str]) -> str | None:
+    pods = [held(pod(agent, role, "Failed"), name) for name in held_names]
+    status = running_status()
+    status["agentProgress"][AGENTS.index(agent)][f"{role}Pod"] = "Restarting"
+    p = plan(status=status, pods=[x for x in all_pods() if x["metadata"]["name"] != pod_name("quickstart", agent, role)] + pods)
+    if (agent, role) not in p.create_pods:
+        return None
+    return p.pod_names.get((agent, role), pod_name("quickstart", agent, role))
+
+
+def test_while_both_names_are_held_the_replacement_waits() -> None:
+    assert build_name("llama-char", "learner", held_names=[LLAMA_LEARNER, LLAMA_LEARNER + "-r"]) is None
+
+
+def test_kueue_preempting_the_group_recreates_every_pod_uncounted() -> None:
+    """Kueue stops a preempted group: TerminationTarget on each pod, then deletes them; its
+    finalizer holds them until replacements exist, which wait for admission again."""
+    stopped = [held(with_status(x, phase="Failed", conditions=[
+        {"type": "TerminationTarget", "status": "True", "reason": "WorkloadEvictedDueToPreempted", "message": "Preempted to accommodate a workload"}]))
+        for x in all_pods()]
+    p = plan(exp=experiment(scheduling={"gang": "kueue", "queueName": "team-a"}), status=running_status(), pods=stopped)
+    assert sorted(p.create_pods) == sorted((a, r) for a in AGENTS for r in ("rollout", "learner"))
+    assert sorted(p.pod_names.values()) == sorted(pod_name("quickstart", a, r) + "-r" for a in AGENTS for r in ("rollout", "learner"))
+    assert [a.restarts for a in p.status.agent_progress] == [0, 0] and not [e for e in p.events if e.reason == "PodLost"]
+
+
+def test_a_terminating_pod_whose_containers_still_run_is_waited_for() -> None:
+    """A replacement never runs next to the pod it replaces."""
+    p = plan(status=running_status(), pods=others() + [held(pod("llama-char", "learner", "Running"))])
+    assert not p.create_pods and p.status.agent_progress[0].learner_pod == "Terminating"

@@ -96,11 +96,24 @@ def test_the_quickstart_passes_every_rule() -> None:
     ("hacpo-alone", changed("spec.agents", QUICKSTART["spec"]["agents"][:1]), "need at least 2 agents"),
     ("name-upper-case", changed("metadata.name", "Quick_Start"), "metadata.name must be a DNS label"),
     ("name-too-long", changed("metadata.name", "q" * 41), "metadata.name must be a DNS label"),
+    ("queue-without-gang", changed("spec.scheduling", {"queueName": "team-a"}), "set scheduling.gang to kueue or volcano"),
+    ("kueue-without-queue", changed("spec.scheduling", {"gang": "kueue"}), "scheduling.gang kueue needs scheduling.queueName"),
+    ("volcano-other-scheduler", changed("spec.scheduling", {"gang": "volcano", "schedulerName": "my-scheduler"}),
+     "scheduling.gang volcano schedules the pods with schedulerName volcano"),
 ])
 def test_cross_field_rules_refuse_what_the_spec_refuses(case: str, document: dict[str, Any], message: str) -> None:
     found = violations(document)
     assert any(message in m for m in found), found
     assert python_refuses(document), f"{case}: the CRD refuses what `hacrl validate` accepts"
+
+
+@pytest.mark.parametrize("scheduling", [
+    {"gang": "kueue", "queueName": "team-a"}, {"gang": "volcano"}, {"gang": "volcano", "queueName": "research", "schedulerName": "volcano"},
+    {"gang": "none", "pendingTimeoutSeconds": 0},
+])
+def test_gang_settings_both_accept(scheduling: dict[str, Any]) -> None:
+    document = changed("spec.scheduling", scheduling)
+    assert violations(document) == [] and not python_refuses(document)
 
 
 def test_a_single_isolated_agent_is_fine() -> None:

@@ -81,6 +81,12 @@ BAD_SPECS = [
     ("spec.agents.0.learner", {"backend": "deepspeed", "zeroStage": 4}, "spec.agents[0].learner.zeroStage", "0, 1, 2 or 3"),
     ("spec.agents.0.learner", {"zeroStage": 2}, "spec.agents[0].learner.zeroStage", "applies to backend 'deepspeed' only"),
     ("spec.agents.0.rollout", {"tensorParallelSize": 2}, "spec.agents[0].rollout.tensorParallelSize", "applies to engine 'vllm' only"),
+    ("spec.scheduling", {"queueName": "team-a"}, "spec.scheduling.queueName", "set scheduling.gang to kueue or volcano"),
+    ("spec.scheduling", {"gang": "kueue"}, "spec.scheduling.queueName", "gang kueue needs scheduling.queueName"),
+    ("spec.scheduling", {"gang": "slurm"}, "spec.scheduling.gang", "'none', 'kueue' or 'volcano'"),
+    ("spec.scheduling", {"gang": "volcano", "schedulerName": "mine"}, "spec.scheduling.schedulerName", "remove scheduling.schedulerName"),
+    ("spec.scheduling", {"gang": "kueue", "queueName": "Team A"}, "spec.scheduling.queueName", "is not a queue name"),
+    ("spec.scheduling", {"pendingTimeoutSeconds": -1}, "spec.scheduling.pendingTimeoutSeconds", "greater than or equal to 0"),
     ("metadata.name", "My Experiment", "metadata.name", "not a valid experiment name"),
     ("kind", "RayJob", "kind", "'HACRLExperiment'"),
 ]

@@ -124,6 +124,9 @@ tests/chart/test_rbac.py fails when these and RULES differ in either direction.
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch"]
+- apiGroups: ["scheduling.volcano.sh"]
+  resources: ["podgroups"]
+  verbs: ["get", "create", "patch"]
 {{- end }}
 
 {{- define "hacrl-operator.clusterRules" -}}

@@ -124,7 +124,12 @@ class Reconciler:
             self.execute(plan, experiment, body)
         patch = status_patch(stored, plan.status)
         if patch:
-            kube.patch_experiment_status(namespace, name, patch)
+            try:
+                kube.patch_experiment_status(namespace, name, patch)
+            except KubeError as error:
+                if error.status == 404:  # deleted since it was read (a race the periodic reconcile can lose)
+                    return Outcome("gone")
+                raise
         for event in plan.events:
             self.post_event(body, event)
         phase = plan.status.phase
@@ -211,11 +216,13 @@ class Reconciler:
         namespace = body["metadata"]["namespace"]
         if plan.ensure_configmap:
             self.ensure_configmap(experiment, body, plan)
+        if plan.ensure_pod_group:
+            self.ensure_pod_group(experiment, body, plan)
         for pod in plan.delete_pods:
             kube.delete_pod(namespace, pod)
         created: list[str] = []
         for agent, role in plan.create_pods:
-            manifest = builders.build_pod(experiment, agent, role, body, self.config)
+            manifest = builders.build_pod(experiment, agent, role, body, self.config, plan.pod_names.get((agent, role)))
             name = manifest["metadata"]["name"]
             try:
                 if kube.create(manifest):
@@ -277,6 +284,31 @@ class Reconciler:
         elif (current.get("data") or {}) != manifest["data"]:
             kube.patch_configmap_data(namespace, name, manifest["data"])
             plan.events.append(Event("Normal", "ConfigMapUpdated", f"rendered spec in ConfigMap {name} updated; pods created from now on use it"))
+
+    def ensure_pod_group(self, experiment: Experiment, body: dict[str, Any], plan: Plan) -> None:
+        """The experiment's Volcano PodGroup (gang volcano): created before the pods, its spec kept
+        equal to the experiment's (agents may change before the experiment starts). Without it
+        Volcano schedules none of the pods: a failure (Volcano not installed) is a condition."""
+        manifest = builders.build_pod_group(experiment, body)
+        if manifest is None:
+            return
+        kube = self._kube()
+        name = manifest["metadata"]["name"]
+        try:
+            current = kube.get_object(manifest)
+            if current is None:
+                if kube.create(manifest):
+                    plan.events.append(Event("Normal", "PodGroupCreated", f"Volcano PodGroup {name} (minMember {manifest['spec']['minMember']})"))
+            elif any((current.get("spec") or {}).get(key) != value for key, value in manifest["spec"].items()):
+                kube.patch_spec(manifest)
+                plan.events.append(Event("Normal", "PodGroupUpdated", f"Volcano PodGroup {name}: {manifest['spec']}"))
+        except KubeError as error:
+            message = f"cannot create the Volcano PodGroup {name} (spec.scheduling.gang volcano; is Volcano installed?): {error}"
+            previous = plan.conditions.previous("Ready")
+            plan.set_condition("Ready", False, "PodGroupCreateFailed", message)
+            if previous is None or previous.reason != "PodGroupCreateFailed":  # said once, not at every reconcile
+                plan.events.append(Event("Warning", "PodGroupCreateFailed", message))
+            logger.warning("%s/%s: %s", body["metadata"]["namespace"], experiment.name, message)
 
     def post_event(self, body: dict[str, Any], event: Event) -> None:
         """A core/v1 Event about the experiment (best effort: a failure is logged, never raised)."""

@@ -5,11 +5,15 @@ one of them fails the experiment, applies none of the restarts.
 
 Each agent is its own failure domain: its restarts count against ``spec.restartLimit`` alone, and
 both its pods are decided in turn against the running count (two failures in one pass count two).
+A pod the cluster evicted or preempted (``PodView.disruption``) is recreated without counting: the
+worker did nothing wrong. A pod left unscheduled longer than ``spec.scheduling.pendingTimeoutSeconds``
+turns from PodsPending into Unschedulable (a Warning as Ready's reason changes).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from collections.abc import Mapping
 
 from hacrl_core.status import AgentProgress
@@ -19,8 +23,20 @@ from hacrl_operator.status.heartbeats import Heartbeat
 from hacrl_operator.status.pods import PodView
 
 # Pod states after which a missing pod is recreated without counting a restart: never created
-# (or suspended), deleted by the operator after a failure (already counted), or not created.
-_NOT_LOST = (None, "Restarting", "CreateFailed")
+# (or suspended), deleted by the operator after a failure (already counted), not created, or
+# evicted or preempted by the cluster (seen announced before it went).
+_NOT_LOST = (None, "Restarting", "CreateFailed", "Disrupted")
+
+
+@dataclasses.dataclass(frozen=True)
+class PodRules:
+    """What the decisions of one reconcile go by (from the spec, and the time)."""
+
+    steps: int
+    restart_limit: int
+    pending_timeout: int = 600  # seconds: spec.scheduling.pendingTimeoutSeconds
+    now: dt.datetime | None = None
+    where_to_look: str = ""  # appended to an Unschedulable message (the gang scheduler's object)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +48,7 @@ class PodDecision:
     restart: Event | None = None  # a restart of the agent, with the event that says why
     problem: tuple[str, str] | None = None  # (reason, message): why the pod does not run (yet)
     failure: str | None = None  # the restart limit is spent: the experiment fails
+    notice: Event | None = None  # an event that counts no restart (an evicted pod recreated)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,35 +61,71 @@ class AgentDecision:
 
 def decide_agent(
     entry: AgentProgress, heartbeat: Heartbeat, views: Mapping[tuple[str, str], PodView],
-    previous: AgentProgress | None, steps: int, limit: int,
+    previous: AgentProgress | None, rules: PodRules,
 ) -> AgentDecision:
     """The decisions for one agent's pods. ``entry`` holds its progress as of this reconcile,
     ``previous`` the progress last written (each pod's last state)."""
     agent = entry.name
     learner = views.get((agent, "learner"))
-    done = heartbeat.get("done") is True or entry.step >= steps or (learner is not None and learner.phase == "Succeeded")
+    done = heartbeat.get("done") is True or entry.step >= rules.steps or (learner is not None and learner.phase == "Succeeded")
     restarts = entry.restarts
     pods = []
     for role in ROLES:
         last = previous.pod_state(role) if previous is not None else None
-        decision = _decide_pod(f"agent {agent} {role} pod", role, views.get((agent, role)), last, done, restarts, limit)
+        decision = _decide_pod(f"agent {agent} {role} pod", role, views.get((agent, role)), last, done, restarts, rules)
         restarts += decision.restart is not None
         pods.append(decision)
     return AgentDecision(agent, done, restarts, tuple(pods))
 
 
-def _decide_pod(label: str, role: str, view: PodView | None, last: str | None, done: bool, restarts: int, limit: int) -> PodDecision:
+def _decide_pod(label: str, role: str, view: PodView | None, last: str | None, done: bool, restarts: int, rules: PodRules) -> PodDecision:
+    limit = rules.restart_limit
+    if view is not None and view.terminating and view.phase in ("Failed", "Succeeded"):
+        # Its containers are done; only a finalizer holds the object (Kueue keeps its own on a
+        # pod of a group until a replacement exists): as good as gone, replaced under another name.
+        view, last = None, "Disrupted" if view.disruption else last
     if view is None:
         return _missing(label, role, last, done, restarts, limit)
+    if view.disruption and not done and (view.terminating or view.phase != "Failed"):
+        # Announced (DisruptionTarget) or on its way out: once gone it is recreated, not counted.
+        return PodDecision(role, "Disrupted", problem=("Restarting", f"{label} {view.name} is being stopped by the cluster "
+                                                                    f"({view.disruption}); it is recreated once gone, not counted against restartLimit"))
     if view.terminating:
-        return PodDecision(role, "Restarting" if last == "Restarting" else "Terminating",
+        return PodDecision(role, last if last in ("Restarting", "Disrupted") else "Terminating",
                            problem=("Restarting", f"{label} {view.name} is terminating"))
     if view.phase == "Failed" and not done:  # once the agent finished, a worker exiting badly changes nothing
-        return _failed(label, role, view, restarts, limit)
+        return _disrupted(label, role, view) if view.disruption else _failed(label, role, view, restarts, limit)
     if done or view.phase == "Succeeded" or (view.phase == "Running" and not view.reason):
         return PodDecision(role, view.state)
+    if view.unscheduled:
+        return _unscheduled(label, role, view, rules)
     detail = (view.reason or view.phase) + (f": {view.message}" if view.message else "")
     return PodDecision(role, view.state, problem=(view.reason or "PodsPending", f"{label} {view.name}: {detail}"))
+
+
+def _unscheduled(label: str, role: str, view: PodView, rules: PodRules) -> PodDecision:
+    """A pod no scheduler has placed: PodsPending within spec.scheduling.pendingTimeoutSeconds,
+    Unschedulable (with the scheduler's message) after it. Since when comes from the pod
+    (``unscheduled_since``, which the API server always gives); without it the pod waits."""
+    detail = (view.reason or "PodsPending") + (f": {view.message}" if view.message else "")
+    waited = (rules.now - view.unscheduled_since).total_seconds() if rules.now and view.unscheduled_since else None
+    if waited is None or waited < rules.pending_timeout:
+        for_how_long = f" for {max(0, int(waited))}s" if waited is not None else ""
+        return PodDecision(role, "Pending", problem=("PodsPending", f"{label} {view.name}: waiting to be scheduled{for_how_long} "
+                                                                    f"(pendingTimeoutSeconds {rules.pending_timeout}): {detail}"))
+    message = (f"{label} {view.name} not scheduled for {int(waited)}s (spec.scheduling.pendingTimeoutSeconds {rules.pending_timeout}): "
+               f"{detail}{rules.where_to_look}")
+    return PodDecision(role, "Unschedulable", problem=("Unschedulable", message))
+
+
+def _disrupted(label: str, role: str, view: PodView) -> PodDecision:
+    """A pod the cluster evicted or preempted: delete and recreate it, no restart counted."""
+    return PodDecision(
+        role, "Disrupted", create=True, delete=view.name,
+        notice=Event("Normal", "PodDisrupted", f"{label} {view.name} was stopped by the cluster ({view.disruption}); recreating it, "
+                                               "resuming from its checkpoint (not counted against restartLimit)"),
+        problem=("Restarting", f"{label}: recreating after an eviction or preemption"),
+    )
 
 
 def _missing(label: str, role: str, last: str | None, done: bool, restarts: int, limit: int) -> PodDecision:

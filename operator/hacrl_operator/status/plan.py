@@ -17,13 +17,13 @@ from typing import Any
 
 from hacrl_core.spec import Experiment, ExperimentSpec
 from hacrl_core.status import AgentProgress, ExperimentStatus, Phase
-from hacrl_operator.builders import ROLES
+from hacrl_operator.builders import ROLES, pod_name, replacement_pod_name
 from hacrl_operator.status.clock import now_utc, parse_time, rfc3339
 from hacrl_operator.status.conditions import Conditions, most_actionable, store_deleted
-from hacrl_operator.status.decisions import AgentDecision, decide_agent
+from hacrl_operator.status.decisions import AgentDecision, PodRules, decide_agent
 from hacrl_operator.status.events import Event, transition_events
 from hacrl_operator.status.heartbeats import Heartbeat, agent_progress, data_rows_condition
-from hacrl_operator.status.pods import PodView, index_pods
+from hacrl_operator.status.pods import PodView, index_pods, terminating_names
 from hacrl_operator.status.wire import Status, read_status
 
 TERMINAL = ("Succeeded", "Failed")
@@ -53,8 +53,11 @@ class Plan:
     status: ExperimentStatus
     conditions: Conditions
     create_pods: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (agent, role)
+    # The name to create a pod under where its usual one is held by a pod being deleted.
+    pod_names: dict[tuple[str, str], str] = dataclasses.field(default_factory=dict)
     delete_pods: list[str] = dataclasses.field(default_factory=list)
     ensure_configmap: bool = False
+    ensure_pod_group: bool = False  # gang volcano: the PodGroup, before any pod
     delete_store: bool = False
     delete_experiment: bool = False  # ttlSecondsAfterFinished has passed
     events: list[Event] = dataclasses.field(default_factory=list)
@@ -221,11 +224,13 @@ def _plan_active(plan: Plan, experiment: Experiment, views: Views, observed: Obs
     steps = spec.algorithm.steps
     previous = {p.name: p for p in old.agent_progress}
     entries = plan.status.agent_progress
+    rules = PodRules(steps, spec.restart_limit, spec.scheduling.pending_timeout_seconds, observed.now, _where_to_look(spec))
     decisions = [
-        decide_agent(entry, observed.progress.get(entry.name) or {}, views, previous.get(entry.name), steps, spec.restart_limit)
+        decide_agent(entry, observed.progress.get(entry.name) or {}, views, previous.get(entry.name), rules)
         for entry in entries
     ]
     plan.ensure_configmap = True
+    plan.ensure_pod_group = spec.scheduling.gang == "volcano"
     for entry, decision in zip(entries, decisions, strict=True):
         if decision.done:
             entry.step = steps
@@ -239,6 +244,7 @@ def _plan_active(plan: Plan, experiment: Experiment, views: Views, observed: Obs
         _finish(plan, experiment, views, old, "Failed", "RestartLimitExceeded", "RestartLimitExceeded", "; ".join(failures), observed.now)
         return
     _apply(plan, entries, decisions)
+    _name_replacements(plan, experiment.name, observed.pods)
     if all(decision.done for decision in decisions):
         message = f"all {len(decisions)} learners reached step {steps}"
         _finish(plan, experiment, views, old, "Succeeded", "AllAgentsFinished", "Finished", message, observed.now)
@@ -257,6 +263,35 @@ def _apply(plan: Plan, entries: list[AgentProgress], decisions: list[AgentDecisi
                 plan.create_pods.append((decision.agent, pod.role))
             if pod.restart:
                 plan.events.append(pod.restart)
+            if pod.notice:
+                plan.events.append(pod.notice)
+
+
+def _name_replacements(plan: Plan, experiment: str, pods: Iterable[Mapping[str, Any]]) -> None:
+    """A pod to create whose usual name a terminating pod still holds gets the other name (the two
+    alternate); while both are held it waits."""
+    held = terminating_names(pods)
+    if not held:
+        return
+    taken = {str((pod.get("metadata") or {}).get("name")) for pod in pods}
+    for agent, role in list(plan.create_pods):
+        usual = pod_name(experiment, agent, role)
+        other = replacement_pod_name(usual)
+        if usual not in held:
+            continue
+        if other in taken:
+            plan.create_pods.remove((agent, role))
+        else:
+            plan.pod_names[(agent, role)] = other
+
+
+def _where_to_look(spec: ExperimentSpec) -> str:
+    """Where the gang scheduler says why pods wait, for an Unschedulable message."""
+    if spec.scheduling.gang == "kueue":
+        return f"; Kueue admits the pods as one Workload: `kubectl get workloads` in this namespace (LocalQueue {spec.scheduling.queue_name}) says why it waits"
+    if spec.scheduling.gang == "volcano":
+        return "; Volcano schedules the pods as one PodGroup: `kubectl describe podgroups` in this namespace says why it waits"
+    return ""
 
 
 def _finish(

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from hacrl_operator.builders import LABEL_AGENT, LABEL_ROLE, ROLES
+from hacrl_operator.status.clock import parse_time
 
 # Why a pod is not running, as condition reasons, most actionable first.
 _WAITING_REASONS = {
@@ -20,6 +22,13 @@ _WAITING_REASONS = {
     "RunContainerError": "CreateContainerConfigError",
 }
 
+# A pod stopped by the cluster rather than by its worker: the pod's own reason (kubelet eviction
+# under node pressure, preemption to admit a critical pod, node shutdown, lost node), or a
+# condition announcing it (DisruptionTarget: Kubernetes' scheduler preemption, the Eviction API
+# as in a drain, taints; TerminationTarget: Kueue stopping or preempting a workload).
+DISRUPTED_REASONS = ("Evicted", "Preempted", "Preempting", "Shutdown", "NodeShutdown", "Terminated", "NodeLost")
+DISRUPTION_CONDITIONS = ("DisruptionTarget", "TerminationTarget")
+
 
 @dataclasses.dataclass(frozen=True)
 class PodView:
@@ -32,6 +41,12 @@ class PodView:
     reason: str | None = None  # why it is not running (a condition reason), None when it runs
     message: str = ""
     terminating: bool = False
+    # Pending and not (yet) scheduled: since when (PodScheduled=False's transition, else the
+    # pod's creation; None when neither says), and the scheduler's word on it.
+    unscheduled: bool = False
+    unscheduled_since: dt.datetime | None = None
+    # Evicted or preempted: why (the pod's reason or the disruption condition's, and message).
+    disruption: str | None = None
 
     @property
     def state(self) -> str:
@@ -54,6 +69,15 @@ def summarize_pod(pod: Mapping[str, Any]) -> PodView | None:
         reason, message = _not_running(status, phase, message)
     elif phase == "Failed":
         message = _failure(status) or message or "pod failed"
+    scheduled = _condition(status, "PodScheduled")
+    # Container statuses appear once a node runs the pod: such a pod is scheduled, whatever it waits for.
+    unscheduled = (phase == "Pending" and reason in ("Unschedulable", "PodsPending") and (scheduled or {}).get("status") != "True"
+                   and not status.get("containerStatuses") and not status.get("initContainerStatuses"))
+    since = None
+    if unscheduled:
+        since = parse_time((scheduled or {}).get("lastTransitionTime")) or parse_time(metadata.get("creationTimestamp"))
+        if scheduled is None and reason == "PodsPending":
+            message = message or f"no scheduler has placed it yet (schedulerName {(pod.get('spec') or {}).get('schedulerName') or 'default-scheduler'})"
     return PodView(
         name=metadata.get("name", ""),
         agent=agent,
@@ -62,7 +86,26 @@ def summarize_pod(pod: Mapping[str, Any]) -> PodView | None:
         reason=reason,
         message=message,
         terminating=bool(metadata.get("deletionTimestamp")),
+        unscheduled=unscheduled,
+        unscheduled_since=since,
+        disruption=_disruption(status),
     )
+
+
+def _condition(status: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
+    return next((c for c in status.get("conditions") or [] if isinstance(c, Mapping) and c.get("type") == type_), None)
+
+
+def _disruption(status: Mapping[str, Any]) -> str | None:
+    """Why the cluster stopped the pod (evicted, preempted...), or None when it did not."""
+    if status.get("reason") in DISRUPTED_REASONS:
+        return f"{status['reason']}: {status['message']}" if status.get("message") else status["reason"]
+    for type_ in DISRUPTION_CONDITIONS:
+        condition = _condition(status, type_)
+        if condition is not None and condition.get("status") == "True":
+            detail = " ".join(str(part) for part in (type_, condition.get("reason")) if part)
+            return f"{detail}: {condition['message']}" if condition.get("message") else detail
+    return None
 
 
 def _not_running(status: Mapping[str, Any], phase: str, message: str) -> tuple[str | None, str]:
@@ -99,8 +142,9 @@ def _failure(status: Mapping[str, Any]) -> str | None:
 
 
 def index_pods(pods: Iterable[Mapping[str, Any]], agents: Iterable[str]) -> tuple[dict[tuple[str, str], PodView], list[str]]:
-    """Our worker pods by (agent, role), the first of each, and the names of the live pods of
-    agents that are no longer in the spec (to delete)."""
+    """Our worker pods by (agent, role): the first live one of each, else the first terminating
+    one (a replacement may run while the pod it replaces is still held by a finalizer); and the
+    names of the live pods of agents that are no longer in the spec (to delete)."""
     wanted = set(agents)
     views: dict[tuple[str, str], PodView] = {}
     orphans: list[str] = []
@@ -109,7 +153,15 @@ def index_pods(pods: Iterable[Mapping[str, Any]], agents: Iterable[str]) -> tupl
         if view is None:
             continue
         if view.agent in wanted:
-            views.setdefault((view.agent, view.role), view)
+            known = views.get((view.agent, view.role))
+            if known is None or (known.terminating and not view.terminating):
+                views[(view.agent, view.role)] = view
         elif not view.terminating:
             orphans.append(view.name)
     return views, orphans
+
+
+def terminating_names(pods: Iterable[Mapping[str, Any]]) -> set[str]:
+    """Names of pods being deleted: a replacement needs another name while one is held (by
+    Kueue's finalizer, kept on a pod of a group until its replacement exists)."""
+    return {str((pod.get("metadata") or {}).get("name")) for pod in pods if (pod.get("metadata") or {}).get("deletionTimestamp")}
