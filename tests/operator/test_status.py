@@ -327,13 +327,17 @@ def test_an_evicted_or_preempted_pod_is_recreated_without_counting_a_restart(dis
     assert again.create_pods == [("llama-char", "learner")] and [a.restarts for a in again.status.agent_progress] == [3, 0]
 
 
-@pytest.mark.parametrize("condition", ["DisruptionTarget", "TerminationTarget"])  # Kubernetes' preemption and drains; Kueue's
-def test_a_pod_announced_for_disruption_is_recreated_uncounted_once_gone(condition: str) -> None:
+@pytest.mark.parametrize(("condition", "status", "reason"), [
+    ("DisruptionTarget", "True", "PreemptionByScheduler"),  # Kubernetes: scheduler preemption, drains, taints
+    ("TerminationTarget", "True", "WorkloadEvictedDueToPreempted"),  # Kueue
+    ("Ready", "False", "Evict"),  # Volcano's preempt and reclaim
+])
+def test_a_pod_announced_for_disruption_is_recreated_uncounted_once_gone(condition: str, status: str, reason: str) -> None:
     announced = with_status(pod("llama-char", "learner", terminating=True), conditions=[
-        {"type": condition, "status": "True", "reason": "PreemptionByScheduler", "message": "preempted by a higher priority pod"}])
+        {"type": condition, "status": status, "reason": reason, "message": "preempted by a higher priority pod"}])
     p = plan(status=running_status(), pods=[announced] + others())
     assert not p.create_pods and p.status.agent_progress[0].learner_pod == "Disrupted"
-    assert cond(p, "Ready").reason == "Restarting" and "PreemptionByScheduler" in cond(p, "Ready").message
+    assert cond(p, "Ready").reason == "Restarting" and "preempted by a higher priority pod" in cond(p, "Ready").message
     gone = plan(status=p.status, pods=others())
     assert gone.create_pods == [("llama-char", "learner")] and [a.restarts for a in gone.status.agent_progress] == [0, 0]
     assert not [e for e in gone.events if e.reason == "PodLost"]

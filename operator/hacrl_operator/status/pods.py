@@ -25,9 +25,11 @@ _WAITING_REASONS = {
 # A pod stopped by the cluster rather than by its worker: the pod's own reason (kubelet eviction
 # under node pressure, preemption to admit a critical pod, node shutdown, lost node), or a
 # condition announcing it (DisruptionTarget: Kubernetes' scheduler preemption, the Eviction API
-# as in a drain, taints; TerminationTarget: Kueue stopping or preempting a workload).
+# as in a drain, taints; TerminationTarget: Kueue stopping or preempting a workload; Ready=False
+# with reason Evict: Volcano's preempt and reclaim actions, which set it before deleting the pod).
 DISRUPTED_REASONS = ("Evicted", "Preempted", "Preempting", "Shutdown", "NodeShutdown", "Terminated", "NodeLost")
 DISRUPTION_CONDITIONS = ("DisruptionTarget", "TerminationTarget")
+VOLCANO_EVICT_REASON = "Evict"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +107,9 @@ def _disruption(status: Mapping[str, Any]) -> str | None:
         if condition is not None and condition.get("status") == "True":
             detail = " ".join(str(part) for part in (type_, condition.get("reason")) if part)
             return f"{detail}: {condition['message']}" if condition.get("message") else detail
+    ready = _condition(status, "Ready")
+    if ready is not None and ready.get("status") == "False" and ready.get("reason") == VOLCANO_EVICT_REASON:
+        return f"Volcano Evict: {ready.get('message') or 'evicted by the Volcano scheduler'}"
     return None
 
 
