@@ -18,6 +18,7 @@ from collections.abc import Mapping
 
 from hacrl_core.status import AgentProgress
 from hacrl_operator.builders import ROLES
+from hacrl_operator.status.clock import rfc3339
 from hacrl_operator.status.events import Event
 from hacrl_operator.status.heartbeats import Heartbeat
 from hacrl_operator.status.pods import PodView
@@ -106,15 +107,17 @@ def _decide_pod(label: str, role: str, view: PodView | None, last: str | None, d
 def _unscheduled(label: str, role: str, view: PodView, rules: PodRules) -> PodDecision:
     """A pod no scheduler has placed: PodsPending within spec.scheduling.pendingTimeoutSeconds,
     Unschedulable (with the scheduler's message) after it. Since when comes from the pod
-    (``unscheduled_since``, which the API server always gives); without it the pod waits."""
+    (``unscheduled_since``, which the API server always gives); without it the pod waits. The
+    messages name the moment, not a count of seconds, so that a waiting pod changes no status."""
     detail = (view.reason or "PodsPending") + (f": {view.message}" if view.message else "")
-    waited = (rules.now - view.unscheduled_since).total_seconds() if rules.now and view.unscheduled_since else None
+    since = view.unscheduled_since
+    waited = (rules.now - since).total_seconds() if rules.now and since else None
     if waited is None or waited < rules.pending_timeout:
-        for_how_long = f" for {max(0, int(waited))}s" if waited is not None else ""
-        return PodDecision(role, "Pending", problem=("PodsPending", f"{label} {view.name}: waiting to be scheduled{for_how_long} "
-                                                                    f"(pendingTimeoutSeconds {rules.pending_timeout}): {detail}"))
-    message = (f"{label} {view.name} not scheduled for {int(waited)}s (spec.scheduling.pendingTimeoutSeconds {rules.pending_timeout}): "
-               f"{detail}{rules.where_to_look}")
+        when = f" since {rfc3339(since)}" if since else ""
+        return PodDecision(role, "Pending", problem=("PodsPending", f"{label} {view.name}: waiting to be scheduled{when} "
+                                                                    f"(Unschedulable after pendingTimeoutSeconds {rules.pending_timeout}): {detail}"))
+    message = (f"{label} {view.name} not scheduled since {rfc3339(since)}, longer than spec.scheduling.pendingTimeoutSeconds "
+               f"{rules.pending_timeout}: {detail}{rules.where_to_look}")
     return PodDecision(role, "Unschedulable", problem=("Unschedulable", message))
 
 
