@@ -349,3 +349,61 @@ def test_rbac_lists_what_the_operator_uses_and_no_secrets() -> None:
     assert ("", "secrets") not in permissions
     assert all(r.scope in ("namespace", "cluster") for r in rbac.RULES)
     assert rbac.as_policy_rules("cluster") and all(rule["verbs"] for rule in rbac.as_policy_rules())
+
+
+class StubKube:
+    """The few calls ``Reconciler.ensure_pod_group`` makes, on a dict; ``missing`` plays a cluster
+    without Volcano's CRDs (404 on the podgroups collection)."""
+
+    def __init__(self, missing: bool = False) -> None:
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.missing = missing
+        self.calls: list[str] = []
+
+    def _check(self) -> None:
+        from hacrl_operator.kube import KubeError
+
+        if self.missing:
+            raise KubeError(404, "POST /apis/scheduling.volcano.sh/v1beta1/namespaces/ns/podgroups: 404 Not Found: the server could not find the requested resource")
+
+    def get_object(self, manifest: dict[str, Any]) -> dict[str, Any] | None:
+        self.calls.append("get")
+        return self.objects.get(manifest["metadata"]["name"])
+
+    def create(self, manifest: dict[str, Any]) -> bool:
+        self.calls.append("create")
+        self._check()
+        self.objects[manifest["metadata"]["name"]] = manifest
+        return True
+
+    def patch_spec(self, manifest: dict[str, Any]) -> None:
+        self.calls.append("patch")
+        self.objects[manifest["metadata"]["name"]]["spec"] = dict(manifest["spec"])
+
+
+def test_the_volcano_pod_group_is_created_kept_equal_and_its_absence_said_once() -> None:
+    from hacrl_operator.handlers.reconcile import Reconciler
+    from hacrl_operator.metrics import OperatorMetrics
+    from hacrl_operator.status import Observed, plan_reconcile
+
+    reconciler = Reconciler(OperatorConfig(), OperatorMetrics())
+    exp = experiment(scheduling={"gang": "volcano"})
+    reconciler.kube = kube = StubKube()
+    plan = plan_reconcile(Observed(experiment=exp))
+    reconciler.ensure_pod_group(exp, OWNER, plan)
+    assert kube.objects["quickstart-u1"]["spec"] == {"minMember": 4} and "PodGroupCreated" in [e.reason for e in plan.events]
+    reconciler.ensure_pod_group(exp, OWNER, plan_reconcile(Observed(experiment=exp)))
+    assert kube.calls == ["get", "create", "get"]  # equal: nothing written
+    queued = experiment(scheduling={"gang": "volcano", "queueName": "research"})
+    reconciler.ensure_pod_group(queued, OWNER, plan_reconcile(Observed(experiment=queued)))
+    assert kube.calls[-1] == "patch" and kube.objects["quickstart-u1"]["spec"] == {"minMember": 4, "queue": "research"}
+
+    reconciler.kube = StubKube(missing=True)  # Volcano not installed
+    first = plan_reconcile(Observed(experiment=exp))
+    reconciler.ensure_pod_group(exp, OWNER, first)
+    ready = next(c for c in first.status.conditions if c.type == "Ready")
+    assert (ready.status, ready.reason) == ("False", "PodGroupCreateFailed") and "is Volcano installed?" in ready.message
+    assert [(e.type, e.reason) for e in first.events if e.reason == "PodGroupCreateFailed"] == [("Warning", "PodGroupCreateFailed")]
+    again = plan_reconcile(Observed(experiment=exp, status=first.status))
+    reconciler.ensure_pod_group(exp, OWNER, again)
+    assert not [e for e in again.events if e.reason == "PodGroupCreateFailed"]  # said once
