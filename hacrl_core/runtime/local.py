@@ -21,6 +21,7 @@ from pathlib import Path
 
 from hacrl_core.data.report import DatasetReport, read_datasets
 from hacrl_core.context import unsupported_settings
+from hacrl_core.runtime.cpus import THREADS_ENV, available_cpus, worker_threads
 from hacrl_core.spec import Experiment, SpecError, dump_experiment, load_experiment
 from hacrl_core.store import TrajectoryStore, describe_prefix, open_experiment_store
 from hacrl_core.store.fencing import FENCED_EXIT_CODE, claim_run_generation
@@ -164,7 +165,7 @@ def build_models(run: LocalRun, say) -> None:
 def start_workers(run: LocalRun) -> None:
     spec = run.experiment.spec
     ports = free_ports(spec.metrics.port, 2 * len(spec.agents), spec.metrics.bind_address)
-    threads = str(max(1, (os.cpu_count() or 2) // (2 * len(spec.agents))))
+    threads = os.environ.get(THREADS_ENV) or str(worker_threads(available_cpus(), len(spec.agents), spec.algorithm.max_staleness))
     for index, agent in enumerate(spec.agents):
         run.restarts[agent.name] = 0
         for offset, role in enumerate(ROLES):
@@ -174,7 +175,7 @@ def start_workers(run: LocalRun) -> None:
                 HACRL_METRICS_PORT=str(port),
                 HACRL_METRICS_BIND=spec.metrics.bind_address,
                 OMP_NUM_THREADS=threads,
-                HACRL_TORCH_THREADS=threads,
+                **{THREADS_ENV: threads},
                 HACRL_FENCE_GENERATION=str(run.generation),
             )
             # Four workers share a few cores: OpenMP threads spinning while they wait for work
