@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -220,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         raise SystemExit(f"unknown configs {unknown}; valid: {', '.join(CONFIGS)}")
     cache = args.cache.resolve()
+    for stale in ("store", "workdirs"):  # runs of an earlier invocation would refuse to start (names repeat)
+        shutil.rmtree(args.work / stale, ignore_errors=True)
     build_models([MODEL], cache)
     from hacrl_core.models.uri import resolve_model
 
