@@ -1,0 +1,139 @@
+""".github/workflows: actionlint-clean; the unit workflow runs the README's test command; the
+cluster workflow builds every image (the operator for amd64 and arm64), makes the kind cluster
+from kind-config.yaml and runs the same scripts/kind-e2e.sh that docs/kubernetes.md gives,
+with the chart's MinIO, keeping logs on failure."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.chart.rendering import ROOT
+
+WORKFLOWS = ROOT / ".github" / "workflows"
+
+
+def _load(name: str) -> dict:
+    return yaml.safe_load((WORKFLOWS / name).read_text())
+
+
+def _steps(workflow: dict, job: str) -> list[dict]:
+    return workflow["jobs"][job]["steps"]
+
+
+def _runs(workflow: dict, job: str) -> list[str]:
+    return [s["run"] for s in _steps(workflow, job) if "run" in s]
+
+
+def _uses(workflow: dict, job: str, action: str) -> list[dict]:
+    return [s for s in _steps(workflow, job) if s.get("uses", "").split("@")[0] == action]
+
+
+def _binary(name: str) -> str:
+    found = shutil.which(name) or str(Path(sys.executable).with_name(name))
+    if not Path(found).is_file():
+        pytest.fail(f"{name} not found: pip install -e '.[test]'")
+    return found
+
+
+def test_actionlint_is_clean():
+    workflows = sorted(WORKFLOWS.glob("*.yml"))
+    assert {p.name for p in workflows} >= {"unit.yml", "kind-e2e.yml"}
+    result = subprocess.run(
+        [_binary("actionlint"), "-shellcheck", _binary("shellcheck"), *map(str, workflows)],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_unit_workflow_runs_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"```bash\n(.*?)```", readme, re.S).group(1)
+    command = next(line.split("#")[0].strip() for line in block.splitlines() if "test" in line)
+    assert command == "make test"
+    runs = _runs(_load("unit.yml"), "suite")
+    assert any(shlex.split(run)[:2] == ["make", "test"] for run in runs), runs
+    assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def _documented_kind_commands() -> list[list[str]]:
+    docs = (ROOT / "docs" / "kubernetes.md").read_text()
+    section = docs[docs.index("## kind (local, CPU)"):]
+    block = re.search(r"```\n(.*?)```", section, re.S).group(1)
+    return [shlex.split(line.split("#")[0]) for line in block.splitlines() if line.startswith("scripts/kind-e2e.sh")]
+
+
+def test_e2e_workflow_runs_the_documented_script():
+    workflow = _load("kind-e2e.yml")
+    calls = [shlex.split(line) for run in _runs(workflow, "kind") for line in run.splitlines() if "kind-e2e.sh" in line]
+    assert len(calls) == 1, calls
+    call = calls[0]
+    assert call[0] == "scripts/kind-e2e.sh"
+    documented = _documented_kind_commands()
+    # The same flags as a documented invocation (values of --timeout aside).
+    flags = sorted(a for a in call[1:] if a.startswith("--") and a != "--timeout")
+    assert any(sorted(a for a in d[1:] if a.startswith("--")) == flags for d in documented), (call, documented)
+    if "--timeout" in call:
+        assert int(call[call.index("--timeout") + 1]) > 0
+        assert "--timeout SEC" in (ROOT / "scripts" / "kind-e2e.sh").read_text()
+    # --skip-build: the images the workflow built and loaded are the ones the script installs.
+    script = (ROOT / "scripts" / "kind-e2e.sh").read_text()
+    registry = re.search(r'REGISTRY="\$\{REGISTRY:-([^}]+)\}"', script).group(1)
+    tag = re.search(r'TAG="\$\{TAG:-([^}]+)\}"', script).group(1)
+    env = workflow["env"]
+    assert (env["REGISTRY"], env["TAG"]) == (registry, tag)
+    built = {s["with"]["tags"] for s in _uses(workflow, "kind", "docker/build-push-action")}
+    assert built == {"${{ env.REGISTRY }}/hacrl-operator:${{ env.TAG }}", "${{ env.REGISTRY }}/hacrl-worker-cpu:${{ env.TAG }}"}
+    assert all(s["with"].get("load") is True for s in _uses(workflow, "kind", "docker/build-push-action"))
+    assert any("kind-load" in run for run in _runs(workflow, "kind"))
+
+
+def test_e2e_workflow_cluster_is_kind_config():
+    workflow = _load("kind-e2e.yml")
+    (kind,) = _uses(workflow, "kind", "helm/kind-action")
+    config = yaml.safe_load((ROOT / "kind-config.yaml").read_text())
+    assert kind["with"]["config"] == "kind-config.yaml"
+    assert workflow["env"]["KIND_CLUSTER"] == config["name"] and kind["with"]["cluster_name"] == "${{ env.KIND_CLUSTER }}"
+
+
+def test_e2e_installs_the_chart_with_minio():
+    """The script installs with charts/hacrl-operator/ci/kind-values.yaml: MinIO on, the default store."""
+    script = (ROOT / "scripts" / "kind-e2e.sh").read_text()
+    assert "ci/kind-values.yaml" in script and "upgrade --install" in script
+    values = yaml.safe_load((ROOT / "charts" / "hacrl-operator" / "ci" / "kind-values.yaml").read_text())
+    assert values["minio"]["enabled"] is True
+
+
+def test_e2e_workflow_builds_every_image_operator_multiarch():
+    workflow = _load("kind-e2e.yml")
+    matrix = workflow["jobs"]["images"]["strategy"]["matrix"]["include"]
+    built = {entry["image"]: set(entry["platforms"].split(",")) for entry in matrix}
+    assert set(built) == {p.parent.name for p in (ROOT / "images").glob("*/Dockerfile")}
+    assert built["operator"] >= {"linux/amd64", "linux/arm64"}
+    (build,) = _uses(workflow, "images", "docker/build-push-action")
+    assert build["with"]["file"] == "images/${{ matrix.image }}/Dockerfile" and build["with"]["context"] == "."
+    assert build["with"]["platforms"] == "${{ matrix.platforms }}"
+    assert _uses(workflow, "images", "docker/setup-buildx-action") and _uses(workflow, "images", "docker/setup-qemu-action")
+    assert workflow["jobs"]["kind"]["needs"] == "images"
+
+
+def test_e2e_workflow_keeps_logs_on_failure():
+    workflow = _load("kind-e2e.yml")
+    steps = _steps(workflow, "kind")
+    collect = [s for s in steps if "kind export logs" in s.get("run", "")]
+    upload = _uses(workflow, "kind", "actions/upload-artifact")
+    assert collect and collect[0]["if"] == "failure()"
+    assert upload and upload[0]["if"] == "failure()" and upload[0]["with"]["path"] in collect[0]["run"]
+
+
+def test_docs_name_the_workflows():
+    docs = (ROOT / "docs" / "kubernetes.md").read_text()
+    for name in ("unit.yml", "kind-e2e.yml"):
+        assert f".github/workflows/{name}" in docs
