@@ -6,7 +6,7 @@ something (a sidecar without a securityContext, a `projected` Secret volume, `no
 the override is checked against what users legitimately need instead: scheduling fields,
 resources, ConfigMap-backed env, emptyDir/PVC/configMap/ephemeral volumes and their mounts,
 sidecars and init containers. Secrets never enter through it: they reach pods only through
-first-class spec fields, which the operator checks against the Secrets the cluster admin marked
+first-class spec fields (store credentials, model token, ``spec.env``/``spec.envFrom``), which the operator checks against the Secrets the cluster admin marked
 usable (``OperatorConfig.experiment_secrets``).
 
 The same tables give
@@ -55,7 +55,8 @@ LOCKED_CONTAINER_SECURITY: dict[str, Any] = {
 POD_SECURITY_FIELDS = ("runAsUser", "runAsGroup", "fsGroup", "fsGroupChangePolicy", "supplementalGroups")
 CONTAINER_SECURITY_FIELDS = ("runAsUser", "runAsGroup", "readOnlyRootFilesystem")
 
-SECRETS_HINT = "Secrets reach pods only through spec.store.credentialsSecret and spec.modelTokenSecret"
+SECRETS_HINT = ("Secrets reach pods only through spec.store.credentialsSecret, spec.modelTokenSecret, "
+                "spec.env[].valueFrom.secretKeyRef and spec.envFrom[].secretRef (each approved by the cluster admin)")
 _WHY = {
     "serviceAccountName": "worker pods run without a service account token",
     "serviceAccount": "worker pods run without a service account token",

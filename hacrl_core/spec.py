@@ -113,6 +113,23 @@ class RolePodTemplates(SpecModel):
         return value
 
 
+class ModelCacheSpec(SpecModel):
+    claim_name: str = Field(max_length=253, description=(
+        "PersistentVolumeClaim (in the experiment's namespace) mounted at the workers' model cache: hub downloads, tiny builds "
+        "and s3:// models ($HACRL_CACHE/models) and HF_HOME (datasets, hub files) live there, so a restarted or later pod "
+        "reuses them. The pods of every agent that uses it mount it at once: ReadWriteMany (NFS, CephFS, EFS, Filestore) "
+        "for pods on several nodes; a ReadWriteOnce claim holds them all to one node (the others stay Pending). "
+        "It must be writable by the workers' user and group (fsGroup; the chart value workerRunAsUser)."),
+        json_schema_extra={"pattern": DNS_SUBDOMAIN.pattern})
+
+    @field_validator("claim_name")
+    @classmethod
+    def _claim(cls, value: str) -> str:
+        if len(value) > 253 or not DNS_SUBDOMAIN.match(value):
+            raise ValueError(f"{value!r} is not a PersistentVolumeClaim name: lower-case letters, digits, '-' and '.', at most 253 characters")
+        return value
+
+
 class AgentSpec(SpecModel):
     name: str = Field(description="Agent name: a DNS label (lower-case letters, digits, '-'), unique in the experiment; used in pod names and store keys.",
                       json_schema_extra={"pattern": DNS_LABEL.pattern, "maxLength": 40})
@@ -121,6 +138,7 @@ class AgentSpec(SpecModel):
     learner: LearnerSettings = Field(default_factory=LearnerSettings, description="Learner worker settings.")
     resources: RoleResources = Field(default_factory=RoleResources, description="Per-role Kubernetes resources (operator only).")
     pod_template: RolePodTemplates = Field(default_factory=RolePodTemplates, description="Per-role pod spec overrides (operator only).")
+    model_cache: ModelCacheSpec | None = Field(None, description="This agent's model cache (operator only); overrides spec.modelCache for its rollout and learner pods.")
 
     @field_validator("name")
     @classmethod
@@ -243,6 +261,118 @@ def secret_name(value: str | None) -> str | None:
     if value is not None and (len(value) > 253 or not DNS_SUBDOMAIN.match(value)):
         raise ValueError(f"{value!r} is not a Secret name: lower-case letters, digits, '-' and '.', at most 253 characters (e.g. hacrl-store)")
     return value
+
+
+# -- model plumbing: experiment-wide env and envFrom, the model cache ----------------------------
+ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+KEY_NAME = re.compile(r"^[-._a-zA-Z0-9]+$")
+# What the operator sets on every worker container (operator/hacrl_operator/builders.py
+# worker_env; tests/operator/test_builders.py keeps the two equal). `spec.env` may not set them:
+# refused with the field named, rather than one side silently winning.
+OPERATOR_ENV_PREFIX = "HACRL_"
+OPERATOR_ENV = (
+    "POD_NAME", "HOME", "XDG_CACHE_HOME", "HF_HOME", "TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR",
+    "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "HF_TOKEN",
+)
+_OPERATOR_ENV_CEL = "[" + ", ".join(f'"{n}"' for n in OPERATOR_ENV) + "]"
+
+
+def operator_env_problem(name: str) -> str | None:
+    """Why ``name`` may not be set through ``spec.env`` (the operator sets it), else None."""
+    if name.startswith(OPERATOR_ENV_PREFIX) or name in OPERATOR_ENV:
+        fix = "use spec.modelTokenSecret" if name == "HF_TOKEN" else (
+            "use spec.store" if name.startswith("AWS_") else "the operator sets it on every worker pod")
+        return f"{name!r} is set by the operator ({OPERATOR_ENV_PREFIX}* and {', '.join(OPERATOR_ENV)}): {fix}"
+    return None
+
+
+class KeyReference(SpecModel):
+    name: str = Field(max_length=253, description="Name of the ConfigMap or Secret (in the experiment's namespace).",
+                      json_schema_extra={"pattern": DNS_SUBDOMAIN.pattern})
+    key: str = Field(max_length=253, description="Key in it.", json_schema_extra={"pattern": KEY_NAME.pattern})
+    optional: bool = Field(False, description="True starts the pod when the object or key is missing (the variable is then unset).")
+
+    @field_validator("name")
+    @classmethod
+    def _object_name(cls, value: str) -> str:
+        return secret_name(value)
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, value: str) -> str:
+        if not KEY_NAME.match(value):
+            raise ValueError(f"{value!r} is not a ConfigMap or Secret key: letters, digits, '-', '_' and '.'")
+        return value
+
+
+class ObjectReference(SpecModel):
+    name: str = Field(max_length=253, description="Name of the ConfigMap or Secret (in the experiment's namespace).",
+                      json_schema_extra={"pattern": DNS_SUBDOMAIN.pattern})
+    optional: bool = Field(False, description="True starts the pod when it is missing.")
+
+    @field_validator("name")
+    @classmethod
+    def _object_name(cls, value: str) -> str:
+        return secret_name(value)
+
+
+class EnvVarSource(SpecModel):
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "has(self.configMapKeyRef) != has(self.secretKeyRef)", "message": "valueFrom takes exactly one of configMapKeyRef and secretKeyRef"},
+    ]})
+    config_map_key_ref: KeyReference | None = Field(None, description="A key of a ConfigMap.")
+    secret_key_ref: KeyReference | None = Field(None, description="A key of a Secret the cluster admin approved for experiments (chart value experimentSecrets); otherwise the experiment waits with Ready=False, reason SecretNotAllowed.")
+
+    @model_validator(mode="after")
+    def _one(self) -> "EnvVarSource":
+        if (self.config_map_key_ref is None) == (self.secret_key_ref is None):
+            raise ValueError("valueFrom takes exactly one of configMapKeyRef and secretKeyRef")
+        return self
+
+
+class EnvVar(SpecModel):
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "!(has(self.value) && has(self.valueFrom))", "message": "env: give value or valueFrom, not both"},
+        {"rule": f"!self.name.startsWith('{OPERATOR_ENV_PREFIX}') && !(self.name in {_OPERATOR_ENV_CEL})",
+         "message": f"env: {OPERATOR_ENV_PREFIX}* and {', '.join(OPERATOR_ENV)} are set by the operator (HF_TOKEN: spec.modelTokenSecret; AWS_*: spec.store)"},
+    ]})
+    name: str = Field(max_length=128, description="Variable name. Not one the operator sets (HACRL_*, POD_NAME, HOME, the cache directories, the store's AWS_* and HF_TOKEN): those are refused.",
+                      json_schema_extra={"pattern": ENV_NAME.pattern})
+    value: str | None = Field(None, max_length=32768, description="The value (`$(VAR)` expands an earlier variable, as in Kubernetes).")
+    value_from: EnvVarSource | None = Field(None, description="The value from a ConfigMap or an approved Secret.")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not ENV_NAME.match(value):
+            raise ValueError(f"{value!r} is not an environment variable name: letters, digits, '_', '-' and '.', not starting with a digit")
+        problem = operator_env_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @model_validator(mode="after")
+    def _one(self) -> "EnvVar":
+        if self.value is not None and self.value_from is not None:
+            raise ValueError(f"env {self.name!r}: give value or valueFrom, not both")
+        return self
+
+
+class EnvFromSource(SpecModel):
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "has(self.configMapRef) != has(self.secretRef)", "message": "envFrom: each entry takes exactly one of configMapRef and secretRef"},
+    ]})
+    config_map_ref: ObjectReference | None = Field(None, description="Every key of a ConfigMap as a variable.")
+    secret_ref: ObjectReference | None = Field(None, description="Every key of a Secret the cluster admin approved for experiments (chart value experimentSecrets).")
+    prefix: str | None = Field(None, max_length=128, description="Prepended to every key.", json_schema_extra={"pattern": ENV_NAME.pattern})
+
+    @model_validator(mode="after")
+    def _one(self) -> "EnvFromSource":
+        if (self.config_map_ref is None) == (self.secret_ref is None):
+            raise ValueError("each envFrom entry takes exactly one of configMapRef and secretRef")
+        if self.prefix is not None and not ENV_NAME.match(self.prefix):
+            raise ValueError(f"prefix: {self.prefix!r} does not start a valid variable name")
+        return self
 
 
 class StoreSpec(SpecModel):
@@ -389,6 +519,14 @@ class ExperimentSpec(SpecModel):
     suspend: bool = Field(False, description="True deletes the pods and keeps everything else; false resumes from checkpoints.")
     restart_limit: int = Field(3, ge=0, le=1000, description="Pod restarts allowed per agent before the experiment fails.")
     cleanup: CleanupSpec = Field(default_factory=CleanupSpec, description="Cleanup when finished.")
+    env: list[EnvVar] = Field(default_factory=list, max_length=64, description=(
+        "Environment variables of every rollout and learner pod (operator only), e.g. HF_HUB_OFFLINE or NCCL settings. "
+        "Variables the operator sets are refused, naming the field; values from Secrets need the admin's approval."),
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]})
+    env_from: list[EnvFromSource] = Field(default_factory=list, max_length=16, description=(
+        "ConfigMaps and approved Secrets whose every key becomes a variable of every rollout and learner pod (operator only). "
+        "Variables set by the operator or by spec.env take precedence over these (Kubernetes: env wins over envFrom)."))
+    model_cache: ModelCacheSpec | None = Field(None, description="A PersistentVolumeClaim shared as model cache by the pods of every agent without its own agents[].modelCache (operator only); without either, each pod downloads into an emptyDir.")
     model_token_secret: str | None = Field(None, description="Secret with the key HF_TOKEN, given to every rollout and learner pod as HF_TOKEN (gated Hugging Face models; operator; referenced, never copied). The cluster admin must have marked it usable by experiments.")
 
     @field_validator("model_token_secret")
@@ -398,8 +536,15 @@ class ExperimentSpec(SpecModel):
 
     def secret_references(self) -> list[tuple[str, str]]:
         """``(field, Secret name)`` of every Secret the experiment's pods read."""
-        named = (("spec.store.credentialsSecret", self.store.credentials_secret), ("spec.modelTokenSecret", self.model_token_secret))
+        named = [("spec.store.credentialsSecret", self.store.credentials_secret), ("spec.modelTokenSecret", self.model_token_secret)]
+        named += [(f"spec.env[{i}].valueFrom.secretKeyRef", var.value_from.secret_key_ref.name)
+                  for i, var in enumerate(self.env) if var.value_from and var.value_from.secret_key_ref]
+        named += [(f"spec.envFrom[{i}].secretRef", source.secret_ref.name) for i, source in enumerate(self.env_from) if source.secret_ref]
         return [(field, name) for field, name in named if name]
+
+    def model_cache_of(self, agent: str) -> ModelCacheSpec | None:
+        """The model cache of ``agent``'s pods: its own, else the experiment's, else None."""
+        return self.agent(agent).model_cache or self.model_cache
 
     @model_validator(mode="after")
     def _agents(self) -> "ExperimentSpec":
@@ -408,6 +553,11 @@ class ExperimentSpec(SpecModel):
             if agent.name in seen:
                 raise ValueError(f"agents[{index}].name: duplicate agent name {agent.name!r}; agent names must be unique")
             seen.add(agent.name)
+        names: set[str] = set()
+        for index, var in enumerate(self.env):
+            if var.name in names:
+                raise ValueError(f"env[{index}].name: duplicate variable {var.name!r}; each name once")
+            names.add(var.name)
         if self.algorithm.name in SHARED_ROW_ALGORITHMS and len(self.agents) < 2:
             raise ValueError(
                 f"algorithm {self.algorithm.name!r} shares rollouts between agents and needs at least 2 agents, "

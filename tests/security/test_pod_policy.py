@@ -122,7 +122,7 @@ def test_documents_without_pod_templates_are_admitted() -> None:
 
 def test_secret_problems_point_to_the_first_class_fields() -> None:
     (_, problem), = override_problems({"containers": [{"name": "rollout", "envFrom": [{"secretRef": {"name": "x"}}]}]})
-    assert "spec.store.credentialsSecret and spec.modelTokenSecret" in problem
+    assert "spec.modelTokenSecret" in problem and "spec.envFrom[].secretRef" in problem and "approved by the cluster admin" in problem
     (_, problem), = override_problems({"serviceAccountName": "x"})
     assert "without a service account token" in problem
 

@@ -100,6 +100,19 @@ def test_the_quickstart_passes_every_rule() -> None:
     ("kueue-without-queue", changed("spec.scheduling", {"gang": "kueue"}), "scheduling.gang kueue needs scheduling.queueName"),
     ("volcano-other-scheduler", changed("spec.scheduling", {"gang": "volcano", "schedulerName": "my-scheduler"}),
      "scheduling.gang volcano schedules the pods with schedulerName volcano"),
+    ("env-value-and-value-from", changed("spec.env", [{"name": "A", "value": "1", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}]),
+     "give value or valueFrom, not both"),
+    ("env-value-from-both-refs", changed("spec.env", [{"name": "A", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"},
+                                                                                  "secretKeyRef": {"name": "s", "key": "k"}}}]),
+     "valueFrom takes exactly one of configMapKeyRef and secretKeyRef"),
+    ("env-value-from-empty", changed("spec.env", [{"name": "A", "valueFrom": {}}]), "valueFrom takes exactly one"),
+    ("env-operator-variable", changed("spec.env", [{"name": "HF_HOME", "value": "/x"}]), "are set by the operator"),
+    ("env-operator-prefix", changed("spec.env", [{"name": "HACRL_AGENT", "value": "x"}]), "are set by the operator"),
+    ("env-token-by-hand", changed("spec.env", [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "HF_TOKEN"}}}]),
+     "HF_TOKEN: spec.modelTokenSecret"),
+    ("env-from-both", changed("spec.envFrom", [{"configMapRef": {"name": "c"}, "secretRef": {"name": "s"}}]),
+     "each entry takes exactly one of configMapRef and secretRef"),
+    ("env-from-neither", changed("spec.envFrom", [{"prefix": "X_"}]), "each entry takes exactly one"),
 ])
 def test_cross_field_rules_refuse_what_the_spec_refuses(case: str, document: dict[str, Any], message: str) -> None:
     found = violations(document)
@@ -113,6 +126,16 @@ def test_cross_field_rules_refuse_what_the_spec_refuses(case: str, document: dic
 ])
 def test_gang_settings_both_accept(scheduling: dict[str, Any]) -> None:
     document = changed("spec.scheduling", scheduling)
+    assert violations(document) == [] and not python_refuses(document)
+
+
+def test_env_env_from_and_model_cache_both_accept() -> None:
+    document = changed("spec.env", [{"name": "HF_HUB_ENABLE_HF_TRANSFER", "value": "1"}, {"name": "NCCL_DEBUG", "value": "WARN"},
+                                    {"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "wandb", "key": "key"}}},
+                                    {"name": "PROXY", "valueFrom": {"configMapKeyRef": {"name": "net", "key": "proxy", "optional": True}}}])
+    document = changed("spec.envFrom", [{"configMapRef": {"name": "tuning"}}, {"secretRef": {"name": "extra"}, "prefix": "X_"}], document)
+    document = changed("spec.modelCache", {"claimName": "models"}, document)
+    document = changed("spec.agents.0.modelCache", {"claimName": "models-a"}, document)
     assert violations(document) == [] and not python_refuses(document)
 
 

@@ -116,3 +116,54 @@ def test_hacrl_validate_cli_reports_every_problem(tmp_path):
     good = subprocess.run([sys.executable, "-m", "hacrl_core.cli", "validate", str(EXAMPLES[0])], capture_output=True, text=True)
     assert good.returncode == 0, good.stderr
     assert ": ok" in good.stdout
+
+
+# -- model plumbing: env, envFrom, model cache (issue 15 item 4) ----------------------------------
+
+@pytest.mark.parametrize(("name", "fix"), [
+    ("HF_HOME", "the operator sets it"), ("HACRL_AGENT", "the operator sets it"), ("POD_NAME", "the operator sets it"),
+    ("HF_TOKEN", "use spec.modelTokenSecret"), ("AWS_SECRET_ACCESS_KEY", "use spec.store"),
+])
+def test_env_refuses_what_the_operator_sets_naming_the_field(name, fix):
+    document = with_change("spec.env", [{"name": "NCCL_DEBUG", "value": "WARN"}, {"name": name, "value": "x"}])
+    with pytest.raises(SpecError) as error:
+        parse_experiment(document)
+    (line,) = error.value.errors
+    assert line.startswith(f"spec.env[1].name: {name!r} is set by the operator") and fix in line
+
+
+@pytest.mark.parametrize(("path", "value", "expected"), [
+    ("spec.env", [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}], "spec.env[1].name: duplicate variable 'A'"),
+    ("spec.env", [{"name": "1A", "value": "1"}], "spec.env[0].name: "),
+    ("spec.env", [{"name": "A", "value": "1", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}], "give value or valueFrom, not both"),
+    ("spec.env", [{"name": "A", "valueFrom": {}}], "valueFrom takes exactly one of configMapKeyRef and secretKeyRef"),
+    ("spec.env", [{"name": "A", "valueFrom": {"secretKeyRef": {"name": "Not_A_Name", "key": "k"}}}], "spec.env[0].valueFrom.secretKeyRef.name"),
+    ("spec.envFrom", [{"configMapRef": {"name": "c"}, "secretRef": {"name": "s"}}], "each envFrom entry takes exactly one"),
+    ("spec.envFrom", [{"configMapRef": {"name": "c"}, "prefix": "1X"}], "spec.envFrom[0].prefix"),
+    ("spec.modelCache", {"claimName": "Models!"}, "spec.modelCache.claimName: 'Models!' is not a PersistentVolumeClaim name"),
+    ("spec.modelCache", {"claimName": "m", "mountPath": "/x"}, "spec.modelCache.mountPath: unknown field"),
+])
+def test_bad_env_env_from_and_model_cache_are_refused(path, value, expected):
+    with pytest.raises(SpecError) as error:
+        parse_experiment(with_change(path, value))
+    assert any(expected in line for line in error.value.errors), error.value.errors
+
+
+def test_secrets_named_by_env_and_env_from_go_through_the_approval():
+    document = with_change("spec.env", [
+        {"name": "A", "value": "1"},
+        {"name": "B", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "b"}}},
+        {"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "wandb", "key": "key"}}},
+    ])
+    document = set_path(document, "spec.envFrom", [{"configMapRef": {"name": "tuning"}}, {"secretRef": {"name": "extra"}, "prefix": "X_"}])
+    document = set_path(document, "spec.modelTokenSecret", "hf-token")
+    assert parse_experiment(document).spec.secret_references() == [
+        ("spec.modelTokenSecret", "hf-token"), ("spec.env[2].valueFrom.secretKeyRef", "wandb"), ("spec.envFrom[1].secretRef", "extra"),
+    ]
+
+
+def test_an_agents_model_cache_overrides_the_experiments():
+    spec = parse_experiment(with_change("spec.agents.1.modelCache", {"claimName": "big-models"})).spec
+    assert spec.model_cache_of("small") is None and spec.model_cache_of("big").claim_name == "big-models"
+    spec = parse_experiment(set_path(with_change("spec.agents.1.modelCache", {"claimName": "big-models"}), "spec.modelCache", {"claimName": "models"})).spec
+    assert spec.model_cache_of("small").claim_name == "models" and spec.model_cache_of("big").claim_name == "big-models"
