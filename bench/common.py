@@ -128,11 +128,11 @@ def bench_env(cache: Path, extra: dict[str, str] | None = None) -> dict[str, str
     return env
 
 
-def hacrl_run(spec_path: Path, workdir: Path, env: dict[str, str], *, timeout: float = 3600) -> float:
-    """`hacrl run --quiet` in a subprocess; returns its wall seconds; raises with the log tail on failure."""
+def hacrl_run(spec_path: Path, workdir: Path, env: dict[str, str], *, timeout: float = 3600, args: Sequence[str] = ()) -> float:
+    """`hacrl run --quiet [args]` in a subprocess; returns its wall seconds; raises with the log tail on failure."""
     began = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "hacrl_core.cli", "run", "--quiet", "--workdir", str(workdir), str(spec_path)],
+        [sys.executable, "-m", "hacrl_core.cli", "run", "--quiet", "--workdir", str(workdir), *args, str(spec_path)],
         env=env, capture_output=True, text=True, timeout=timeout, cwd=str(spec_path.parent), check=False,
     )
     seconds = time.perf_counter() - began

@@ -12,6 +12,8 @@ machine load hits all alike:
 - ``grpo``, ``gspo``: `hacrl run --quiet`, one agent, a file store: a rollout and a learner
   worker (threads from ``hacrl_core.runtime.cpus``).
 - ``grpo-stale1``: ``grpo`` with ``algorithm.maxStaleness: 1`` (sampling overlaps training).
+- ``grpo-colocated``: ``grpo`` with `hacrl run --colocate` (one process samples with the live model
+  and trains: no weight publish/load, every CPU for whichever stage runs).
 
 Per configuration: the median step time in steady state (steps after the first two), completions
 per second (prompts x G / step time) and trained completion tokens per second; ratio = TRL's step
@@ -42,7 +44,9 @@ from bench.common import DEFAULT_CACHE, REPO, RESULTS, agent_document, bench_env
 
 TRL_VERSION = "1.16.0"
 MODEL = "tiny://qwen2-bpe?seed=0&hidden=128&layers=3"
-CONFIGS = {"trl": None, "grpo": ("grpo", 0), "gspo": ("gspo", 0), "grpo-stale1": ("grpo", 1)}
+#: name: (algorithm, maxStaleness, colocated)
+CONFIGS = {"trl": None, "grpo": ("grpo", 0, False), "gspo": ("gspo", 0, False), "grpo-stale1": ("grpo", 1, False),
+           "grpo-colocated": ("grpo", 0, True)}
 WARM_STEPS = 2  # steps left out of the steady state (first sampling, lazy allocations)
 
 
@@ -158,7 +162,7 @@ def run_trl(python: Path, model_dir: Path, prompts: Path, args: argparse.Namespa
 # --------------------------------------------------------------------------- ours
 
 
-def run_ours(algorithm: str, staleness: int, args: argparse.Namespace, name: str) -> dict:
+def run_ours(algorithm: str, staleness: int, colocated: bool, args: argparse.Namespace, name: str) -> dict:
     from hacrl_core.store import open_trajectory_store
 
     store_dir = args.work / "store"
@@ -167,7 +171,7 @@ def run_ours(algorithm: str, staleness: int, args: argparse.Namespace, name: str
                       "miniBatchPrompts": args.prompts, "steps": args.steps, "seed": 0, "maxStaleness": staleness},
                      store_uri=f"file://{store_dir}", eval_prompts=0)
     spec_path = write_spec(doc, args.work / "specs" / f"{name}.yaml")
-    wall = hacrl_run(spec_path, args.work / "workdirs" / name, bench_env(args.cache.resolve()))
+    wall = hacrl_run(spec_path, args.work / "workdirs" / name, bench_env(args.cache.resolve()), args=["--colocate"] if colocated else [])
     store = open_trajectory_store(f"file://{store_dir}", name)
     steps = []
     for step in range(args.steps):
@@ -236,8 +240,7 @@ def main(argv: list[str] | None = None) -> int:
             if config == "trl":
                 record = run_trl(python, model_dir, prompts, args, args.work / name)
             else:
-                algorithm, staleness = CONFIGS[config]
-                record = run_ours(algorithm, staleness, args, name)
+                record = run_ours(*CONFIGS[config], args, name)
             runs[config].append(record)
             seconds, _ = steady(record)
             print(f"rep {rep} {config}: {seconds:.3f} s/step steady, wall {record['wall']:.1f} s", flush=True)

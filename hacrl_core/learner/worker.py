@@ -41,6 +41,10 @@ from hacrl_core.learner.stages import (
     update_capability,
 )
 from hacrl_core.metrics import WorkerMetrics
+from hacrl_core.rollout.hf_engine import HFEngine
+from hacrl_core.rollout.sampling import rollout_metrics
+from hacrl_core.rollout.worker import sample_rollouts
+from hacrl_core.spec import SpecError
 from hacrl_core.models.loading import default_device, load_policy, save_policy
 from hacrl_core.sharing import shared_rows_used, sharing_warning
 
@@ -185,6 +189,7 @@ class StageClock:
     def metrics(self) -> dict[str, float]:
         # Spelled out: dashboards and docs/metrics.md name these series (tests look them up here).
         return {
+            "learner/seconds_sample": self.seconds["sample"],
             "learner/seconds_score": self.seconds["score"],
             "learner/seconds_wait_peers": self.seconds["wait_peers"],
             "learner/seconds_update": self.seconds["update"],
@@ -221,10 +226,29 @@ def train_step(context: WorkerContext, state: LearnerState, step: int, algorithm
     return values, rows
 
 
-def run_learner_worker(context: WorkerContext) -> None:
+def sample_with_live_policy(context: WorkerContext, state: LearnerState, engine: HFEngine, step: int) -> dict[str, float]:
+    """Colocated mode: the step's own rollouts sampled with the learner's live weights (version
+    ``step``: on-policy by construction), unless an earlier attempt wrote them; their metrics."""
+    if context.store.rollouts_ready(step, context.agent_name):
+        return {}
+    with state.backend.gathered_weights() as model:
+        engine.set_policy(model, state.tokenizer)
+        rows, seconds = sample_rollouts(context, engine, step, version=step)
+    return rollout_metrics(rows, step, {"load_weights": 0.0, **seconds})
+
+
+def run_learner_worker(context: WorkerContext, *, colocated: bool = False) -> None:
+    """The learner's step loop. ``colocated``: this process also samples the agent's rollouts with
+    its live model (no rollout worker, no weight publish and load per step; weights are published
+    with each checkpoint, for `hacrl eval` and for a later run in the split mode)."""
     torch.manual_seed(context.spec.algorithm.seed * 1000 + context.agent_index)
     spec, agent = context.spec, context.agent
+    if colocated and spec.algorithm.max_staleness:
+        raise SpecError(str(context.experiment.name), [
+            f"spec.algorithm.maxStaleness: {spec.algorithm.max_staleness} cannot run colocated (one process samples with the "
+            "weights it trains, so every step is on-policy); set it to 0, or run the rollout and learner workers apart"])
     algorithm = resolve_algorithm(spec.algorithm)
+    sampler = HFEngine(batch_size=agent.rollout.batch_size) if colocated else None
     metrics = WorkerMetrics(context.experiment.name, agent.name, "learner")
     metrics.serve(spec.metrics.port, spec.metrics.bind_address)
     state = initialize(context)
@@ -242,14 +266,18 @@ def run_learner_worker(context: WorkerContext) -> None:
     warned = False
     for step in range(state.next_step, spec.algorithm.steps):
         clock = StageClock()
+        sampled = sample_with_live_policy(context, state, sampler, step) if sampler else {}
+        clock.lap("sample")
         values, _rows = train_step(context, state, step, algorithm, clock)
         completed = step + 1
-        publish_weights(context, state, completed)
+        checkpoint_due = completed % spec.checkpoint.every_steps == 0 or completed == spec.algorithm.steps
+        if not colocated or checkpoint_due:  # colocated: nobody loads the weights of every step
+            publish_weights(context, state, completed)
         clock.lap("publish")
         evaluation = evaluate(context, state) if evaluation_due(context, completed) else {}
         clock.lap("eval")
 
-        values.update({"step": step, "weights_version": completed, **evaluation})
+        values.update({"step": step, "weights_version": completed, **sampled, **evaluation})
         values.update(clock.metrics())
         if step == 0:
             values.update(initial_eval)
@@ -262,7 +290,7 @@ def run_learner_worker(context: WorkerContext) -> None:
             log.warning(warning)
             warned = True
 
-        if completed % spec.checkpoint.every_steps == 0 or completed == spec.algorithm.steps:
+        if checkpoint_due:
             checkpoint(context, state, completed)
             last_checkpoint = completed
         store.write_progress(agent.name, progress_record(context, state, values, completed, last_checkpoint, datasets))

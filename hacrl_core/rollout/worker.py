@@ -13,7 +13,7 @@ import time
 
 from hacrl_core.context import WorkerContext, log
 from hacrl_core.metrics import WorkerMetrics
-from hacrl_core.rollout.engine import engine_for
+from hacrl_core.rollout.engine import RolloutEngine, engine_for
 from hacrl_core.rollout.sampling import rollout_metrics, rollout_rows, sample_step, sampling_params, sampling_version
 
 
@@ -22,6 +22,29 @@ def first_missing_step(context: WorkerContext) -> int:
     while step < context.spec.algorithm.steps and context.store.rollouts_ready(step, context.agent_name):
         step += 1
     return step
+
+
+def sample_rollouts(context: WorkerContext, engine: RolloutEngine, step: int, version: int) -> tuple[list[dict], dict[str, float]]:
+    """Sample, score and write the agent's rollouts of ``step`` with the policy ``engine`` holds
+    (weights ``version``); returns the rows and the seconds of each stage."""
+    spec, agent = context.spec, context.agent
+    seconds: dict[str, float] = {}
+    began = time.perf_counter()
+    problems = context.step_problems(step)
+    params = sampling_params(agent.rollout, group_size=spec.algorithm.group_size, seed=spec.algorithm.seed, step=step,
+                             agent_index=context.agent_index)
+    prompts, samples = sample_step(engine, problems, spec.data.template, params)
+    seconds["generate"] = time.perf_counter() - began
+
+    began = time.perf_counter()
+    rows = rollout_rows(problems, prompts, samples, context.reward_fn, experiment=context.experiment.name, agent=agent.name,
+                        step=step, tokenizer=engine.tokenizer, policy_version=version)
+    seconds["reward"] = time.perf_counter() - began
+
+    began = time.perf_counter()
+    context.store.write_rollouts(step, agent.name, rows)
+    seconds["write"] = time.perf_counter() - began
+    return rows, seconds
 
 
 def run_rollout_worker(context: WorkerContext) -> None:
@@ -55,22 +78,8 @@ def run_rollout_worker(context: WorkerContext) -> None:
             loaded = version
         seconds["load_weights"] = time.perf_counter() - began
 
-        began = time.perf_counter()
-        problems = context.step_problems(step)
-        params = sampling_params(agent.rollout, group_size=spec.algorithm.group_size, seed=spec.algorithm.seed, step=step,
-                                 agent_index=context.agent_index)
-        prompts, samples = sample_step(engine, problems, spec.data.template, params)
-        seconds["generate"] = time.perf_counter() - began
-
-        began = time.perf_counter()
-        rows = rollout_rows(problems, prompts, samples, context.reward_fn, experiment=context.experiment.name, agent=agent.name,
-                            step=step, tokenizer=engine.tokenizer, policy_version=version)
-        seconds["reward"] = time.perf_counter() - began
-
-        began = time.perf_counter()
-        context.store.write_rollouts(step, agent.name, rows)
-        seconds["write"] = time.perf_counter() - began
-
+        rows, sampled = sample_rollouts(context, engine, step, version)
+        seconds.update(sampled)
         values = rollout_metrics(rows, step, seconds)
         metrics.publish(values)
         log.info("rollout %s step %d: reward %.3f, %d tokens", agent.name, step, values["rollout/reward_mean"],

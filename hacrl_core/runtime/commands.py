@@ -26,7 +26,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
     context = WorkerContext.from_spec_file(args.spec, args.agent)
     try:
         generation = os.environ.get("HACRL_FENCE_GENERATION")  # set by `hacrl run`; pods take the next one
-        Lease.acquire(context.store, args.agent, args.role, int(generation) if generation else None)  # every later write checks it
+        # A colocated worker does both jobs, so it holds both leases: it fences out a rollout or
+        # learner worker of an older run of the agent, and a newer one of either fences it out.
+        leases = [Lease.acquire(context.store, args.agent, role, int(generation) if generation else None)
+                  for role in (("rollout", "learner") if args.role == "colocated" else (args.role,))]
+        context.store.fence = lambda: [lease.check() for lease in leases]  # every later write checks them
         if args.role == "rollout":
             from hacrl_core.rollout.worker import run_rollout_worker
 
@@ -34,7 +38,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         else:
             from hacrl_core.learner.worker import run_learner_worker
 
-            run_learner_worker(context)
+            run_learner_worker(context, colocated=args.role == "colocated")
     except FencedOut as error:
         logging.getLogger("hacrl.worker").error("%s", error)
         return FENCED_EXIT_CODE
@@ -60,7 +64,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     stop_on_signals()
     try:
-        report = run_local(args.spec, resume=args.resume, workdir=args.workdir, display=make_display(experiment, quiet=args.quiet))
+        report = run_local(args.spec, resume=args.resume, workdir=args.workdir, display=make_display(experiment, quiet=args.quiet),
+                           colocate=args.colocate)
     except SpecError as error:
         print(error, file=sys.stderr)
         return 2
@@ -123,10 +128,13 @@ def register(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--resume", action="store_true", help="continue an interrupted run from its checkpoints")
     run.add_argument("--workdir", help="logs, rendered spec and report (default: hacrl-runs/<experiment>)")
     run.add_argument("--quiet", action="store_true", help="no progress display")
+    run.add_argument("--colocate", action="store_true",
+                     help="one process per agent samples with the live model and trains (no rollout worker, no weight "
+                          "publish/load per step); on-policy only (maxStaleness 0)")
     run.set_defaults(func=cmd_run)
 
     worker = commands.add_parser("worker", help="run one worker (what pods and `hacrl run` start)")
-    worker.add_argument("role", choices=["rollout", "learner"])
+    worker.add_argument("role", choices=["rollout", "learner", "colocated"], help="colocated: sample and train in one process")
     worker.add_argument("--spec", required=True, help="experiment YAML")
     worker.add_argument("--agent", required=True, help="agent name")
     worker.set_defaults(func=cmd_worker)

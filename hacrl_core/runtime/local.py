@@ -28,6 +28,7 @@ from hacrl_core.store.fencing import FENCED_EXIT_CODE, claim_run_generation
 from hacrl_core.store.ownership import Owner, StoreOwnedByAnother, claim
 
 ROLES = ("rollout", "learner")
+COLOCATED_ROLES = ("colocated",)
 POLL_SECONDS = 0.25
 
 
@@ -78,6 +79,7 @@ class LocalRun:
     restarts: dict[str, int] = field(default_factory=dict)
     datasets: list[DatasetReport] = field(default_factory=list)
     generation: int = 0  # fencing generation of this run's workers (store/fencing.py)
+    roles: tuple[str, ...] = ROLES  # the workers of each agent
 
 
 def free_ports(first: int, count: int, host: str) -> list[int]:
@@ -164,12 +166,13 @@ def build_models(run: LocalRun, say) -> None:
 
 def start_workers(run: LocalRun) -> None:
     spec = run.experiment.spec
-    ports = free_ports(spec.metrics.port, 2 * len(spec.agents), spec.metrics.bind_address)
+    per_agent = len(run.roles)
+    ports = free_ports(spec.metrics.port, per_agent * len(spec.agents), spec.metrics.bind_address)
     threads = os.environ.get(THREADS_ENV) or str(worker_threads(available_cpus(), len(spec.agents), spec.algorithm.max_staleness))
     for index, agent in enumerate(spec.agents):
         run.restarts[agent.name] = 0
-        for offset, role in enumerate(ROLES):
-            port = ports[2 * index + offset] if ports else 0
+        for offset, role in enumerate(run.roles):
+            port = ports[per_agent * index + offset] if ports else 0
             env = dict(os.environ)
             env.update(
                 HACRL_METRICS_PORT=str(port),
@@ -250,13 +253,20 @@ def stop_all(run: LocalRun, grace: float = 10.0) -> None:
             worker.process.wait()
 
 
-def run_local(spec_path: str | Path, *, resume: bool = False, workdir: str | Path | None = None, display=None) -> Path:
-    """Run an experiment to completion on this machine; returns the report folder."""
+def run_local(spec_path: str | Path, *, resume: bool = False, workdir: str | Path | None = None, display=None,
+              colocate: bool = False) -> Path:
+    """Run an experiment to completion on this machine; returns the report folder. ``colocate``:
+    one worker per agent that samples and trains (``hacrl worker colocated``)."""
     from hacrl_core.runtime.display import make_display
     from hacrl_core.runtime.report import write_report
 
     began = time.perf_counter()
     run = prepare(spec_path, resume=resume, workdir=workdir)
+    if colocate and run.experiment.spec.algorithm.max_staleness:
+        raise SpecError(str(spec_path), [
+            f"spec.algorithm.maxStaleness: {run.experiment.spec.algorithm.max_staleness} cannot run with --colocate (one process "
+            "samples with the weights it trains, so every step is on-policy); set it to 0, or run without --colocate"])
+    run.roles = COLOCATED_ROLES if colocate else ROLES
     display = display or make_display(run.experiment)
     check_datasets(run, display)
     build_models(run, display.note)

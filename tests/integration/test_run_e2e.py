@@ -344,3 +344,38 @@ def test_one_step_off_policy_run_samples_with_the_previous_weights_and_survives_
             versions = {row["policy_version"] for row in store.read_rollouts(step, agent)}
             assert versions == {max(0, step - 1)}, (agent, step, versions)
         assert [store.read_metrics(step, agent)["learner/policy_lag"] for step in range(4)] == [0.0, 1.0, 1.0, 1.0]
+
+
+def test_colocated_run_samples_what_the_split_workers_sample_and_survives_a_killed_worker(tmp_path, cache):
+    """`hacrl run --colocate`: one process per agent samples with its live model and trains. It is
+    the same algorithm (the same responses, step by step, as the rollout and learner workers of
+    the split mode, which load the published weights) and keeps every shard exactly once across a
+    SIGKILL of one agent's worker."""
+    store_uri = (tmp_path / "store").as_uri()
+    for folder in ("split", "coloc"):
+        (tmp_path / folder).mkdir()
+    split = write_spec(tmp_path, tiny_spec("e2e-split", store_uri, steps=3))
+    done = start_run(split, tmp_path / "split", run_env(cache))
+    output, _ = done.communicate(timeout=600)
+    assert done.returncode == 0, output
+
+    colocated = write_spec(tmp_path, tiny_spec("e2e-coloc", store_uri, steps=3))
+    process = start_run(colocated, tmp_path / "coloc", run_env(cache), "--colocate")
+    store = open_trajectory_store(store_uri, "e2e-coloc")
+    wait_for(lambda: (store.read_progress("qwen") or {}).get("step", 0) >= 1, 300, "qwen to finish a step")
+    workers = worker_table(tmp_path / "coloc" / "work")
+    assert sorted((w["agent"], w["role"]) for w in workers) == [("llama", "colocated"), ("qwen", "colocated")]
+    os.killpg(next(w["pid"] for w in workers if w["agent"] == "qwen"), signal.SIGKILL)
+    output, _ = process.communicate(timeout=600)
+    assert process.returncode == 0, output
+    assert "colocated worker of qwen exited with code -9; restarting" in output
+
+    assert_every_shard_once(store, 3, ["llama", "qwen"])
+    reference = open_trajectory_store(store_uri, "e2e-split")
+    for agent in ("llama", "qwen"):
+        assert store.read_progress(agent)["step"] == 3
+        assert store.list_checkpoints(agent)[-1] == 3
+        for step in range(3):
+            ours = [(r["prompt_uid"], r["sample_index"], r["response"]) for r in store.read_rollouts(step, agent)]
+            theirs = [(r["prompt_uid"], r["sample_index"], r["response"]) for r in reference.read_rollouts(step, agent)]
+            assert ours == theirs, (agent, step)
