@@ -1,8 +1,9 @@
 """Pure builders of the objects the operator creates: manifest dicts, no I/O.
 
 Per experiment: one ConfigMap with the rendered spec; per agent: a rollout Pod and a learner Pod
-running the same worker entry points as `hacrl run` (DESIGN.md sections 1 and 4); with
-``spec.scheduling.gang`` the pods' gang labels and annotations (Kueue) or a PodGroup (Volcano).
+running the same worker entry points as `hacrl run` (DESIGN.md sections 1 and 4), with the
+experiment's env and envFrom and the agent's model cache claim; with ``spec.scheduling.gang`` the
+pods' gang labels and annotations (Kueue) or a PodGroup (Volcano).
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ SPEC_FILE = "spec.yaml"
 SPEC_PATH = f"{SPEC_MOUNT}/{SPEC_FILE}"
 WORK_DIR = "/var/lib/hacrl"  # working directory: relative file:// stores land here
 CACHE_DIR = "/var/cache/hacrl"  # HF, torch and triton caches (root filesystem is read-only)
+# $HACRL_CACHE/models: hub downloads, tiny builds, s3:// models (hacrl_core/models/uri.py), and
+# HF_HOME beneath it: the one directory spec.modelCache's claim is mounted at (else the emptyDir).
+MODEL_CACHE_DIR = f"{CACHE_DIR}/models"
+MODEL_CACHE_VOLUME = "model-cache"
 
 # The only keys ever read from `spec.store.credentialsSecret` (by reference, never copied).
 CREDENTIAL_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
@@ -226,7 +231,8 @@ def worker_env(experiment: Experiment, agent: str, role: str, uid: str | None = 
         {"name": "HACRL_METRICS_PORT", "value": str(spec.metrics.port)},
         {"name": "HOME", "value": "/tmp"},
         {"name": "XDG_CACHE_HOME", "value": CACHE_DIR},
-        {"name": "HF_HOME", "value": f"{CACHE_DIR}/huggingface"},
+        {"name": "HACRL_CACHE", "value": CACHE_DIR},  # models in MODEL_CACHE_DIR, scratch in work/
+        {"name": "HF_HOME", "value": f"{MODEL_CACHE_DIR}/huggingface"},
         {"name": "TORCH_EXTENSIONS_DIR", "value": f"{CACHE_DIR}/torch_extensions"},
         {"name": "TRITON_CACHE_DIR", "value": f"{CACHE_DIR}/triton"},
     ]
@@ -244,7 +250,20 @@ def worker_env(experiment: Experiment, agent: str, role: str, uid: str | None = 
         env.append({"name": "HACRL_EXPERIMENT_UID", "value": uid})
     if spec.model_token_secret:
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": spec.model_token_secret, "key": "HF_TOKEN"}}})
+    # The user's, after the operator's (so `$(HACRL_AGENT)` expands in them); the spec refuses the
+    # names above (hacrl_core.spec.OPERATOR_ENV), so none is set twice.
+    env += [var.model_dump(by_alias=True, exclude_none=True) for var in spec.env]
     return env
+
+
+def model_cache_mount(experiment: Experiment, agent: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The (volume, volumeMount) of ``agent``'s model cache claim (``agents[].modelCache``, else
+    ``spec.modelCache``) at MODEL_CACHE_DIR, inside the ``cache`` emptyDir; None without one."""
+    cache = experiment.spec.model_cache_of(agent)
+    if cache is None:
+        return None
+    return ({"name": MODEL_CACHE_VOLUME, "persistentVolumeClaim": {"claimName": cache.claim_name}},
+            {"name": MODEL_CACHE_VOLUME, "mountPath": MODEL_CACHE_DIR})
 
 
 def build_pod(
@@ -286,6 +305,8 @@ def build_pod(
             {"name": "dshm", "mountPath": "/dev/shm"},
         ],
     }
+    if spec.env_from:  # Kubernetes: env (the operator's, spec.env) wins over envFrom
+        container["envFrom"] = [source.model_dump(by_alias=True, exclude_none=True) for source in spec.env_from]
     resources = getattr(agent_spec.resources, role)
     if resources:  # requests/limits, e.g. {limits: {nvidia.com/gpu: 1}}
         container["resources"] = copy.deepcopy(resources)
@@ -314,6 +335,11 @@ def build_pod(
             {"name": "dshm", "emptyDir": {"medium": "Memory"}},
         ],
     }
+    model_cache = model_cache_mount(experiment, agent)
+    if model_cache:
+        volume, mount = model_cache
+        pod_spec["volumes"].append(volume)
+        container["volumeMounts"].append(mount)
     if config.worker_image_pull_secrets:
         pod_spec["imagePullSecrets"] = [{"name": secret} for secret in config.worker_image_pull_secrets]
     scheduling = spec.scheduling

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -11,7 +12,12 @@ import yaml
 from hacrl_operator import builders, rbac
 from hacrl_operator.config import ConfigError, OperatorConfig
 
-from hacrl_core.spec import parse_experiment
+from hacrl_core.spec import (
+    OPERATOR_ENV,
+    OPERATOR_ENV_PREFIX,
+    ModelCacheSpec,
+    parse_experiment,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 OWNER = {"apiVersion": "hacrl.io/v1alpha1", "kind": "HACRLExperiment", "metadata": {"name": "quickstart", "namespace": "ns", "uid": "u-1"}}
@@ -207,6 +213,77 @@ def test_store_settings_and_credentials_by_reference_only() -> None:
     assert variables["AWS_REGION"]["value"] == "us-east-1"
     for key in builders.CREDENTIAL_KEYS:
         assert variables[key] == {"name": key, "valueFrom": {"secretKeyRef": {"name": "creds", "key": key}}}
+
+
+# -- model plumbing (issue 15 item 4) -------------------------------------------------------------
+
+def test_every_variable_the_operator_sets_is_one_the_spec_refuses_in_spec_env() -> None:
+    """hacrl_core.spec.OPERATOR_ENV (what spec.env may not set) covers worker_env, whatever the spec."""
+    exp = experiment(store={"uri": "s3://b/p", "endpoint": "http://minio:9000", "region": "us-east-1", "credentialsSecret": "creds"},
+                     modelTokenSecret="hf-token")
+    names = {e["name"] for e in builders.worker_env(exp, "qwen-bpe", "learner", uid="u-1")}
+    assert {n for n in names if not n.startswith(OPERATOR_ENV_PREFIX)} == set(OPERATOR_ENV)
+
+
+@pytest.mark.parametrize("role", builders.ROLES)
+def test_experiment_env_and_env_from_reach_every_pod_after_the_operators(role: str) -> None:
+    exp = experiment(
+        env=[{"name": "HF_HUB_OFFLINE", "value": "1"}, {"name": "RUN", "value": "$(HACRL_AGENT)-x"},
+             {"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "wandb", "key": "key"}}},
+             {"name": "PROXY", "valueFrom": {"configMapKeyRef": {"name": "net", "key": "proxy", "optional": True}}}],
+        envFrom=[{"configMapRef": {"name": "tuning"}}, {"secretRef": {"name": "extra"}, "prefix": "X_"}],
+    )
+    for agent in ("qwen-bpe", "llama-char"):
+        c = container(builders.build_pod(exp, agent, role, OWNER, CONFIG))
+        names = [e["name"] for e in c["env"]]
+        assert names[-4:] == ["HF_HUB_OFFLINE", "RUN", "WANDB_API_KEY", "PROXY"] and len(names) == len(set(names))
+        assert names.index("HACRL_AGENT") < names.index("RUN")  # $(HACRL_AGENT) expands
+        assert c["env"][-2] == {"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "wandb", "key": "key", "optional": False}}}
+        assert c["env"][-1]["valueFrom"]["configMapKeyRef"] == {"name": "net", "key": "proxy", "optional": True}
+        assert c["envFrom"] == [{"configMapRef": {"name": "tuning", "optional": False}},
+                                {"secretRef": {"name": "extra", "optional": False}, "prefix": "X_"}]
+    assert "envFrom" not in container(builders.build_pod(experiment(), "qwen-bpe", role, OWNER, CONFIG))
+
+
+def test_a_secret_of_env_or_env_from_waits_for_the_admins_approval() -> None:
+    """The operator's SecretNotAllowed check reads spec.secret_references(): the new fields are in it."""
+    from hacrl_operator.handlers.reconcile import Reconciler
+
+    exp = experiment(env=[{"name": "W", "valueFrom": {"secretKeyRef": {"name": "wandb", "key": "key"}}}],
+                     envFrom=[{"secretRef": {"name": "extra"}}, {"configMapRef": {"name": "tuning"}}])
+    refused = Reconciler.refused_secrets(SimpleNamespace(config=OperatorConfig(experiment_secrets=("ns/wandb",))), exp, "ns")
+    assert refused == [(
+        "spec.envFrom[0].secretRef: Secret 'extra' is not approved for experiments; ask the cluster admin to add "
+        "'extra' or 'ns/extra' to the chart value experimentSecrets (HACRL_EXPERIMENT_SECRETS)"
+    )]
+
+
+@pytest.mark.parametrize("role", builders.ROLES)
+def test_model_cache_claim_is_mounted_where_models_and_hf_home_live(role: str) -> None:
+    def cache(pod: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        c = container(pod)
+        return ([m for m in c["volumeMounts"] if m["name"] == builders.MODEL_CACHE_VOLUME],
+                [v for v in pod["spec"]["volumes"] if v["name"] == builders.MODEL_CACHE_VOLUME])
+
+    assert cache(builders.build_pod(experiment(), "qwen-bpe", role, OWNER, CONFIG)) == ([], [])
+    exp = experiment(modelCache={"claimName": "models"})
+    exp.spec.agents[0].model_cache = ModelCacheSpec(claim_name="llama-models")
+    for agent, claim in (("qwen-bpe", "models"), ("llama-char", "llama-models")):
+        pod = builders.build_pod(exp, agent, role, OWNER, CONFIG)
+        mounts, volumes = cache(pod)
+        assert mounts == [{"name": "model-cache", "mountPath": "/var/cache/hacrl/models"}]
+        assert volumes == [{"name": "model-cache", "persistentVolumeClaim": {"claimName": claim}}]
+        variables = env(pod)
+        # hacrl_core.context.cache_root() / "models" and HF_HOME are both on the claim; scratch is not.
+        assert variables["HACRL_CACHE"]["value"] + "/models" == builders.MODEL_CACHE_DIR
+        assert variables["HF_HOME"]["value"].startswith(builders.MODEL_CACHE_DIR + "/")
+
+
+def test_ephemeral_storage_requests_pass_through_resources() -> None:
+    exp = experiment()
+    exp.spec.agents[0].resources.learner = {"requests": {"ephemeral-storage": "100Gi"}, "limits": {"ephemeral-storage": "150Gi"}}
+    c = container(builders.build_pod(exp, "llama-char", "learner", OWNER, CONFIG))
+    assert c["resources"] == {"requests": {"ephemeral-storage": "100Gi"}, "limits": {"ephemeral-storage": "150Gi"}}
 
 
 def test_resources_scheduling_images_and_pod_template_override() -> None:

@@ -364,12 +364,15 @@ def test_a_secret_the_admin_did_not_approve_gets_no_pod_until_the_spec_names_one
     admin would: an experiment naming another team's Secret must not get a pod that reads it."""
     document = quickstart(store={"uri": "s3://bucket/runs", "endpoint": "http://127.0.0.1:9", "credentialsSecret": "team-b-creds"})
     document["spec"]["modelTokenSecret"] = "team-b-hf"
+    document["spec"]["env"] = [{"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "team-b-wandb", "key": "key"}}}]
+    document["spec"]["envFrom"] = [{"secretRef": {"name": "team-b-extra"}}]
     create_namespace(cluster)
     apply(cluster, document)
     status = wait_for(lambda: condition(status_of(cluster), "Ready").get("reason") == "SecretNotAllowed" and status_of(cluster),
                       what="SecretNotAllowed")
     message = condition(status, "Ready")["message"]
     assert "spec.store.credentialsSecret: Secret 'team-b-creds'" in message and "spec.modelTokenSecret: Secret 'team-b-hf'" in message
+    assert "spec.env[0].valueFrom.secretKeyRef: Secret 'team-b-wandb'" in message and "spec.envFrom[0].secretRef: Secret 'team-b-extra'" in message
     assert "experimentSecrets" in message and status["phase"] == "Pending"
     warnings = [e for e in cluster.get("events", namespace=NS) if e["reason"] == "SecretNotAllowed"]
     assert len(warnings) == 1 and warnings[0]["type"] == "Warning"
@@ -377,10 +380,15 @@ def test_a_secret_the_admin_did_not_approve_gets_no_pod_until_the_spec_names_one
     assert pods_of(cluster) == {}
     assert len([e for e in cluster.get("events", namespace=NS) if e["reason"] == "SecretNotAllowed"]) == 1
     cluster.kubectl("patch", "hx", "quickstart", "-n", NS, "--type=merge", "-p",
-            json.dumps({"spec": {"store": {"credentialsSecret": "s3-creds"}, "modelTokenSecret": None}}))
+            json.dumps({"spec": {"store": {"credentialsSecret": "s3-creds"}, "modelTokenSecret": None,
+                                 "env": [{"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "store-creds", "key": "key"}}}],
+                                 "envFrom": [{"configMapRef": {"name": "tuning"}}]}}))
     pods = wait_for(lambda: len(pods_of(cluster)) == 4 and pods_of(cluster), what="4 pods once the Secret is approved")
-    env = {e["name"]: e for e in pods[pod_name("quickstart", "llama-char", "learner")]["spec"]["containers"][0]["env"]}
+    container = pods[pod_name("quickstart", "llama-char", "learner")]["spec"]["containers"][0]
+    env = {e["name"]: e for e in container["env"]}
     assert env["AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"]["name"] == "s3-creds" and "HF_TOKEN" not in env
+    assert env["WANDB_API_KEY"]["valueFrom"]["secretKeyRef"]["name"] == "store-creds"
+    assert container["envFrom"] == [{"configMapRef": {"name": "tuning", "optional": False}}]
 
 
 def test_a_store_prefix_left_by_a_deleted_experiment_is_refused_until_adopted(cluster: EmulatedCluster, op: OperatorHandle, tmp_path: Path) -> None:
