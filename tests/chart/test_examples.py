@@ -102,3 +102,20 @@ def test_bad_manifest_fails_the_cli(tmp_path):
     bad.write_text(yaml.safe_dump(document))
     result = subprocess.run([sys.executable, "-m", "hacrl_core.cli", "validate", str(bad)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 1 and "spec.agents[0].resources.rollout" in result.stderr
+
+
+GATED = ("meta-llama/",)  # hub organisations whose models need an accepted licence and a token
+GPU_EXAMPLES = [p for p in EXAMPLES if "nvidia.com/gpu" in p.read_text()]
+
+
+@pytest.mark.parametrize("example", GPU_EXAMPLES, ids=lambda p: p.name)
+def test_gated_models_get_the_token_and_gpu_pods_ask_for_local_disk(example: Path):
+    """A gated Llama needs spec.modelTokenSecret (HF_TOKEN in every pod), and every pod of a real
+    model asks for the local disk its download, checkpoint staging and weights need (issue 15 item 4)."""
+    spec = load_experiment(example).spec
+    if any(agent.model.startswith(GATED) for agent in spec.agents):
+        assert spec.model_token_secret, f"{example.name}: a gated model without spec.modelTokenSecret"
+    for agent in spec.agents:
+        for role in ("rollout", "learner"):
+            resources = getattr(agent.resources, role)
+            assert resources["requests"].get("ephemeral-storage") and resources["limits"].get("ephemeral-storage"), (example.name, agent.name, role)
