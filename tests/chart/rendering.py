@@ -52,7 +52,13 @@ def objects(docs, kind: str) -> list[dict[str, Any]]:
     return [d for d in docs if d["kind"] == kind]
 
 
+def is_crd_hook(doc: dict[str, Any]) -> bool:
+    """One of the CRD-upgrade hook's objects (templates/crd-upgrade.yaml, test_crd_upgrade.py)."""
+    return doc["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "crd-upgrade"
+
+
 def one(docs, kind: str, name: str | None = None) -> dict[str, Any]:
-    found = [d for d in objects(docs, kind) if name is None or d["metadata"]["name"] == name]
+    """The one object of this kind (and name); without a name, the CRD hook's objects do not count."""
+    found = [d for d in objects(docs, kind) if (d["metadata"]["name"] == name if name else not is_crd_hook(d))]
     assert len(found) == 1, f"expected one {kind} {name or ''}, found {[d['metadata']['name'] for d in found]}"
     return found[0]
