@@ -279,6 +279,22 @@ def test_model_cache_claim_is_mounted_where_models_and_hf_home_live(role: str) -
         assert variables["HF_HOME"]["value"].startswith(builders.MODEL_CACHE_DIR + "/")
 
 
+@pytest.mark.parametrize("example", ["paper-qwen3-4b-llama3.2-3b.yaml", "paper-qwen3-1.7b-4b.yaml", "gpu-qwen3-llama.yaml"])
+def test_pods_of_the_gpu_examples_with_env_and_model_cache_are_valid_kubernetes(example: str) -> None:
+    """The pods as the API server's schema (kubernetes-validate, strict) reads them: the dumped
+    env/envFrom references, the claim, the podTemplate affinity and ephemeral-storage."""
+    import kubernetes_validate
+
+    document = yaml.safe_load((REPO / "examples" / example).read_text())
+    document["spec"]["env"] = [{"name": "A", "value": "1"}, {"name": "W", "valueFrom": {"secretKeyRef": {"name": "w", "key": "k"}}}]
+    document["spec"]["envFrom"] = [{"configMapRef": {"name": "c"}}, {"secretRef": {"name": "s", "optional": True}, "prefix": "X_"}]
+    document["spec"]["modelCache"] = {"claimName": "models"}
+    exp = parse_experiment(document)
+    for agent in exp.spec.agents:
+        for role in builders.ROLES:
+            kubernetes_validate.validate(builders.build_pod(exp, agent.name, role, OWNER, CONFIG), "1.33", strict=True)
+
+
 def test_ephemeral_storage_requests_pass_through_resources() -> None:
     exp = experiment()
     exp.spec.agents[0].resources.learner = {"requests": {"ephemeral-storage": "100Gi"}, "limits": {"ephemeral-storage": "150Gi"}}
