@@ -2,7 +2,7 @@
 PYTHON ?= python3.11
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: install install-core test quickstart crd lint lock
+.PHONY: install install-core test quickstart crd lint lock values-schema
 
 # What `hacrl run` needs and nothing more: the quickstart's first step stays light (no DeepSpeed
 # build, no helm, no test tools). torch first, pinned by the lock: on these machines 2.13.0 is a
@@ -40,6 +40,10 @@ quickstart: install-core
 
 crd:
 	hacrl crd
+
+# charts/hacrl-operator/values.schema.json from values.yaml's `# --` comments and values.types.yaml.
+values-schema:
+	$(PYTHON) scripts/chart-values-schema.py
 
 # Regenerate constraints/*.txt (needs uv: pip install uv). UPGRADE=1 moves every pin.
 lock:
