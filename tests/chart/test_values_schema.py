@@ -94,24 +94,20 @@ def _merge_free(schema):
 
 
 def test_every_value_is_documented_in_place():
-    """Each leaf of values.yaml has a `# --` comment block above it or above one of its parent keys (KubeRay style)."""
-    lines = (CHART / "values.yaml").read_text().splitlines()
-    stack: list[tuple[int, bool]] = []  # (indent, documented) of the enclosing keys
-    undocumented = []
-    for index, line in enumerate(lines):
-        stripped = line.strip()
-        if not stripped or stripped.startswith("#") or stripped.startswith("- ") or ":" not in stripped:
-            continue
-        indent = len(line) - len(line.lstrip())
-        while stack and stack[-1][0] >= indent:
-            stack.pop()
-        block = []  # the comment lines right above this key
-        j = index - 1
-        while j >= 0 and lines[j].strip().startswith("#"):
-            block.append(lines[j].strip())
-            j -= 1
-        documented = any(c.startswith("# --") for c in block) or any(d for _, d in stack)
-        if stripped.split(":", 1)[1].strip() and not documented:
-            undocumented.append(f"line {index + 1}: {stripped}")
-        stack.append((indent, documented))
+    """Each leaf of values.yaml has a `# --` comment block above it or above one of its parent keys
+    (KubeRay style), read by the same walker that puts them into values.schema.json."""
+    from tests.chart.test_values_schema_generated import gen
+
+    text = (CHART / "values.yaml").read_text()
+    documented = set(gen.comments(text))
+
+    def leaves(value, path=()):
+        if isinstance(value, dict) and value:
+            for key, child in value.items():
+                yield from leaves(child, (*path, key))
+        else:
+            yield path
+
+    undocumented = [".".join(path) for path in leaves(yaml.safe_load(text))
+                    if not any(path[:n] in documented for n in range(1, len(path) + 1))]
     assert not undocumented, "values without a `# --` comment:\n" + "\n".join(undocumented)
