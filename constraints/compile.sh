@@ -20,6 +20,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 UV=${UV:-uv}
+command -v "$UV" >/dev/null || { echo "constraints/compile.sh needs uv: pip install uv (any venv), or UV=/path/to/uv" >&2; exit 1; }
 COMMON=(--python-version 3.11 --generate-hashes --no-header --quiet "$@")
 
 "$UV" pip compile "${COMMON[@]}" --universal --extra math --extra operator --extra test \

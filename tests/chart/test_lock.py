@@ -63,7 +63,7 @@ def test_every_pin_has_hashes(name: str):
 @pytest.mark.parametrize("name", IMAGE_LOCKS)
 def test_image_locks_agree_with_the_lock(name: str):
     for package, (version, _, hashes) in pins(CONSTRAINTS / name).items():
-        assert package in LOCK, f"{name} pins {package}, which constraints/lock.txt lacks: run constraints/compile.sh"
+        assert package in LOCK, f"{name} pins {package}, which constraints/lock.txt lacks: run constraints/compile.sh (make lock; needs pip install uv)"
         assert version == LOCK[package][0], f"{name}: {package}=={version}, lock.txt says {LOCK[package][0]}"
         assert set(hashes) <= set(LOCK[package][2]), f"{name}: {package} hashes not in lock.txt"
 
@@ -77,9 +77,9 @@ def test_lock_covers_pyproject():
     for line in requirements:
         requirement = Requirement(line)
         name = canonical(requirement.name)
-        assert name in LOCK, f"{name} is in pyproject.toml but not in constraints/lock.txt: run constraints/compile.sh"
+        assert name in LOCK, f"{name} is in pyproject.toml but not in constraints/lock.txt: run constraints/compile.sh (make lock; needs pip install uv)"
         assert requirement.specifier.contains(LOCK[name][0], prereleases=True), (
-            f"{name}: lock.txt has {LOCK[name][0]}, pyproject asks {requirement.specifier}: run constraints/compile.sh"
+            f"{name}: lock.txt has {LOCK[name][0]}, pyproject asks {requirement.specifier}: run constraints/compile.sh (make lock; needs pip install uv)"
         )
     for line in (CONSTRAINTS / "inputs" / "tested.in").read_text().splitlines():
         if line.strip() and not line.startswith("#"):
