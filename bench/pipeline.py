@@ -63,7 +63,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--prompts", type=int, default=64)
     p.add_argument("--reps", type=int, default=2)
-    p.add_argument("--modes", default="inproc,file,s3", help="inproc, file, s3; file-stale1 / s3-stale1: the same with algorithm.maxStaleness 1")
+    p.add_argument("--modes", default="inproc,file,s3", help="inproc, file, s3; file-stale1 / s3-stale1: the same with algorithm.maxStaleness 1; file-colocated / s3-colocated: hacrl run --colocate")
     p.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--work", type=Path, default=Path("/tmp/hacrl-bench/pipeline"))
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
@@ -192,7 +192,7 @@ def multi_breakdown(store_uri: str, name: str, steps: int, workdir: Path, starte
             m = step0 if step == 0 else store.read_metrics(step, agent)
             for k in STAGES:
                 sums[k] += m.get(f"learner/{k}", 0.0) / len(agents)
-        learner = [s for s in stamps.get(f"{agent}-learner", [])]
+        learner = stamps.get(f"{agent}-learner") or stamps.get(f"{agent}-colocated", [])  # the colocated worker logs its steps too
         if learner:
             first_step_start.append(learner[0] - sum(step0.get(f"learner/{k}", 0.0) for k in STAGES))
             last_step_end.append(learner[-1])
@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     args.work.mkdir(parents=True)
     server = None
     s3_env: dict[str, str] = {}
-    if any(m.partition("-stale")[0] == "s3" for m in modes):
+    if any(m.removesuffix("-colocated").partition("-stale")[0] == "s3" for m in modes):
         sys.path.insert(0, str(REPO))
         from tests.support.seaweed import start_seaweedfs
 
@@ -231,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
         for rep in range(args.reps):
             for mode in modes:
                 name = f"bench-pipe-{mode}-{rep}"
-                store_kind, _, stale = mode.partition("-stale")  # e.g. file-stale1: maxStaleness 1
+                colocate = mode.endswith("-colocated")  # e.g. file-colocated: hacrl run --colocate
+                store_kind, _, stale = mode.removesuffix("-colocated").partition("-stale")  # e.g. file-stale1: maxStaleness 1
                 if store_kind == "s3":
                     uri, endpoint, extra = f"s3://{server.bucket}/pipeline", server.endpoint, s3_env
                 else:
@@ -249,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
                     results[mode].append({"wall": wall, **{f"inproc_{k}": v for k, v in clock.items()}})
                 else:
                     started = time.time()
-                    wall = hacrl_run(spec_path, args.work / "workdirs" / name, env)
+                    wall = hacrl_run(spec_path, args.work / "workdirs" / name, env, args=["--colocate"] if colocate else [])
                     ended = time.time()
                     for key, value in extra.items():
                         os.environ[key] = value
