@@ -14,7 +14,7 @@ import pytest
 
 from hacrl_core.store import open_trajectory_store
 from tests.integration.runs import run_env, start_run, tiny_spec, wait_for, write_spec
-from tests.reliability.faults import pid_alive, worker_table
+from tests.reliability.faults import pid_alive, sigkill, worker_table
 
 pytestmark = pytest.mark.slow
 
@@ -98,25 +98,29 @@ def test_hacpo_run_on_seaweedfs_s3_trains_both_agents_on_both_agents_rows(tmp_pa
 
 
 def test_sigkilled_learner_resumes_with_no_lost_or_repeated_step(tmp_path, cache):
+    """llama's learner is SIGKILLed after its first checkpoint while it waits at step 1 (held there
+    by qwen's stopped learner, see `hold_qwen_learner`): it restarts from that checkpoint and the
+    run ends with every step's shards once and monotonic checkpoints."""
     store_uri = (tmp_path / "store").as_uri()
-    spec = write_spec(tmp_path, tiny_spec("e2e-kill", store_uri, steps=4))
+    spec = write_spec(tmp_path, tiny_spec("e2e-kill", store_uri, steps=4, algorithm="naive"))
     process = start_run(spec, tmp_path, run_env(cache))
     store = open_trajectory_store(store_uri, "e2e-kill")
 
-    wait_for(lambda: (store.read_progress("qwen") or {}).get("step", 0) >= 1, 300, "qwen to finish a step")
-    pids = subprocess.run(["pgrep", "-f", f"worker learner --spec {tmp_path}/work/spec.yaml --agent qwen"], capture_output=True, text=True).stdout.split()
-    assert pids, "could not find the qwen learner process"
-    for pid in pids:
-        subprocess.run(["kill", "-KILL", pid])
+    held = hold_qwen_learner(tmp_path / "work")
+    try:
+        wait_for(lambda: (store.read_progress("llama") or {}).get("step", 0) >= 1, 300, "llama to finish a step")
+        kill_worker(tmp_path / "work", "llama", "learner")
+    finally:
+        release(held)
     output, _ = process.communicate(timeout=600)
     assert process.returncode == 0, output
-    assert "learner worker of qwen exited with code -9; restarting" in output
+    assert "learner worker of llama exited with code -9; restarting" in output
 
     assert_every_shard_once(store, 4, ["llama", "qwen"])
     for agent in ("llama", "qwen"):
         assert store.read_progress(agent)["step"] == 4
         assert [store.read_metrics(step, agent)["step"] for step in range(4)] == [0, 1, 2, 3]
-    assert store.list_checkpoints("qwen") == [3, 4]  # keepLast 2, monotonic
+        assert store.list_checkpoints(agent) == [3, 4]  # keepLast 2, monotonic
 
 
 def pending_signals(pid: int) -> set[int]:
@@ -132,17 +136,35 @@ def pending_signals(pid: int) -> set[int]:
     return set()
 
 
-def hold_qwen_learner(workdir: Path) -> dict:
-    """Hold a naive-sharing run mid-way by construction, not by timing: qwen's learner is stopped
-    (SIGSTOP) as soon as it exists. llama's learner then completes step 0 (naive sharing needs only
-    qwen's step-0 rollouts, sampled from the initial model) and waits at step 1 for qwen rollouts
-    that need qwen's weights version 1. Returns the learner's worker-table entry."""
-    learner = wait_for(
-        lambda: next((w for w in worker_table(workdir) if (w["agent"], w["role"]) == ("qwen", "learner")), None),
-        300, "the qwen learner to start",
+def hold_worker(workdir: Path, agent: str, role: str) -> dict:
+    """Stop (SIGSTOP) the ``role`` worker of ``agent`` as soon as `hacrl run` lists it, to hold a
+    run mid-way by construction rather than by timing: the other agents then wait, at a step the
+    algorithm's data dependencies fix, for something only the held worker can write. Returns its
+    worker-table entry; the caller SIGCONTs it (``release``)."""
+    entry = wait_for(
+        lambda: next((w for w in worker_table(workdir) if (w["agent"], w["role"]) == (agent, role)), None),
+        300, f"the {role} worker of {agent} to start",
     )
-    os.killpg(learner["pid"], signal.SIGSTOP)
-    return learner
+    os.killpg(entry["pid"], signal.SIGSTOP)
+    return entry
+
+
+def hold_qwen_learner(workdir: Path) -> dict:
+    """Naive sharing held by qwen's stopped learner: llama's learner completes step 0 (naive sharing
+    needs only qwen's step-0 rollouts, sampled from the initial model) and waits at step 1 for qwen
+    rollouts that need qwen's weights version 1."""
+    return hold_worker(workdir, "qwen", "learner")
+
+
+def release(entry: dict) -> None:
+    if pid_alive(entry["pid"]):
+        os.killpg(entry["pid"], signal.SIGCONT)
+
+
+def kill_worker(workdir: Path, agent: str, role: str) -> None:
+    """SIGKILL the ``role`` worker of ``agent`` (its process group), failing if it had exited."""
+    entry = next(w for w in worker_table(workdir) if (w["agent"], w["role"]) == (agent, role))
+    assert sigkill(entry["pid"]), f"the {role} worker of {agent} had exited before its SIGKILL"
 
 
 def test_two_concurrent_runs_of_one_spec_the_newer_wins_and_no_step_is_lost_or_torn(tmp_path, cache):
@@ -164,7 +186,7 @@ def test_two_concurrent_runs_of_one_spec_the_newer_wins_and_no_step_is_lost_or_t
         wait_for(lambda: store.objects.exists(lease) and json.loads(store.objects.get(lease))["generation"] == 2, 300,
                  "the second run's qwen learner to claim generation 2")
     finally:
-        os.killpg(learner["pid"], signal.SIGCONT)  # the late worker of the first run wakes up
+        release(learner)  # the late worker of the first run wakes up
     output, _ = first.communicate(timeout=300)
     assert first.returncode == 1, output
     assert "another run took over experiment 'e2e-fence'" in output and "superseded" in output
@@ -195,8 +217,7 @@ def test_interrupted_run_resumes_with_resume_flag(tmp_path, cache):
         wait_for(lambda: not pid_alive(learner["pid"]) or signal.SIGTERM in pending_signals(learner["pid"]), 60,
                  "hacrl run to SIGTERM the stopped learner")
     finally:
-        if pid_alive(learner["pid"]):
-            os.killpg(learner["pid"], signal.SIGCONT)
+        release(learner)
     output, _ = process.communicate(timeout=120)
     assert process.returncode == 130, output
     assert "hacrl run --resume" in output
@@ -322,17 +343,20 @@ def test_sharing_warning_fires_for_the_agent_whose_shared_rows_are_clipped_and_n
 
 def test_one_step_off_policy_run_samples_with_the_previous_weights_and_survives_a_killed_learner(tmp_path, cache):
     """maxStaleness 1: step t is sampled with weights version t - 1 (the rollout of t + 1 can run
-    while the learner updates on t); a SIGKILLed learner resumes with every shard exactly once."""
+    while the learner updates on t); a SIGKILLed learner resumes with every shard exactly once.
+    qwen's held learner keeps llama's learner alive by construction: qwen's rollouts of steps 0
+    and 1 need only weights version 0, those of step 2 need version 1."""
     store_uri = (tmp_path / "store").as_uri()
-    spec = write_spec(tmp_path, tiny_spec("e2e-stale", store_uri, steps=4, extra_algorithm={"maxStaleness": 1}))
+    spec = write_spec(tmp_path, tiny_spec("e2e-stale", store_uri, steps=4, algorithm="naive", extra_algorithm={"maxStaleness": 1}))
     process = start_run(spec, tmp_path, run_env(cache))
     store = open_trajectory_store(store_uri, "e2e-stale")
 
-    wait_for(lambda: (store.read_progress("llama") or {}).get("step", 0) >= 1, 300, "llama to finish a step")
-    pids = subprocess.run(["pgrep", "-f", f"worker learner --spec {tmp_path}/work/spec.yaml --agent llama"], capture_output=True, text=True).stdout.split()
-    assert pids, "could not find the llama learner process"
-    for pid in pids:
-        subprocess.run(["kill", "-KILL", pid])
+    held = hold_qwen_learner(tmp_path / "work")
+    try:
+        wait_for(lambda: (store.read_progress("llama") or {}).get("step", 0) >= 1, 300, "llama to finish a step")
+        kill_worker(tmp_path / "work", "llama", "learner")
+    finally:
+        release(held)
     output, _ = process.communicate(timeout=600)
     assert process.returncode == 0, output
     assert "learner worker of llama exited with code -9; restarting" in output
@@ -350,7 +374,7 @@ def test_colocated_run_samples_what_the_split_workers_sample_and_survives_a_kill
     """`hacrl run --colocate`: one process per agent samples with its live model and trains. It is
     the same algorithm (the same responses, step by step, as the rollout and learner workers of
     the split mode, which load the published weights) and keeps every shard exactly once across a
-    SIGKILL of one agent's worker."""
+    SIGKILL of one agent's worker that had already committed its step's rollouts."""
     store_uri = (tmp_path / "store").as_uri()
     for folder in ("split", "coloc"):
         (tmp_path / folder).mkdir()
@@ -362,13 +386,20 @@ def test_colocated_run_samples_what_the_split_workers_sample_and_survives_a_kill
     colocated = write_spec(tmp_path, tiny_spec("e2e-coloc", store_uri, steps=3))
     process = start_run(colocated, tmp_path / "coloc", run_env(cache), "--colocate")
     store = open_trajectory_store(store_uri, "e2e-coloc")
-    wait_for(lambda: (store.read_progress("qwen") or {}).get("step", 0) >= 1, 300, "qwen to finish a step")
-    workers = worker_table(tmp_path / "coloc" / "work")
-    assert sorted((w["agent"], w["role"]) for w in workers) == [("llama", "colocated"), ("qwen", "colocated")]
-    os.killpg(next(w["pid"] for w in workers if w["agent"] == "qwen"), signal.SIGKILL)
+    # qwen's stopped worker holds llama's at step 0 (HACPO needs qwen's step-0 rollouts and
+    # scores); llama's is killed after committing its own step-0 rollouts, which it must not rewrite.
+    held = hold_worker(tmp_path / "coloc" / "work", "qwen", "colocated")
+    try:
+        wait_for(lambda: store.objects.exists(f"e2e-coloc/steps/{0:06d}/rollouts/llama.parquet.commit.json"), 300,
+                 "llama's step-0 rollouts")
+        workers = worker_table(tmp_path / "coloc" / "work")
+        assert sorted((w["agent"], w["role"]) for w in workers) == [("llama", "colocated"), ("qwen", "colocated")]
+        kill_worker(tmp_path / "coloc" / "work", "llama", "colocated")
+    finally:
+        release(held)
     output, _ = process.communicate(timeout=600)
     assert process.returncode == 0, output
-    assert "colocated worker of qwen exited with code -9; restarting" in output
+    assert "colocated worker of llama exited with code -9; restarting" in output
 
     assert_every_shard_once(store, 3, ["llama", "qwen"])
     reference = open_trajectory_store(store_uri, "e2e-split")
