@@ -85,6 +85,19 @@ class LearnerSettings(SpecModel):
     micro_batch_size: int = Field(16, ge=1, description="Rows per forward/backward; gradients accumulate up to the mini-batch.")
     zero_stage: Literal[0, 1, 2, 3] | None = Field(None, description="DeepSpeed ZeRO stage (deepspeed backend only; default 0).")
     dtype: Literal["float32", "bfloat16"] = Field("float32", description="Parameter dtype for training.")
+    processes_per_node: int = Field(1, ge=1, le=64, description=(
+        "Data-parallel learner ranks per node (one per GPU; torchrun's --nproc-per-node). Each rank trains on its slice of "
+        "every mini-batch and the gradients are summed, so the update is the one-rank update; the optimizer state is "
+        "sharded over the ranks (torch: ZeroRedundancyOptimizer; deepspeed: ZeRO stage zeroStage). Rank 0 alone writes "
+        "to the store. 1 (default): one learner process."))
+    nodes: int = Field(1, ge=1, le=1024, description=(
+        "Nodes the learner spans (torchrun's --nnodes): the learner has nodes x processesPerNode ranks. `hacrl run` runs "
+        "one node; more need a launcher per node with a rendezvous (Kubernetes). Default 1."))
+
+    @property
+    def world_size(self) -> int:
+        """Learner ranks in all: ``nodes`` x ``processes_per_node``."""
+        return self.nodes * self.processes_per_node
 
     @model_validator(mode="after")
     def _backend_specific(self) -> "LearnerSettings":
