@@ -91,7 +91,9 @@ def _poll(attempt: Callable[[], T], *, wait: float, poll: float, what: str) -> T
 def put_committed(store: ObjectStore, key: str, data: bytes) -> None:
     """Write ``data`` under ``key``, then its commit marker; rewriting replaces both."""
     marker = marker_key(key)
-    store.delete_prefix(marker)  # hide the previous version while its data is replaced
+    # Hide the previous version while its data is replaced. One key, so one DELETE (a prefix
+    # delete costs a LIST first and could miss the marker on a server whose LIST lags).
+    store.delete(marker)
     store.put(key, data)
     store.put(marker, json.dumps(_digest(data), sort_keys=True).encode())
 

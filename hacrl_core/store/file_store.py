@@ -121,6 +121,14 @@ class FileObjectStore:
                     keys.append(key)
         return sorted(keys)
 
+    def delete(self, key: str) -> None:
+        # Unlike delete_prefix this leaves the directory in place: its one caller
+        # (commit.put_committed) writes the object beside it next, and pruning would race that.
+        try:
+            self._path(key).unlink()
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+
     def delete_prefix(self, prefix: str) -> int:
         if not prefix:
             raise ValueError("refusing to delete the whole store: pass a non-empty prefix")

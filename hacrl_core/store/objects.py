@@ -3,7 +3,7 @@
 Two backends implement ``ObjectStore``: ``FileObjectStore`` (``file://`` or a plain path; the
 default, embedded store) and ``S3ObjectStore`` (``s3://bucket/prefix``). Keys are relative
 ``/``-separated paths (``keys.check_key``); ``list`` and ``delete_prefix`` match by string prefix
-as S3 does. Besides the five methods of the interface both backends offer ``put_file`` and
+as S3 does. Besides the six methods of the interface both backends offer ``put_file`` and
 ``get_file``, which stream a local file, and ``commit.put_dir``/``get_dir`` use them.
 """
 
@@ -39,6 +39,11 @@ class ObjectStore(Protocol):
 
     def delete_prefix(self, prefix: str) -> int:
         """Delete every key starting with ``prefix`` (non-empty); returns how many."""
+        ...
+
+    def delete(self, key: str) -> None:
+        """Delete the one object ``key``; no error when there is none (one request on S3, where
+        ``delete_prefix`` needs a LIST first)."""
         ...
 
     def put_file(self, key: str, local_path: Path | str) -> None: ...

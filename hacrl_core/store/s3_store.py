@@ -357,6 +357,11 @@ class S3ObjectStore:
 
         return sorted(self._call("list", prefix, list_all))
 
+    def delete(self, key: str) -> None:
+        full = self._full(key)
+        # DeleteObject succeeds (204) whether or not the key exists, as the interface wants.
+        self._call("delete", key, lambda: self.client.delete_object(Bucket=self.bucket, Key=full))
+
     def delete_prefix(self, prefix: str) -> int:
         if not prefix:
             raise ValueError("refusing to delete the whole store: pass a non-empty prefix")

@@ -77,6 +77,31 @@ def test_rewrite_replaces_data_and_marker(store: ObjectStore) -> None:
     assert get_committed(store, "x/data.bin") == b"second version"
 
 
+class _Recording:
+    """An ObjectStore that forwards to ``inner`` and records the name of every call."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner, self.calls = inner, []
+
+    def __getattr__(self, name: str):
+        method = getattr(self.inner, name)
+
+        def call(*args, **kwargs):
+            self.calls.append(name)
+            return method(*args, **kwargs)
+
+        return call
+
+
+def test_rewrite_hides_the_marker_with_one_delete_before_the_data(store: ObjectStore) -> None:
+    put_committed(store, "x/data.bin", b"first")
+    recording = _Recording(store)
+    put_committed(recording, "x/data.bin", b"second")
+    # One DELETE of the marker key, no LIST (delete_prefix would need one), then data, marker.
+    assert recording.calls == ["delete", "put", "put"]
+    assert get_committed(store, "x/data.bin") == b"second"
+
+
 def _make_dir(root: Path) -> dict[str, bytes]:
     files = {
         "config.json": b'{"hidden_size": 8}',

@@ -55,6 +55,18 @@ def test_delete_prefix_counts_and_spares_siblings(store: ObjectStore) -> None:
         store.delete_prefix("")
 
 
+def test_delete_removes_exactly_one_key_and_ignores_a_missing_one(store: ObjectStore) -> None:
+    for key in ["exp/a", "exp/ab", "exp/a.commit.json"]:
+        store.put(key, b"x")
+    store.delete("exp/a")
+    assert store.list("") == ["exp/a.commit.json", "exp/ab"]  # keys it prefixes are spared
+    store.delete("exp/a")
+    store.delete("never/written")
+    assert store.list("") == ["exp/a.commit.json", "exp/ab"]
+    with pytest.raises(ValueError, match="key"):
+        store.delete("")
+
+
 @pytest.mark.parametrize("key", ["", "/abs", "trailing/", "a//b", "a/../b", "./a", "a\\b"])
 def test_invalid_keys_are_rejected(store: ObjectStore, key: str) -> None:
     with pytest.raises(ValueError, match="key"):
