@@ -3,7 +3,8 @@
 - ``objects``: the ``ObjectStore`` interface, ``open_object_store(uri)``; backends in
   ``file_store`` (``file://``) and ``s3_store`` (``s3://``, boto3).
 - ``commit``: objects and directories visible only when complete (marker/manifest + sha256).
-- ``trajectories``: tokenizer-neutral rollout and score rows in Parquet.
+- ``trajectories``: tokenizer-neutral rollout and score rows in Parquet, as row dicts or as
+  Arrow tables (the columnar path).
 - ``layout`` + ``trajectory_store``: one experiment's keys and ``TrajectoryStore``.
 - ``ownership``: the owner record that keeps one experiment out of another's prefix.
 """
@@ -44,26 +45,30 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "TrajectoryStore",
+    "describe_prefix",
     "dir_committed",
     "get_committed",
     "get_dir",
     "is_committed",
     "list_committed_dirs",
-    "describe_prefix",
     "open_experiment_store",
     "open_object_store",
     "open_trajectory_store",
     "put_committed",
     "put_dir",
     "rollouts_from_parquet",
+    "rollouts_table_from_parquet",
+    "rollouts_table_to_parquet",
     "rollouts_to_parquet",
     "scores_from_parquet",
+    "scores_table_from_parquet",
+    "scores_table_to_parquet",
     "scores_to_parquet",
 ]
 
 # The Parquet codec (pyarrow, numpy) loads on first use, so that importing the store to read JSON
 # objects (the operator) stays light.
-_LAZY = {"ROLLOUT_SCHEMA", "SCORE_SCHEMA", "rollouts_from_parquet", "rollouts_to_parquet", "scores_from_parquet", "scores_to_parquet"}
+_LAZY = {name for name in __all__ if name.endswith(("_SCHEMA", "_parquet"))}
 
 
 def __getattr__(name: str):

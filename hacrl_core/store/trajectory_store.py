@@ -69,6 +69,20 @@ class TrajectoryStore:
                         f"row {index} has {name}={row[name]!r} but is written as {name}={value!r}"
                     )
 
+    def _check_columns(self, table: Any, step: int, agent: str) -> None:
+        """``_check_rows`` for a table: one look at each key column's distinct values."""
+        import pyarrow.compute as pc
+
+        expected = {"experiment": self.experiment, "step": step, "source_agent": agent}
+        for name, value in expected.items():
+            if name not in table.column_names:
+                continue  # the codec names the missing field
+            for found in pc.unique(table.column(name)).to_pylist():
+                if found != value:
+                    raise ValueError(
+                        f"a row has {name}={found!r} but is written as {name}={value!r}"
+                    )
+
     # -- spec ------------------------------------------------------------------------------
 
     def put_spec(self, text: str) -> str:
@@ -83,37 +97,71 @@ class TrajectoryStore:
         return data.decode("utf-8")
 
     # -- per-step shards -------------------------------------------------------------------
+    # Rollouts and scores come as row dicts or, for callers that work on columns, as pyarrow
+    # Tables with the codec's schemas (``*_columns``): the same Parquet shard either way.
+
+    def _put_table(
+        self, key: str, table: Any, step: int, agent: str, encode: Callable[[Any], bytes]
+    ) -> str:
+        self._before_write()
+        data = encode(table)  # first, so that a non-table is refused by the codec's message
+        self._check_columns(table, step, agent)
+        put_committed(self.objects, key, data)
+        return key
+
+    def _get_shard(self, key: str, what: str, step: int, agent: str, wait: float) -> bytes:
+        what = f"{what} of step {step} from agent {agent!r}"
+        return self._waiting(what, lambda: get_committed(self.objects, key, wait=wait))
 
     def write_rollouts(self, step: int, agent: str, rows: list[dict[str, Any]]) -> str:
         self._before_write()
-        key = layout.rollouts_key(self.experiment, step, agent)
         self._check_rows(rows, step, agent)
+        key = layout.rollouts_key(self.experiment, step, agent)
         put_committed(self.objects, key, trajectories().rollouts_to_parquet(rows))
         return key
 
+    def write_rollouts_columns(self, step: int, agent: str, table: Any) -> str:
+        """``write_rollouts`` of a pyarrow Table with ``ROLLOUT_SCHEMA``'s columns."""
+        key = layout.rollouts_key(self.experiment, step, agent)
+        return self._put_table(key, table, step, agent, trajectories().rollouts_table_to_parquet)
+
     def read_rollouts(self, step: int, agent: str, *, wait: float = 0.0) -> list[dict[str, Any]]:
         key = layout.rollouts_key(self.experiment, step, agent)
-        what = f"rollouts of step {step} from agent {agent!r}"
-        return trajectories().rollouts_from_parquet(
-            self._waiting(what, lambda: get_committed(self.objects, key, wait=wait))
-        )
+        data = self._get_shard(key, "rollouts", step, agent, wait)
+        return trajectories().rollouts_from_parquet(data)
+
+    def read_rollouts_columns(self, step: int, agent: str, *, wait: float = 0.0) -> Any:
+        """``read_rollouts`` as a pyarrow Table with ``ROLLOUT_SCHEMA``, without a Python object
+        per value: ``table.column("token_ids")`` stays one Arrow list array (its flat ``values``
+        and ``offsets`` give numpy arrays, and from them tensors, without Python lists)."""
+        key = layout.rollouts_key(self.experiment, step, agent)
+        data = self._get_shard(key, "rollouts", step, agent, wait)
+        return trajectories().rollouts_table_from_parquet(data)
 
     def rollouts_ready(self, step: int, agent: str) -> bool:
         return is_committed(self.objects, layout.rollouts_key(self.experiment, step, agent))
 
     def write_scores(self, step: int, agent: str, rows: list[dict[str, Any]]) -> str:
         self._before_write()
-        key = layout.scores_key(self.experiment, step, agent)
         self._check_rows(rows, step, agent)
+        key = layout.scores_key(self.experiment, step, agent)
         put_committed(self.objects, key, trajectories().scores_to_parquet(rows))
         return key
 
+    def write_scores_columns(self, step: int, agent: str, table: Any) -> str:
+        """``write_scores`` of a pyarrow Table with ``SCORE_SCHEMA``'s columns."""
+        key = layout.scores_key(self.experiment, step, agent)
+        return self._put_table(key, table, step, agent, trajectories().scores_table_to_parquet)
+
     def read_scores(self, step: int, agent: str, *, wait: float = 0.0) -> list[dict[str, Any]]:
         key = layout.scores_key(self.experiment, step, agent)
-        what = f"scores of step {step} from agent {agent!r}"
-        return trajectories().scores_from_parquet(
-            self._waiting(what, lambda: get_committed(self.objects, key, wait=wait))
-        )
+        return trajectories().scores_from_parquet(self._get_shard(key, "scores", step, agent, wait))
+
+    def read_scores_columns(self, step: int, agent: str, *, wait: float = 0.0) -> Any:
+        """``read_scores`` as a pyarrow Table with ``SCORE_SCHEMA``."""
+        key = layout.scores_key(self.experiment, step, agent)
+        data = self._get_shard(key, "scores", step, agent, wait)
+        return trajectories().scores_table_from_parquet(data)
 
     def scores_ready(self, step: int, agent: str) -> bool:
         return is_committed(self.objects, layout.scores_key(self.experiment, step, agent))

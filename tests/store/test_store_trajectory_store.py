@@ -5,9 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
-from hacrl_core.store import ObjectStore, TrajectoryStore, open_trajectory_store
+from hacrl_core.store import (
+    SCORE_SCHEMA,
+    ObjectStore,
+    TrajectoryStore,
+    open_trajectory_store,
+)
 
 EXP = "exp1"
 
@@ -184,6 +190,25 @@ def test_rows_must_match_the_shard_they_are_written_to(ts: TrajectoryStore) -> N
         ts.write_metrics(-1, "alpha", {})
     with pytest.raises(ValueError, match="experiment name"):
         TrajectoryStore(ts.objects, "../etc")
+
+
+def test_columns_read_and_write_the_shards_rows_do(ts: TrajectoryStore) -> None:
+    rows = [rollout(2, "alpha", i, token_ids=list(range(i))) for i in range(5)]
+    ts.write_rollouts(2, "alpha", rows)
+    table = ts.read_rollouts_columns(2, "alpha")
+    assert table.to_pylist() == rows
+    ts.write_rollouts_columns(3, "alpha", table.set_column(1, "step", pa.array([3] * 5)))
+    assert ts.read_rollouts(3, "alpha") == [{**row, "step": 3} for row in rows]
+    scores = [score(2, "alpha", i) for i in range(5)]
+    ts.write_scores_columns(2, "alpha", pa.Table.from_pylist(scores, schema=SCORE_SCHEMA))
+    assert ts.read_scores(2, "alpha") == ts.read_scores_columns(2, "alpha").to_pylist() == scores
+    with pytest.raises(ValueError, match="step=2 but is written as step=4"):
+        ts.write_rollouts_columns(4, "alpha", table)
+    with pytest.raises(ValueError, match="source_agent='alpha' but is written as source_agent='beta'"):
+        ts.write_scores_columns(2, "beta", ts.read_scores_columns(2, "alpha"))
+    assert not ts.rollouts_ready(4, "alpha") and not ts.scores_ready(2, "beta")
+    with pytest.raises(TimeoutError, match="rollouts of step 9 from agent 'alpha'"):
+        ts.read_rollouts_columns(9, "alpha", wait=0.05)
 
 
 def test_open_trajectory_store_on_a_file_uri(tmp_path: Path) -> None:
