@@ -15,19 +15,38 @@ harness as the operator's integration tests. For each scale N (a fresh emulator 
 
 The benchmark talks to the emulator over plain HTTP (no kubectl processes) and polls every 20 ms.
 
-    python bench/operator.py            # N = 1, 10, 50
-    python bench/operator.py --quick    # N = 1, 3
+The floor (``--floor``, on by default): the same N experiments POSTed to a fresh emulator with
+no operator, and the same pods created without it, timed the same way (from each experiment's
+POST until all its pods are listed). The pods are what the operator's builders make of the
+experiment as stored (``Reconciler.parse`` then ``builders.build_pod``, for every agent and
+role in the plan's order), created through the operator's own client (``hacrl_operator.kube.Kube``:
+the kubernetes package's ``ApiClient``, urllib3, the operator's User-Agent). Concurrency is the
+operator's: its create handler is synchronous, so kopf runs it in its executor for synchronous
+handlers (a ``ThreadPoolExecutor`` of ``min(32, CPUs + 4)`` threads, 6 on 2 CPUs), one
+reconcile per experiment at a time (the reconciler's per-experiment lock), and that reconcile
+creates the experiment's pods one after another; the floor runs one task per experiment, its
+pods in sequence, in a pool of the same size, each task started as soon as its experiment's POST
+returns. Operator and floor runs alternate (``--repeats`` rounds, the order swapped every round)
+so that load from other users of the machine falls on both; ``create->pods`` is reported as a
+ratio of the floor. Every request the emulator serves during ``create -> pods`` is counted by
+client (operator, kopf, benchmark) and verb, to show where the operator's extra requests go.
+
+    python bench/operator.py            # N = 1, 10, 50, three rounds
+    python bench/operator.py --quick    # N = 1, 3, one round
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import shutil
 import statistics
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -55,9 +74,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=180, help="per stage; experiments not done by then are reported as timed out")
     p.add_argument("--work", type=Path, default=Path("/tmp/hacrl-bench/operator"))
     p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--repeats", type=int, default=3, help="rounds of operator and floor runs, alternating")
+    p.add_argument("--no-floor", dest="floor", action="store_false", help="operator runs only")
     args = p.parse_args(argv)
     if args.quick:
-        args.scales = "1,3"
+        args.scales, args.repeats = "1,3", 1
     return args
 
 
@@ -106,40 +127,159 @@ def wait_each(names: list[str], since: dict[str, float], done, timeout: float, w
     return latency
 
 
-def run_scale(n: int, args: argparse.Namespace) -> dict[str, Any]:
-    from harness import EmulatedCluster, run_operator
+def counting_cluster(work: Path) -> Any:
+    """An ``EmulatedCluster`` whose emulator counts the requests it serves by (client, verb, resource)."""
+    from harness import EmulatedCluster, PatchedEmulator, rbac_access
+
+    class CountingEmulator(PatchedEmulator):
+        def __attrs_post_init__(self) -> None:
+            super().__attrs_post_init__()
+            self.counts: collections.Counter[str] = collections.Counter()
+
+        async def __call__(self, raw_request: Any) -> Any:
+            agent = raw_request.headers.get("User-Agent", "")
+            client = "kopf" if agent.startswith("kopf/") else "operator" if agent.startswith("hacrl-operator/") else "bench"
+            access = rbac_access(raw_request.method, raw_request.path, raw_request.rel_url.query)
+            self.counts[f"{client} {access[0]} {access[2]}" if access else f"{client} {raw_request.method} {raw_request.path}"] += 1
+            return await super().__call__(raw_request)
+
+    cluster = EmulatedCluster(work)
+    cluster.emulator_class = CountingEmulator
+    return cluster
+
+
+def kopf_sync_workers() -> int:
+    """Threads of kopf's executor for synchronous handlers, as the operator gets it (kopf's default)."""
+    import kopf
+
+    executor = kopf.OperatorSettings().execution.executor
+    workers = int(executor._max_workers)  # ThreadPoolExecutor's default: min(32, CPUs + 4)
+    executor.shutdown(wait=False)
+    return workers
+
+
+class Floor:
+    """The operator's pod creates without the operator: for each experiment, as soon as its POST
+    returns, a task in a pool of kopf's executor size parses it as the reconciler does and creates
+    its pods one after another through the operator's client (see the module docstring)."""
+
+    def __init__(self, cluster: Any) -> None:
+        from harness import operator_config
+        from hacrl_operator.handlers.reconcile import Reconciler
+        from hacrl_operator.kube import Kube, load_configuration
+        from hacrl_operator.metrics import OperatorMetrics
+
+        self.config = operator_config(cluster)
+        self.kube = Kube(load_configuration(self.config))
+        self.reconciler = Reconciler(self.config, OperatorMetrics())
+        self.reconciler.kube = self.kube
+        self.workers = kopf_sync_workers()
+        self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="floor")
+        self.tasks: list[Future[int]] = []
+
+    def submit(self, body: dict[str, Any]) -> None:
+        self.tasks.append(self.pool.submit(self.create_pods, body))
+
+    def create_pods(self, body: dict[str, Any]) -> int:
+        from hacrl_operator import builders
+
+        experiment, errors = self.reconciler.parse(body)
+        if experiment is None:
+            raise RuntimeError(f"floor: {body['metadata']['name']} does not parse: {errors}")
+        created = 0
+        for agent in experiment.spec.agents:
+            for role in builders.ROLES:
+                created += self.kube.create(builders.build_pod(experiment, agent.name, role, body, self.config))
+        return created
+
+    def check(self) -> None:
+        """Raise what a finished task raised (called at every poll: a broken floor fails at once, not at the timeout)."""
+        for task in self.tasks:
+            if task.done() and task.exception() is not None:
+                raise task.exception()
+
+    def close(self) -> int:
+        """Pods created; raises what any task raised, so a broken floor fails the run."""
+        self.pool.shutdown(wait=True)
+        self.kube.close()
+        return sum(task.result() for task in self.tasks)
+
+
+def create_stage(api: Api, names: list[str], args: argparse.Namespace, store_uri: str,
+                 posted: Callable[[dict[str, Any]], None] | None = None,
+                 check: Callable[[], None] | None = None) -> tuple[float, dict[str, float], float]:
+    """POST the experiments (``posted`` gets each as stored); per experiment, seconds until all its
+    pods are listed. ``check`` is called at every poll (it raises to stop the run)."""
+    pods_per = 2 * args.agents
+
+    def pods_done() -> set[str]:
+        if check is not None:
+            check()
+        counts: dict[str, int] = {}
+        for pod in api.call("GET", f"/api/v1/namespaces/{NS}/pods")["items"]:
+            owner = pod["metadata"].get("labels", {}).get("hacrl.io/experiment")
+            counts[owner] = counts.get(owner, 0) + 1
+        return {k for k, v in counts.items() if v >= pods_per}
+
+    created: dict[str, float] = {}
+    began = time.perf_counter()
+    for name in names:
+        created[name] = time.perf_counter()
+        body = api.call("POST", f"{GROUP}/namespaces/{NS}/hacrlexperiments", experiment_doc(name, args.agents, store_uri))
+        if posted is not None:
+            posted(body)
+    post_seconds = time.perf_counter() - began
+    to_pods = wait_each(names, created, pods_done, args.timeout, "create -> pods")
+    return post_seconds, to_pods, time.perf_counter() - began
+
+
+def stats(values: dict[str, float]) -> dict[str, float]:
+    ordered = sorted(values.values())
+    return {"median": statistics.median(ordered), "p90": ordered[int(0.9 * (len(ordered) - 1))], "max": ordered[-1],
+            "timed_out": sum(v == float("inf") for v in ordered)}
+
+
+def run_scale(n: int, args: argparse.Namespace, mode: str = "operator") -> dict[str, Any]:
+    """One fresh emulator; ``mode`` "operator" (create -> pods, then heartbeat -> status) or "floor" (create -> pods)."""
+    from harness import run_operator, wait_for
 
     from hacrl_core.store import open_trajectory_store
     from hacrl_core.store.trajectory_store import experiment_root
 
-    work = args.work / f"n{n}"
+    work = args.work / f"{mode}-n{n}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     store_uri = f"file://{work / 'store'}"
-    cluster = EmulatedCluster(work).start()
+    cluster = counting_cluster(work).start()
+    names = [f"hx-{i:03d}" for i in range(n)]
+    pods_per = 2 * args.agents
+    result: dict[str, Any] = {"mode": mode, "experiments": n, "agents": args.agents, "pods": n * pods_per, "interval": args.interval}
     try:
         api = Api(cluster.port)
         api.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+        if mode == "floor":
+            floor = Floor(cluster)
+            try:
+                counted = collections.Counter(cluster.emulator.counts)
+                post_seconds, to_pods, all_pods = create_stage(api, names, args, store_uri, floor.submit, floor.check)
+                requests = cluster.emulator.counts - counted
+            finally:
+                created = floor.close()
+            if created != n * pods_per:
+                raise RuntimeError(f"floor: created {created} of {n * pods_per} pods")
+            print(f"  N={n} floor ({floor.workers} threads): all {n * pods_per} pods in {all_pods:.1f}s", flush=True)
+            return {**result, "threads": floor.workers, "post_seconds": post_seconds, "create_to_pods": stats(to_pods),
+                    "create_to_all_pods_seconds": all_pods, "requests": dict(sorted(requests.items())), "raw": {"create_to_pods": to_pods}}
         with run_operator(cluster, HACRL_RECONCILE_INTERVAL=str(args.interval)) as _handle:
-            names = [f"hx-{i:03d}" for i in range(n)]
-            pods_per = 2 * args.agents
-
-            def pods_done() -> set[str]:
-                counts: dict[str, int] = {}
-                for pod in api.call("GET", f"/api/v1/namespaces/{NS}/pods")["items"]:
-                    owner = pod["metadata"].get("labels", {}).get("hacrl.io/experiment")
-                    counts[owner] = counts.get(owner, 0) + 1
-                return {k for k, v in counts.items() if v >= pods_per}
-
-            created: dict[str, float] = {}
-            began = time.perf_counter()
-            for name in names:
-                created[name] = time.perf_counter()
-                api.call("POST", f"{GROUP}/namespaces/{NS}/hacrlexperiments", experiment_doc(name, args.agents, store_uri))
-            post_seconds = time.perf_counter() - began
-            to_pods = wait_each(names, created, pods_done, args.timeout, "create -> pods")
-            all_pods = time.perf_counter() - began
-            print(f"  N={n}: all {n * pods_per} pods in {all_pods:.1f}s", flush=True)
+            # run_operator returns once the operator is healthy, before kopf has opened its
+            # watches; a running operator has them open, so its first list and watch are not
+            # timed (before 2026-12-03 they were: they were part of N = 1's create->pods).
+            wait_for(lambda: all(cluster.emulator.counts[f"kopf watch {r}"] for r in ("hacrlexperiments", "pods")),
+                     timeout=30, what="kopf's watches of experiments and pods")
+            counted = collections.Counter(cluster.emulator.counts)
+            post_seconds, to_pods, all_pods = create_stage(api, names, args, store_uri)
+            requests = cluster.emulator.counts - counted
+            print(f"  N={n} operator: all {n * pods_per} pods in {all_pods:.1f}s", flush=True)
 
             for pod in api.call("GET", f"/api/v1/namespaces/{NS}/pods")["items"]:
                 api.call("PATCH", f"/api/v1/namespaces/{NS}/pods/{pod['metadata']['name']}/status", {"status": {"phase": "Running"}},
@@ -151,7 +291,7 @@ def run_scale(n: int, args: argparse.Namespace) -> dict[str, Any]:
 
             wait_each(names, {k: 0.0 for k in names}, lambda: {k for k, s in statuses().items() if s.get("phase") == "Running"},
                       args.timeout, "phase Running")
-            print(f"  N={n}: all Running", flush=True)
+            print(f"  N={n} operator: all Running", flush=True)
             beat: dict[str, float] = {}
             began = time.perf_counter()
             for name in names:
@@ -167,38 +307,69 @@ def run_scale(n: int, args: argparse.Namespace) -> dict[str, Any]:
     finally:
         cluster.stop()
 
-    def stats(values: dict[str, float]) -> dict[str, float]:
-        ordered = sorted(values.values())
-        return {"median": statistics.median(ordered), "p90": ordered[int(0.9 * (len(ordered) - 1))], "max": ordered[-1],
-                "timed_out": sum(v == float("inf") for v in ordered)}
-
-    return {"experiments": n, "agents": args.agents, "pods": n * 2 * args.agents, "interval": args.interval, "post_seconds": post_seconds,
-            "create_to_pods": stats(to_pods), "create_to_all_pods_seconds": all_pods,
-            "heartbeat_to_status": stats(to_status), "heartbeat_to_all_status_seconds": all_status,
-            "raw": {"create_to_pods": to_pods, "heartbeat_to_status": to_status}}
+    return {**result, "post_seconds": post_seconds, "create_to_pods": stats(to_pods), "create_to_all_pods_seconds": all_pods,
+            "requests": dict(sorted(requests.items())), "heartbeat_to_status": stats(to_status),
+            "heartbeat_to_all_status_seconds": all_status, "raw": {"create_to_pods": to_pods, "heartbeat_to_status": to_status}}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     began = time.perf_counter()
-    results = []
-    for n in [int(x) for x in args.scales.split(",")]:
-        result = run_scale(n, args)
-        results.append(result)
-        print(f"N={n}: create->pods median {result['create_to_pods']['median']:.3f}s, heartbeat->status median "
-              f"{result['heartbeat_to_status']['median']:.3f}s", flush=True)
-        write(args, results, began)  # after every scale: a larger scale that hangs keeps the smaller ones
+    runs: list[dict[str, Any]] = []
+    for round_ in range(args.repeats):
+        for n in [int(x) for x in args.scales.split(",")]:
+            modes = ["operator", "floor"] if args.floor else ["operator"]
+            for mode in modes if round_ % 2 == 0 else modes[::-1]:  # alternate which goes first
+                run = {**run_scale(n, args, mode), "round": round_}
+                runs.append(run)
+                extra = f", heartbeat->status median {run['heartbeat_to_status']['median']:.3f}s" if mode == "operator" else ""
+                print(f"round {round_} N={n} {mode}: create->pods median {run['create_to_pods']['median']:.3f}s{extra}", flush=True)
+                write(args, runs, began)  # after every run: a larger scale that hangs keeps the smaller ones
     return 0
 
 
-def write(args: argparse.Namespace, results: list[dict[str, Any]], began: float) -> None:
+def pooled(runs: list[dict[str, Any]], key: str) -> dict[str, float]:
+    """``stats`` over every experiment of every round (the rounds' raw latencies together)."""
+    return stats({f"{r['round']}/{name}": v for r in runs for name, v in r["raw"][key].items()})
+
+
+def write(args: argparse.Namespace, runs: list[dict[str, Any]], began: float) -> None:
     ms = lambda s: f"{s * 1000:,.0f}"
-    rows = [[r["experiments"], r["pods"], f"{r['interval']:g}", ms(r["create_to_pods"]["median"]), ms(r["create_to_pods"]["p90"]), ms(r["create_to_pods"]["max"]),
-             ms(r["heartbeat_to_status"]["median"]), ms(r["heartbeat_to_status"]["p90"]), ms(r["heartbeat_to_status"]["max"])] for r in results]
-    text = table(["experiments", "pods", "reconcile interval s", "create->pods median ms", "p90", "max", "heartbeat->status median ms", "p90", "max"], rows)
-    print(f"\noperator latency ({args.agents} agents per experiment, kmock emulator)\n{text}")
+    scales = sorted({r["experiments"] for r in runs})
+    by = {(mode, n): [r for r in runs if r["mode"] == mode and r["experiments"] == n] for mode in ("operator", "floor") for n in scales}
+    rows, ratio_rows, summary = [], [], []
+    for n in scales:
+        ops, floors = by["operator", n], by["floor", n]
+        if not ops:
+            continue
+        c, h = pooled(ops, "create_to_pods"), pooled(ops, "heartbeat_to_status")
+        rows.append([n, ops[0]["pods"], f"{ops[0]['interval']:g}", len(ops), ms(c["median"]), ms(c["p90"]), ms(c["max"]),
+                     ms(h["median"]), ms(h["p90"]), ms(h["max"])])
+        entry: dict[str, Any] = {"experiments": n, "operator_create_to_pods": c, "heartbeat_to_status": h,
+                                 "operator_all_pods_seconds": [r["create_to_all_pods_seconds"] for r in ops]}
+        # Rounds in which both ran: their ratios show how much the load moved between runs.
+        paired = [(o, f) for o in ops for f in floors if o["round"] == f["round"]]
+        if floors and paired:
+            f = pooled(floors, "create_to_pods")
+            all_op = statistics.median(r["create_to_all_pods_seconds"] for r in ops)
+            all_floor = statistics.median(r["create_to_all_pods_seconds"] for r in floors)
+            per_round = [o["create_to_pods"]["median"] / fl["create_to_pods"]["median"] for o, fl in paired]
+            ratio_rows.append([n, ops[0]["pods"], floors[0]["threads"], len(paired), ms(c["median"]), ms(f["median"]), f"{c['median'] / f['median']:.1f}",
+                               "-".join(f"{x:.1f}" for x in (min(per_round), max(per_round))), ms(all_op), ms(all_floor), f"{all_op / all_floor:.1f}"])
+            entry.update(floor_create_to_pods=f, floor_all_pods_seconds=[r["create_to_all_pods_seconds"] for r in floors],
+                         ratio_median=c["median"] / f["median"], ratio_per_round=per_round, ratio_all_pods=all_op / all_floor,
+                         requests_per_experiment={mode: {k: v / n for k, v in group[-1]["requests"].items()} for mode, group in (("operator", ops), ("floor", floors))})
+        summary.append(entry)
+    text = table(["experiments", "pods", "reconcile interval s", "rounds", "create->pods median ms", "p90", "max",
+                  "heartbeat->status median ms", "p90", "max"], rows)
+    print(f"\noperator latency ({args.agents} agents per experiment, kmock emulator; every experiment of every round)\n{text}")
+    if ratio_rows:
+        floor_text = table(["experiments", "pods", "floor threads", "rounds", "operator create->pods median ms", "floor create->pods median ms",
+                            "ratio", "ratio per round", "operator all pods ms", "floor all pods ms", "ratio (all pods)"], ratio_rows)
+        print(f"\noperator create->pods against the floor (the same pods, client and concurrency, no operator)\n{floor_text}")
+        text += "\n\n" + floor_text
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    path = save("operator-quick" if args.quick else "operator", {"settings": settings, "table": text, "results": results,
+    path = save("operator-quick" if args.quick else "operator", {"settings": settings, "table": text, "summary": summary, "runs": runs,
                                                                   "total_seconds": time.perf_counter() - began}, args.out)
     print(f"wrote {path}")
 

@@ -35,6 +35,23 @@ BENCHMARKS = {
 TAKES_CACHE = {"learning", "learner", "pipeline", "sharing"}
 
 
+def check_operator(stdout: str, payload: dict) -> None:
+    """The floor (the operator's pods created without the operator) ran at every scale, through the
+    operator's client (its User-Agent), and gave a finite ratio."""
+    assert "floor create->pods median ms" in stdout and "floor create->pods median ms" in payload["table"], stdout[-3000:]
+    assert [entry["experiments"] for entry in payload["summary"]] == [1, 3]
+    for entry in payload["summary"]:
+        assert entry["floor_create_to_pods"]["timed_out"] == 0, entry
+        assert 0 < entry["floor_create_to_pods"]["max"] < float("inf"), entry
+        assert 0 < entry["ratio_median"] < float("inf"), entry
+        assert entry["requests_per_experiment"]["floor"].get("operator create pods") == 8, entry
+    assert {run["mode"] for run in payload["runs"]} == {"operator", "floor"}
+
+
+#: Checks of one benchmark's output beyond its table: (stdout, JSON) -> None.
+CHECKS = {"operator": check_operator}
+
+
 @pytest.mark.parametrize("script", sorted(BENCHMARKS))
 def test_quick_run_writes_table_and_json(script: str, tmp_path: Path, model_cache: Path) -> None:
     name, header = BENCHMARKS[script]
@@ -54,3 +71,5 @@ def test_quick_run_writes_table_and_json(script: str, tmp_path: Path, model_cach
     assert payload["machine"]["nproc"] >= 1
     # A stage that timed out still prints a table: the smoke test must not pass on one.
     assert " done after " not in done.stdout, done.stdout[-3000:]
+    if script in CHECKS:
+        CHECKS[script](done.stdout, payload)

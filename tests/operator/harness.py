@@ -514,19 +514,12 @@ class OperatorHandle:
         self.allowed_errors += fragments
 
 
-@contextlib.contextmanager
-def run_operator(cluster: EmulatedCluster, **env: str) -> Iterator[OperatorHandle]:
-    """The operator (all handlers of hacrl_operator) under ``kopf.testing.KopfRunner`` against ``cluster``.
-
-    On exit, asserts that kopf exited 0 with no exception, that no handler or reconcile logged an
-    error (except those declared with ``expect_errors``) and that kmock hit no internal error.
-    """
-    import kopf
+def operator_config(cluster: EmulatedCluster, **env: str) -> Any:
+    """The ``OperatorConfig`` that ``run_operator`` runs with (the tests' settings, then ``env``);
+    bench/operator.py builds the same pods from it without an operator."""
     from hacrl_operator.config import OperatorConfig
-    from hacrl_operator.handlers import register
-    from kopf.testing import KopfRunner
 
-    settings = {
+    return OperatorConfig.from_env({
         "KUBECONFIG": str(cluster.kubeconfig),
         "HACRL_RECONCILE_INTERVAL": "0.2",
         "HACRL_OPERATOR_METRICS_PORT": str(free_port()),
@@ -536,8 +529,21 @@ def run_operator(cluster: EmulatedCluster, **env: str) -> Iterator[OperatorHandl
         # The Secrets the tests' experiments name, approved as a cluster admin would.
         "HACRL_EXPERIMENT_SECRETS": "s3-creds,store-creds",
         **env,
-    }
-    config = OperatorConfig.from_env(settings)
+    })
+
+
+@contextlib.contextmanager
+def run_operator(cluster: EmulatedCluster, **env: str) -> Iterator[OperatorHandle]:
+    """The operator (all handlers of hacrl_operator) under ``kopf.testing.KopfRunner`` against ``cluster``.
+
+    On exit, asserts that kopf exited 0 with no exception, that no handler or reconcile logged an
+    error (except those declared with ``expect_errors``) and that kmock hit no internal error.
+    """
+    import kopf
+    from hacrl_operator.handlers import register
+    from kopf.testing import KopfRunner
+
+    config = operator_config(cluster, **env)
     registry = kopf.OperatorRegistry()
     reconciler = register(registry, config)
     scope = ["--all-namespaces"] if config.clusterwide else [f"--namespace={n}" for n in config.namespaces]
