@@ -8,6 +8,7 @@ accumulation boundaries, clipping, optimizer, mixed precision, sharding.
 from __future__ import annotations
 
 import contextlib
+import copy
 import importlib
 import importlib.util
 import math
@@ -16,6 +17,7 @@ from typing import Any, Protocol
 
 import torch
 
+from hacrl_core.learner import distributed
 from hacrl_core.registry import Registry
 
 
@@ -55,14 +57,29 @@ def register_backend(name: str) -> Callable[[Callable[..., TrainingBackend]], Ca
 
 @register_backend("torch")
 class TorchBackend:
-    """AdamW on the model as it is, gradient-norm clipping, nothing else."""
+    """AdamW on the model as it is, gradient-norm clipping, nothing else.
+
+    With several learner ranks (``learner.distributed``): each rank's gradients are summed over
+    the ranks before clipping (the one-rank gradient of the mini-batch), and the AdamW state is
+    sharded over them with ``ZeroRedundancyOptimizer`` (each rank updates its share of the
+    parameters, then broadcasts them). ``optimizer_state`` is then a collective that returns the
+    consolidated state on rank 0, in plain AdamW's format: a checkpoint written at any number of
+    ranks restores at any other.
+    """
 
     checkpoint_globals: tuple[type, ...] = ()  # torch optimizer state is tensors and plain data
 
     def __init__(self, model: torch.nn.Module, settings) -> None:
         self.model = model
         self.grad_clip = settings.grad_clip
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
+        self.sharded = distributed.multi_rank()
+        if self.sharded:
+            from torch.distributed.optim import ZeroRedundancyOptimizer
+
+            self.optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=settings.lr,
+                                                     weight_decay=settings.weight_decay)
+        else:
+            self.optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
 
     def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
@@ -71,22 +88,32 @@ class TorchBackend:
         loss.backward()
 
     def step(self) -> float:
+        distributed.sum_gradients(self.model.parameters())  # one rank: nothing to do
         norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip))
         if math.isfinite(norm):  # a NaN/inf gradient would poison the weights and AdamW's moments
-            self.optimizer.step()
+            self.optimizer.step()  # (the summed gradients, hence the norm, are the same on every rank)
         return norm
 
     def optimizer_state(self) -> dict[str, Any]:
+        if self.sharded:  # every rank takes part; rank 0 gets the whole state, the others nothing
+            self.optimizer.consolidate_state_dict(to=0)
+            return plain_optimizer_state(self.optimizer.state_dict()) if distributed.is_writer() else {}
         return self.optimizer.state_dict()
 
     def load_optimizer_state(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state)
+        # ZeroRedundancyOptimizer.load_state_dict keeps its rank's share and blanks the rest in place.
+        self.optimizer.load_state_dict(copy.copy(state) | {"state": dict(state["state"])} if self.sharded else state)
 
     def unwrapped_model(self) -> torch.nn.Module:
         return self.model
 
     def gathered_weights(self) -> contextlib.AbstractContextManager[torch.nn.Module]:
         return contextlib.nullcontext(self.model)
+
+
+def plain_optimizer_state(state: dict[str, Any]) -> dict[str, Any]:
+    """A consolidated ``ZeroRedundancyOptimizer`` state in ``torch.optim.AdamW``'s own format."""
+    return {"state": state["state"], "param_groups": state["param_groups"]}
 
 
 # Optional backends: name -> (the distribution they need, the module that registers them).

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from hacrl_core.algorithms import Algorithm, CapabilityTracker, PolicyLossInputs, group_advantages, kl_penalty
+from hacrl_core.learner import distributed
 from hacrl_core.learner.backends import TrainingBackend
 from hacrl_core.learner.batch import TrainRow, collate_rows, micro_batches, score_rows
 from hacrl_core.learner.guards import is_finite
@@ -86,11 +87,13 @@ def score_own_rows(state: LearnerState, rows: list[TrainRow], algorithm: Algorit
     Algorithms that share rows score every row (peers need the scores before they can train).
     Isolated ones skip the rows of the step's first update (``first_update``, row indices): the
     weights have not moved when that update runs, so its own forward pass gives their pi_old
-    exactly (``run_updates`` fills it in) and one no-grad pass over those rows is saved.
+    exactly (``run_updates`` fills it in) and one no-grad pass over those rows is saved. Several
+    learner ranks score every row (sliced between them): a deferred row's pi_old would be known
+    only to the rank that trained on it.
     """
-    deferred = set() if algorithm.shares_rows else set(first_update)
+    deferred = set() if algorithm.shares_rows or distributed.multi_rank() else set(first_update)
     scored = [row for index, row in enumerate(rows) if index not in deferred]
-    sums, counts, tokens = score_rows(state.model, scored, state.pad_id, micro_batch_size, state.device)
+    sums, counts, tokens = score_sliced(state, scored, micro_batch_size)
     for row, total, count, token_logps in zip(scored, sums, counts, tokens):
         row.logp_old_mean = total / max(count, 1)
         row.logp_old_tokens = token_logps
@@ -126,10 +129,20 @@ def set_source_logprobs(cross: list[TrainRow], rollouts: Sequence[Mapping], scor
 
 def score_as_learner(state: LearnerState, cross: list[TrainRow], micro_batch_size: int) -> list[TrainRow]:
     """pi_old of a peer's rows from the learner's own pre-update view (naive sharing: as if on-policy)."""
-    sums, counts, _ = score_rows(state.model, cross, state.pad_id, micro_batch_size, state.device)
+    sums, counts, _ = score_sliced(state, cross, micro_batch_size)
     for row, total, count in zip(cross, sums, counts):
         row.logp_old_mean = total / max(count, 1)
     return cross
+
+
+def score_sliced(state: LearnerState, rows: Sequence[TrainRow], micro_batch_size: int) -> tuple[list, list, list]:
+    """``score_rows`` of every row: with several learner ranks each scores its slice
+    (``distributed.rank_slice``) and every rank gets all the scores back, in the rows' order."""
+    if not distributed.multi_rank():
+        return score_rows(state.model, rows, state.pad_id, micro_batch_size, state.device)
+    mine = score_rows(state.model, distributed.rank_slice(rows), state.pad_id, micro_batch_size, state.device)
+    merged = distributed.gather_in_order(list(zip(*mine)), len(rows))
+    return [m[0] for m in merged], [m[1] for m in merged], [m[2] for m in merged]
 
 
 def mean_reward(rows: Sequence[TrainRow]) -> float:
@@ -180,6 +193,11 @@ def run_updates(state: LearnerState, rows: list[TrainRow], updates: Sequence[Seq
     ``settings`` is the spec's ``algorithm`` section (the loss knobs and ``kl_coef``). Returns the
     step's ``learner/*`` metrics: the loss metrics averaged over micro-batches, the gradient norm,
     the number of updates and of those skipped for a non-finite loss or gradient.
+
+    With several learner ranks each trains on its slice of every update's rows
+    (``distributed.rank_slice``) with the loss still normalised over the whole update
+    (``norm``), and the backend sums the gradients over the ranks: the one-rank update. The
+    metrics then cover every rank's micro-batches.
     """
     collected: dict[str, list[float]] = {}
     device = state.device
@@ -189,7 +207,7 @@ def run_updates(state: LearnerState, rows: list[TrainRow], updates: Sequence[Seq
         norm = algorithm.loss_weight([sum(rows[i].response_mask) for i in members])
         state.backend.zero_grad()
         finite_loss = True
-        for chunk in micro_batches(members, micro_batch_size):
+        for chunk in micro_batches(distributed.rank_slice(members), micro_batch_size):
             chunk_rows = [rows[i] for i in chunk]
             input_ids, attention, response = collate_rows(chunk_rows, state.pad_id, device)
             logp_new = sequence_logprobs(state.backend.model, input_ids, attention, response)
@@ -229,6 +247,7 @@ def run_updates(state: LearnerState, rows: list[TrainRow], updates: Sequence[Seq
             state.backend.backward(total)
             for key, value in metrics.items():
                 collected.setdefault(key, []).append(value)
+        finite_loss = distributed.all_agree(finite_loss)  # one rank's non-finite loss skips the update everywhere
         grad_norm = state.backend.step() if finite_loss else float("nan")  # backends skip a non-finite gradient
         if not is_finite(grad_norm):  # its gradients are dropped by the next update's zero_grad (or the last one)
             skipped += 1
@@ -236,6 +255,7 @@ def run_updates(state: LearnerState, rows: list[TrainRow], updates: Sequence[Seq
         else:
             collected.setdefault("grad_norm", []).append(grad_norm)
     state.backend.zero_grad()
+    collected = distributed.gather_lists(collected)
     summary = {f"learner/{key}": sum(values) / len(values) for key, values in collected.items()}
     summary["learner/updates"] = len(updates)
     summary["learner/skipped_updates"] = skipped

@@ -22,6 +22,7 @@ import torch
 from hacrl_core.algorithms import Algorithm, resolve_algorithm
 from hacrl_core.context import WorkerContext
 from hacrl_core.evaluation import evaluate_policy
+from hacrl_core.learner import distributed
 from hacrl_core.learner.backends import backend_factory, create_backend
 from hacrl_core.learner.batch import TrainRow, encode_rows
 from hacrl_core.learner.checkpoint import restore_checkpoint, save_checkpoint
@@ -87,14 +88,18 @@ def publish_weights(context: WorkerContext, state: LearnerState, version: int) -
     shutil.rmtree(local, ignore_errors=True)
     with state.backend.gathered_weights() as model:
         ensure_finite_weights(model, context.agent_name, f"publish weights version {version}")
+        if not distributed.is_writer():
+            return
+        shutil.rmtree(local, ignore_errors=True)
         save_policy(model, state.tokenizer, local)
     context.store.publish_weights(context.agent_name, version, local)
     shutil.rmtree(local, ignore_errors=True)
 
 
 def publish_own_scores(context: WorkerContext, step: int, own_rollouts: list[dict], own_rows: list[TrainRow]) -> None:
-    """The scores shard of ``step`` (pi_old of every own row), unless a previous attempt wrote it."""
-    if context.store.scores_ready(step, context.agent_name):
+    """The scores shard of ``step`` (pi_old of every own row), unless a previous attempt wrote it
+    (rank 0 of several learner ranks; every rank has every row's pi_old)."""
+    if not distributed.is_writer() or context.store.scores_ready(step, context.agent_name):
         return
     shard = scores_shard(own_rollouts, own_rows, experiment=context.experiment.name, step=step, agent=context.agent_name)
     context.store.write_scores(step, context.agent_name, shard)
@@ -131,6 +136,8 @@ def evaluate(context: WorkerContext, state: LearnerState, *, suffix: str = "") -
     with state.backend.gathered_weights() as model:
         return {f"{key}{suffix}": value for key, value in evaluate_policy(context, model, state.tokenizer).items()}
 
+        if not distributed.is_writer():
+            return {}
 
 def evaluation_due(context: WorkerContext, completed: int) -> bool:
     every = context.spec.evaluation.every_steps
@@ -144,6 +151,9 @@ def checkpoint(context: WorkerContext, state: LearnerState, completed: int) -> N
         save_checkpoint(context.store, context.agent_name, completed, model, state.tokenizer, state.backend.optimizer_state(),
                         state.tracker, context.work_dir)
     prune_checkpoints(context)
+        optimizer_state = state.backend.optimizer_state()  # a collective with several ranks
+        if not distributed.is_writer():
+            return
 
 
 def prune_checkpoints(context: WorkerContext) -> None:
@@ -228,14 +238,17 @@ def train_step(context: WorkerContext, state: LearnerState, step: int, algorithm
 
 def sample_with_live_policy(context: WorkerContext, state: LearnerState, engine: HFEngine, step: int) -> dict[str, float]:
     """Colocated mode: the step's own rollouts sampled with the learner's live weights (version
-    ``step``: on-policy by construction), unless an earlier attempt wrote them; their metrics."""
-    if context.store.rollouts_ready(step, context.agent_name):
+    ``step``: on-policy by construction), unless an earlier attempt wrote them; their metrics.
+    Rank 0 of several learner ranks samples; the others read its rollouts from the store."""
+    if distributed.decide(context.store.rollouts_ready(step, context.agent_name) if distributed.is_writer() else None):
         return {}
     with state.backend.gathered_weights() as model:
         engine.set_policy(model, state.tokenizer)
         rows, seconds = sample_rollouts(context, engine, step, version=step)
     return rollout_metrics(rows, step, {"load_weights": 0.0, **seconds})
 
+        if not distributed.is_writer():
+            return {}
 
 def run_learner_worker(context: WorkerContext, *, colocated: bool = False) -> None:
     """The learner's step loop. ``colocated``: this process also samples the agent's rollouts with
@@ -250,15 +263,17 @@ def run_learner_worker(context: WorkerContext, *, colocated: bool = False) -> No
     algorithm = resolve_algorithm(spec.algorithm)
     sampler = HFEngine(batch_size=agent.rollout.batch_size) if colocated else None
     metrics = WorkerMetrics(context.experiment.name, agent.name, "learner")
-    metrics.serve(spec.metrics.port, spec.metrics.bind_address)
-    state = initialize(context)
+    device = distributed.join_ranks(context)  # several learner ranks: the process group (one rank: nothing)
+    if distributed.is_writer():  # one metrics endpoint per learner
+        metrics.serve(spec.metrics.port, spec.metrics.bind_address)
+    state = initialize(context, device)
     store = context.store
     # The learner reads the training set too (the rollout worker samples from it) so that its
     # heartbeat tells the operator what every dataset of the spec lost to bad rows.
     datasets = context.dataset_reports()
     data_metrics = {key: value for report in datasets for key, value in report.metrics().items()}
     metrics.publish(data_metrics)
-    if state.next_step == 0 and store.latest_weights_version(agent.name) is None:
+    if distributed.decide(state.next_step == 0 and store.latest_weights_version(agent.name) is None):
         publish_weights(context, state, 0)
     initial_eval = evaluate(context, state, suffix="_initial") if state.next_step == 0 and spec.data.eval else {}
     last_checkpoint = store.latest_checkpoint(agent.name)
@@ -282,7 +297,9 @@ def run_learner_worker(context: WorkerContext, *, colocated: bool = False) -> No
         if step == 0:
             values.update(initial_eval)
             values.update(data_metrics)
-        store.write_metrics(step, agent.name, values)
+        writer = distributed.is_writer()  # several learner ranks: rank 0 writes, all checkpoint
+        if writer:
+            store.write_metrics(step, agent.name, values)
         metrics.publish(values)
         steps_metrics.append(values)
         warning = None if warned else sharing_warning(agent.name, steps_metrics, delta=spec.algorithm.delta)
@@ -295,3 +312,5 @@ def run_learner_worker(context: WorkerContext, *, colocated: bool = False) -> No
             last_checkpoint = completed
         store.write_progress(agent.name, progress_record(context, state, values, completed, last_checkpoint, datasets))
         log.info("learner %s step %d: reward %.3f loss %.4f", agent.name, step, values["rollout/reward_mean"], values.get("learner/pg_loss", 0.0))
+        if not writer:
+            continue

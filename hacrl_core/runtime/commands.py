@@ -24,12 +24,19 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from hacrl_core.store.fencing import FENCED_EXIT_CODE, FencedOut, Lease
 
     context = WorkerContext.from_spec_file(args.spec, args.agent)
+    from hacrl_core.learner.distributed import launch_learner_ranks, ranks_from_env
+
+    # learner.processesPerNode > 1: this process starts the learner's local ranks and ends as they do.
+    launched = launch_learner_ranks(context, args.role, ["worker", args.role, "--spec", args.spec, "--agent", args.agent])
+    if launched is not None:
+        return launched
     try:
         generation = os.environ.get("HACRL_FENCE_GENERATION")  # set by `hacrl run`; pods take the next one
         # A colocated worker does both jobs, so it holds both leases: it fences out a rollout or
         # learner worker of an older run of the agent, and a newer one of either fences it out.
         leases = [Lease.acquire(context.store, args.agent, role, int(generation) if generation else None)
-                  for role in (("rollout", "learner") if args.role == "colocated" else (args.role,))]
+                  for role in (("rollout", "learner") if args.role == "colocated" else (args.role,))
+                  if ranks_from_env().writer]  # of several learner ranks only rank 0 writes, so only it holds leases
         context.store.fence = lambda: [lease.check() for lease in leases]  # every later write checks them
         if args.role == "rollout":
             from hacrl_core.rollout.worker import run_rollout_worker

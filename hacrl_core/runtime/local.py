@@ -99,8 +99,10 @@ def free_ports(first: int, count: int, host: str) -> list[int]:
 
 
 def prepare(spec_path: str | Path, *, resume: bool, workdir: str | Path | None = None) -> LocalRun:
+    from hacrl_core.learner.distributed import multi_node_problems
+
     experiment = load_experiment(spec_path)
-    problems = unsupported_settings(experiment)
+    problems = unsupported_settings(experiment) + multi_node_problems(experiment)
     if experiment.spec.suspend:
         problems.append("spec.suspend: the experiment is suspended; set suspend: false to run it")
     if problems:

@@ -1,0 +1,340 @@
+"""Multi-rank learners: data-parallel ranks of one agent's learner (``learner.processesPerNode``
+x ``learner.nodes``), with torchrun's environment contract.
+
+A rank is a process started with ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and
+``MASTER_PORT`` set (by ``torchrun``/``torch.distributed.run``, by a pod, or by
+``launch_local_ranks``: what `hacrl worker learner` does when the spec asks for several ranks on
+one node and none are set). What the ranks share and what only rank 0 does:
+
+- **Every rank reads** the step's shards from the store itself. The shards are immutable once
+  committed, so every rank sees the same rows; and a rank waiting for a peer agent's shard waits
+  in the store's read loop (up to ``HACRL_WAIT_SECONDS``, an hour by default), not inside a
+  collective, whose timeout (NCCL's watchdog, gloo's 30 minutes) would kill the learner while a
+  slow peer is merely slow. The cost is one read of each shard per rank.
+- **Every rank trains on its slice** of each mini-batch (``rank_slice``, rows ``rank::world``);
+  the loss keeps the whole mini-batch's normalisation, so the gradients summed over the ranks
+  (``sum_gradients``, an all-reduce) are the one-rank gradient of the whole mini-batch, and
+  clipping and AdamW then take the one-rank step. Scoring (pi_old) is sliced the same way and
+  the scores all-gathered (``gather_in_order``).
+- **Only rank 0 writes** (scores, metrics, progress, published weights, checkpoints, leases):
+  the other ranks' store is a ``ReadOnlyStore`` that raises on any write, so a write from
+  another rank is a bug that fails loudly, never a second copy.
+- Collectives every rank must enter together (the optimizer state's consolidation for a
+  checkpoint, ZeRO-3's parameter gathering) are entered by all ranks; decisions that depend on
+  the store and lead into one are taken by rank 0 and broadcast (``decide``), so the ranks never
+  disagree about whether to enter.
+
+A dead rank ends the learner: ``launch_local_ranks`` stops the other ranks and exits as the dead
+rank did (the same signal or exit code), so `hacrl run` (or Kubernetes) restarts the whole
+learner, which resumes from its last checkpoint like a one-process learner.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import torch
+import torch.distributed as dist
+
+log = logging.getLogger("hacrl")
+
+T = TypeVar("T")
+
+#: torchrun's environment contract; a process with these set is one rank of a learner.
+RANK_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+#: Seconds the launcher gives the surviving ranks to exit after SIGTERM before SIGKILL.
+STOP_GRACE_SECONDS = 10.0
+#: Gradient elements per all-reduce (one flat buffer each): few calls, bounded extra memory.
+BUCKET_ELEMENTS = 2**24
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """This process's place among its learner's ranks (from the environment; 0 of 1 when unset)."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def writer(self) -> bool:
+        """Whether this rank writes to the store (rank 0 only)."""
+        return self.rank == 0
+
+
+def ranks_from_env(env: dict[str, str] | os._Environ = os.environ) -> Ranks:
+    if "WORLD_SIZE" not in env:
+        return Ranks()
+    return Ranks(int(env.get("RANK", 0)), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0)))
+
+
+def world() -> tuple[int, int]:
+    """(rank, world size) of the initialised process group; (0, 1) without one."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def is_writer() -> bool:
+    return world()[0] == 0
+
+
+def multi_rank() -> bool:
+    return world()[1] > 1
+
+
+def init_ranks(ranks: Ranks) -> str:
+    """Join the learner's process group (gloo on CPU, nccl on GPUs, one GPU per local rank) and
+    return the device this rank trains on. A no-op returning the default device for one rank."""
+    if torch.cuda.is_available():
+        device = f"cuda:{ranks.local_rank}" if ranks.world_size > 1 else "cuda"
+    else:
+        device = "cpu"
+    if ranks.world_size <= 1 or dist.is_initialized():
+        return device
+    if device.startswith("cuda"):
+        torch.cuda.set_device(ranks.local_rank)
+    dist.init_process_group("nccl" if device.startswith("cuda") else "gloo", rank=ranks.rank, world_size=ranks.world_size)
+    log.info("learner rank %d of %d joined (%s, %s)", ranks.rank, ranks.world_size, dist.get_backend(), device)
+    return device
+
+
+def rank_slice(items: Sequence[T]) -> list[T]:
+    """This rank's share of ``items``: every ``world``-th item from position ``rank``."""
+    rank, size = world()
+    return list(items[rank::size])
+
+
+def gather_in_order(mine: list[Any], total: int) -> list[Any]:
+    """The per-item results of every rank's ``rank_slice`` of ``total`` items, in the items' order."""
+    rank, size = world()
+    if size == 1:
+        return mine
+    parts: list[list[Any] | None] = [None] * size
+    dist.all_gather_object(parts, mine)
+    merged: list[Any] = [None] * total
+    for source, part in enumerate(parts):
+        merged[source::size] = part
+    return merged
+
+
+def gather_lists(values: dict[str, list[float]]) -> dict[str, list[float]]:
+    """Every rank's lists of per-micro-batch metric values, concatenated key by key."""
+    if not multi_rank():
+        return values
+    parts: list[dict[str, list[float]] | None] = [None] * world()[1]
+    dist.all_gather_object(parts, values)
+    merged: dict[str, list[float]] = {}
+    for part in parts:
+        for key, items in (part or {}).items():
+            merged.setdefault(key, []).extend(items)
+    return merged
+
+
+def all_agree(flag: bool) -> bool:
+    """True on every rank when ``flag`` is true on every rank (a skipped update is skipped by all)."""
+    if not multi_rank():
+        return flag
+    value = torch.tensor([1 if flag else 0], dtype=torch.int32, device=_collective_device())
+    dist.all_reduce(value, op=dist.ReduceOp.MIN)
+    return bool(value.item())
+
+
+def decide(value: T) -> T:
+    """Rank 0's ``value`` on every rank (for a store-dependent choice that leads into a collective)."""
+    if not multi_rank():
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def barrier() -> None:
+    if multi_rank():
+        dist.barrier()
+
+
+def _collective_device() -> torch.device:
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+
+
+def sum_gradients(parameters: Iterable[torch.nn.Parameter]) -> None:
+    """Sum every parameter's gradient over the ranks, in place (a rank that had no rows
+    contributes zeros): the one-rank gradient of the mini-batch, since each rank's loss is
+    already weighted by its rows' share of the whole mini-batch."""
+    if not multi_rank():
+        return
+    params = [p for p in parameters if p.requires_grad]
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    bucket: list[torch.Tensor] = []
+    size = 0
+    for p in params:
+        bucket.append(p.grad)
+        size += p.grad.numel()
+        if size >= BUCKET_ELEMENTS:
+            _all_reduce_flat(bucket)
+            bucket, size = [], 0
+    if bucket:
+        _all_reduce_flat(bucket)
+
+
+def _all_reduce_flat(grads: list[torch.Tensor]) -> None:
+    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+    for grad in grads:
+        by_dtype.setdefault(grad.dtype, []).append(grad)
+    for same in by_dtype.values():
+        flat = torch.cat([g.reshape(-1) for g in same])
+        dist.all_reduce(flat)
+        offset = 0
+        for grad in same:
+            grad.copy_(flat[offset : offset + grad.numel()].view_as(grad))
+            offset += grad.numel()
+
+
+class StoreWriteFromRank(RuntimeError):
+    """A rank other than 0 tried to write to the store."""
+
+
+#: The ``TrajectoryStore`` methods that write; only rank 0 may call them.
+STORE_WRITES = frozenset({
+    "put_spec", "write_rollouts", "write_scores", "write_metrics", "publish_weights", "save_checkpoint",
+    "delete_checkpoint", "write_progress", "delete_experiment",
+})
+
+
+class ReadOnlyStore:
+    """The store as a rank other than 0 sees it: every read passes through, every write raises."""
+
+    def __init__(self, store: Any, rank: int) -> None:
+        self._store = store
+        self._rank = rank
+
+    def __getattr__(self, name: str) -> Any:
+        if name in STORE_WRITES or name == "objects":
+            raise StoreWriteFromRank(
+                f"learner rank {self._rank} called store.{name}: only rank 0 writes to the store (or touches its raw objects)"
+            )
+        return getattr(self._store, name)
+
+    def __repr__(self) -> str:
+        return f"ReadOnlyStore({self._store!r}, rank={self._rank})"
+
+
+# -- launching the local ranks ---------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def rank_environment(base: dict[str, str], rank: int, nproc: int, port: int) -> dict[str, str]:
+    """torchrun's variables for local rank ``rank`` of a one-node learner of ``nproc`` ranks; the
+    worker's CPU threads (``hacrl run`` sets them per worker) are split between its ranks."""
+    env = dict(base)
+    env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc),
+               GROUP_RANK="0", NODE_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    for name in ("OMP_NUM_THREADS", "HACRL_TORCH_THREADS"):
+        if base.get(name):
+            env[name] = str(max(1, int(base[name]) // nproc))
+    return env
+
+
+def launch_local_ranks(command: Sequence[str], nproc: int, *, poll: float = 0.1) -> int:
+    """Run ``command`` (a `hacrl worker` command line) as ``nproc`` local ranks and wait for them, torchrun-style (one node,
+    no restarts of its own): when a rank fails, the others are stopped and this process ends the
+    way the failed rank did (its exit code, or its signal), so the supervisor above restarts the
+    whole learner. The ranks stay in this process's process group: stopping the group (what
+    `hacrl run` does) stops them all. Returns 0 once every rank exited 0."""
+    port = free_port()
+    children = [
+        subprocess.Popen(list(command), env=rank_environment(dict(os.environ), rank, nproc, port))
+        for rank in range(nproc)
+    ]
+    log.info("learner: started %d local ranks (pids %s, rendezvous 127.0.0.1:%d)", nproc, [c.pid for c in children], port)
+    failed: tuple[int, int] | None = None
+    try:
+        while failed is None:
+            codes = [child.poll() for child in children]
+            failed = next(((rank, code) for rank, code in enumerate(codes) if code not in (None, 0)), None)
+            if failed is None and all(code == 0 for code in codes):
+                return 0
+            if failed is None:
+                time.sleep(poll)
+    finally:
+        stop_ranks(children)
+    rank, code = failed
+    log.error("learner rank %d %s; stopped the other ranks", rank, f"killed by signal {-code}" if code < 0 else f"exited with code {code}")
+    if code < 0:  # end as the rank did, so that the supervisor sees the same signal
+        if -code not in (signal.SIGKILL, signal.SIGSTOP):  # those two cannot have a handler
+            signal.signal(-code, signal.SIG_DFL)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.kill(os.getpid(), -code)
+        time.sleep(1.0)
+        return 128 - code
+    return code
+
+
+def stop_ranks(children: Sequence[subprocess.Popen], grace: float = STOP_GRACE_SECONDS) -> None:
+    for child in children:
+        if child.poll() is None:
+            child.terminate()
+    deadline = time.monotonic() + grace
+    for child in children:
+        try:
+            child.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+
+def launch_learner_ranks(context, role: str, argv: Sequence[str]) -> int | None:
+    """For a learner (or colocated) worker whose spec asks for several ranks on this node and
+    that is not a rank itself (no ``WORLD_SIZE``): start the ranks, wait, return their exit code.
+    None: this process is the worker (one rank, or one of several started by a launcher)."""
+    settings = context.agent.learner
+    if role == "rollout" or "WORLD_SIZE" in os.environ or settings.world_size == 1:
+        return None
+    if settings.nodes > 1:
+        raise RuntimeError(
+            f"agent {context.agent_name!r}: learner.nodes {settings.nodes} needs one launcher per node with a rendezvous "
+            "(torchrun --nnodes, the operator's learner pods); this process can only start the ranks of one node"
+        )
+    return launch_local_ranks([sys.executable, "-m", "hacrl_core.cli", *argv], settings.processes_per_node)
+
+
+def multi_node_problems(experiment) -> list[str]:
+    """Spec settings `hacrl run` (one machine) cannot run: learners over several nodes."""
+    return [
+        f"spec.agents[{index}].learner.nodes: {agent.learner.nodes} nodes need a cluster (one learner pod per node); "
+        "`hacrl run` runs on this machine: set nodes: 1 and processesPerNode to the ranks this machine can hold"
+        for index, agent in enumerate(experiment.spec.agents)
+        if agent.learner.nodes > 1
+    ]
+
+
+def join_ranks(context) -> str:
+    """Make this learner process one of its ranks (from torchrun's environment), returning the
+    device it trains on: the process group joined, and on ranks other than 0 a read-only store
+    and a work directory of their own (downloads of checkpoints must not collide). One rank:
+    only the device."""
+    ranks = ranks_from_env()
+    device = init_ranks(ranks)
+    if ranks.rank > 0:
+        context.store = ReadOnlyStore(context.store, ranks.rank)
+        context.work_dir = context.work_dir / f"rank-{ranks.rank}"
+        context.work_dir.mkdir(parents=True, exist_ok=True)
+    return device

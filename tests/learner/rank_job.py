@@ -1,0 +1,107 @@
+"""One learner process of ``test_multirank.py``: a rank of several (torchrun's environment set) or
+the only one. It runs the learner worker's own functions on a fixed step of rows: ``join_ranks``,
+``initialize`` (which restores the latest checkpoint of the store when there is one),
+``score_own_rows``, ``run_updates`` for each step asked, then optionally ``checkpoint``; rank 0
+writes the trained weights to ``--out`` (safetensors) and each step's metrics next to it (.json).
+
+    python tests/learner/rank_job.py --model DIR --store URI --work DIR --steps 0 [--checkpoint 1] --out W.safetensors
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from safetensors.torch import save_file  # noqa: E402
+
+from hacrl_core.algorithms import resolve_algorithm  # noqa: E402
+from hacrl_core.context import WorkerContext  # noqa: E402
+from hacrl_core.data.arithmetic import ArithmeticTask  # noqa: E402
+from hacrl_core.learner import distributed  # noqa: E402
+from hacrl_core.learner.batch import TrainRow  # noqa: E402
+from hacrl_core.learner.stages import plan_updates, run_updates, score_own_rows  # noqa: E402
+from hacrl_core.learner.worker import checkpoint, initialize  # noqa: E402
+from hacrl_core.spec import parse_experiment  # noqa: E402
+from hacrl_core.store import open_trajectory_store  # noqa: E402
+
+
+def context_for(model: Path, store_uri: str, work: Path) -> WorkerContext:
+    experiment = parse_experiment({
+        "apiVersion": "hacrl.io/v1alpha1",
+        "kind": "HACRLExperiment",
+        "metadata": {"name": "ranks"},
+        "spec": {
+            "agents": [{"name": "solo", "model": str(model), "learner": {"lr": 1e-3, "microBatchSize": 3}},
+                       {"name": "peer", "model": str(model)}],
+            "algorithm": {"name": "hacpo", "groupSize": 2, "promptsPerStep": 4, "miniBatchPrompts": 2, "steps": 2},
+            "data": {"train": {"source": "builtin://arithmetic"}},
+        },
+    })
+    context = WorkerContext(experiment=experiment, agent_name="solo", store=open_trajectory_store(store_uri, "ranks"))
+    context.work_dir = work
+    work.mkdir(parents=True, exist_ok=True)
+    return context
+
+
+def step_rows(tokenizer) -> list[TrainRow]:
+    """8 own rows (4 prompts x G 2) and the same texts as 8 rows of the peer, responses of
+    different lengths and rewards."""
+    own, cross = [], []
+    for index, problem in enumerate(ArithmeticTask(size=4, seed=1)):
+        prompt = tokenizer(problem.question + " =", add_special_tokens=False)["input_ids"]
+        for sample in range(2):
+            response = tokenizer(problem.answer if sample == 0 else f"{index}{index}9", add_special_tokens=False)["input_ids"]
+            mask = [0] * len(prompt) + [1] * len(response)
+            own.append(TrainRow(0, f"p{index}", float(sample == 0), prompt + response, mask, True))
+            cross.append(TrainRow(1, f"p{index}", float(sample == 1), prompt + response, mask, False))
+    return own + cross
+
+
+def train_step(context: WorkerContext, state, step: int) -> dict[str, float]:
+    """The learner's stages on the fixed rows, as ``train_step`` calls them: pi_old of the own rows
+    scored (sliced over the ranks), the peer's rows given a pi_old near it, then the updates."""
+    algorithm = resolve_algorithm(context.spec.algorithm)
+    rows = step_rows(state.tokenizer)
+    updates = plan_updates(rows, context.spec.algorithm, step=step, agent_index=0)
+    own = score_own_rows(state, rows[:8], algorithm, updates[0], context.agent.learner.micro_batch_size)
+    for mine, theirs in zip(own, rows[8:]):
+        theirs.logp_old_mean = mine.logp_old_mean + 0.05  # a ratio of about 0.95: inside HACPO's window
+    advantages = torch.tensor([1.0 if r.reward else -1.0 for r in rows], dtype=torch.float64)
+    discrepancy = torch.tensor([1.0] * 8 + [0.8] * 8, dtype=torch.float64)
+    return run_updates(state, rows, updates, advantages, discrepancy, algorithm, context.spec.algorithm,
+                       context.agent.learner.micro_batch_size)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", type=Path, required=True)
+    parser.add_argument("--store", required=True)
+    parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--steps", type=int, nargs="+", required=True)
+    parser.add_argument("--checkpoint", type=int, help="save a checkpoint after this many completed steps")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    context = context_for(args.model, args.store, args.work)
+    device = distributed.join_ranks(context)
+    state = initialize(context, device)
+    metrics = {}
+    for step in args.steps:
+        metrics[step] = train_step(context, state, step)
+        assert metrics[step]["learner/skipped_updates"] == 0, metrics[step]
+    if args.checkpoint is not None:
+        checkpoint(context, state, args.checkpoint)
+    if distributed.is_writer():
+        save_file({name: tensor.detach().contiguous().clone() for name, tensor in state.model.state_dict().items()}, args.out)
+        args.out.with_suffix(".json").write_text(json.dumps(metrics))
+    distributed.barrier()
+
+
+if __name__ == "__main__":
+    main()
