@@ -84,13 +84,14 @@ def initialize(context: WorkerContext, device: str | None = None) -> LearnerStat
 
 
 def publish_weights(context: WorkerContext, state: LearnerState, version: int) -> None:
+    """Weights version ``version`` into the store. Several learner ranks all call it (ZeRO-3 gathers
+    the weights from every rank); rank 0 publishes."""
     local = context.work_dir / f"publish-{version:06d}"
-    shutil.rmtree(local, ignore_errors=True)
     with state.backend.gathered_weights() as model:
-        ensure_finite_weights(model, context.agent_name, f"publish weights version {version}")
         if not distributed.is_writer():
             return
         shutil.rmtree(local, ignore_errors=True)
+        ensure_finite_weights(model, context.agent_name, f"publish weights version {version}")
         save_policy(model, state.tokenizer, local)
     context.store.publish_weights(context.agent_name, version, local)
     shutil.rmtree(local, ignore_errors=True)
@@ -132,12 +133,13 @@ def read_peer_rows(context: WorkerContext, state: LearnerState, step: int, algor
 
 
 def evaluate(context: WorkerContext, state: LearnerState, *, suffix: str = "") -> dict[str, float]:
-    """The live policy's accuracy on the spec's eval sets (``evaluation.evaluate_policy``)."""
+    """The live policy's accuracy on the spec's eval sets (``evaluation.evaluate_policy``); rank 0
+    of several learner ranks evaluates (the others return {})."""
     with state.backend.gathered_weights() as model:
-        return {f"{key}{suffix}": value for key, value in evaluate_policy(context, model, state.tokenizer).items()}
-
         if not distributed.is_writer():
             return {}
+        return {f"{key}{suffix}": value for key, value in evaluate_policy(context, model, state.tokenizer).items()}
+
 
 def evaluation_due(context: WorkerContext, completed: int) -> bool:
     every = context.spec.evaluation.every_steps
@@ -145,15 +147,17 @@ def evaluation_due(context: WorkerContext, completed: int) -> bool:
 
 
 def checkpoint(context: WorkerContext, state: LearnerState, completed: int) -> None:
-    """Save the state after ``completed`` steps and drop checkpoints beyond ``keepLast``."""
+    """Save the state after ``completed`` steps and drop checkpoints beyond ``keepLast``. Several
+    learner ranks all call it: the optimizer state is consolidated from every rank's shard and
+    rank 0 saves the whole state (weights and optimizer), which restores at any number of ranks."""
     with state.backend.gathered_weights() as model:
-        ensure_finite_weights(model, context.agent_name, f"checkpoint after {completed} steps")
-        save_checkpoint(context.store, context.agent_name, completed, model, state.tokenizer, state.backend.optimizer_state(),
-                        state.tracker, context.work_dir)
-    prune_checkpoints(context)
         optimizer_state = state.backend.optimizer_state()  # a collective with several ranks
         if not distributed.is_writer():
             return
+        ensure_finite_weights(model, context.agent_name, f"checkpoint after {completed} steps")
+        save_checkpoint(context.store, context.agent_name, completed, model, state.tokenizer, optimizer_state,
+                        state.tracker, context.work_dir)
+    prune_checkpoints(context)
 
 
 def prune_checkpoints(context: WorkerContext) -> None:
@@ -243,12 +247,12 @@ def sample_with_live_policy(context: WorkerContext, state: LearnerState, engine:
     if distributed.decide(context.store.rollouts_ready(step, context.agent_name) if distributed.is_writer() else None):
         return {}
     with state.backend.gathered_weights() as model:
+        if not distributed.is_writer():
+            return {}
         engine.set_policy(model, state.tokenizer)
         rows, seconds = sample_rollouts(context, engine, step, version=step)
     return rollout_metrics(rows, step, {"load_weights": 0.0, **seconds})
 
-        if not distributed.is_writer():
-            return {}
 
 def run_learner_worker(context: WorkerContext, *, colocated: bool = False) -> None:
     """The learner's step loop. ``colocated``: this process also samples the agent's rollouts with
@@ -302,7 +306,7 @@ def run_learner_worker(context: WorkerContext, *, colocated: bool = False) -> No
             store.write_metrics(step, agent.name, values)
         metrics.publish(values)
         steps_metrics.append(values)
-        warning = None if warned else sharing_warning(agent.name, steps_metrics, delta=spec.algorithm.delta)
+        warning = None if warned or not writer else sharing_warning(agent.name, steps_metrics, delta=spec.algorithm.delta)
         if warning:
             log.warning(warning)
             warned = True
@@ -310,7 +314,7 @@ def run_learner_worker(context: WorkerContext, *, colocated: bool = False) -> No
         if checkpoint_due:
             checkpoint(context, state, completed)
             last_checkpoint = completed
-        store.write_progress(agent.name, progress_record(context, state, values, completed, last_checkpoint, datasets))
-        log.info("learner %s step %d: reward %.3f loss %.4f", agent.name, step, values["rollout/reward_mean"], values.get("learner/pg_loss", 0.0))
         if not writer:
             continue
+        store.write_progress(agent.name, progress_record(context, state, values, completed, last_checkpoint, datasets))
+        log.info("learner %s step %d: reward %.3f loss %.4f", agent.name, step, values["rollout/reward_mean"], values.get("learner/pg_loss", 0.0))
