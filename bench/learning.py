@@ -389,7 +389,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         shutil.rmtree(store_dir / name, ignore_errors=True)
         spec_path = write_spec(json.loads(fingerprint), work / "specs" / f"{name}.yaml")
-        wall = hacrl_run(spec_path, work / "workdirs" / name, env)
+        # --split: the recorded runs used split workers (colocated ones compute the same rows).
+        wall = hacrl_run(spec_path, work / "workdirs" / name, env, args=["--split"])
         agents = [a.name for a in TEAMS[team]]
         data = collect(store_dir, name, agents, args.steps)
         record = {"name": name, "team": team, "config": config, "seed": seed, "wall_seconds": wall, "fingerprint": fingerprint,

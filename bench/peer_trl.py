@@ -171,7 +171,7 @@ def run_ours(algorithm: str, staleness: int, colocated: bool, args: argparse.Nam
                       "miniBatchPrompts": args.prompts, "steps": args.steps, "seed": 0, "maxStaleness": staleness},
                      store_uri=f"file://{store_dir}", eval_prompts=0)
     spec_path = write_spec(doc, args.work / "specs" / f"{name}.yaml")
-    wall = hacrl_run(spec_path, args.work / "workdirs" / name, bench_env(args.cache.resolve()), args=["--colocate"] if colocated else [])
+    wall = hacrl_run(spec_path, args.work / "workdirs" / name, bench_env(args.cache.resolve()), args=["--colocate" if colocated else "--split"])
     store = open_trajectory_store(f"file://{store_dir}", name)
     steps = []
     for step in range(args.steps):

@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
                     results[mode].append({"wall": wall, **{f"inproc_{k}": v for k, v in clock.items()}})
                 else:
                     started = time.time()
-                    wall = hacrl_run(spec_path, args.work / "workdirs" / name, env, args=["--colocate"] if colocate else [])
+                    wall = hacrl_run(spec_path, args.work / "workdirs" / name, env, args=["--colocate" if colocate else "--split"])
                     ended = time.time()
                     for key, value in extra.items():
                         os.environ[key] = value

@@ -515,6 +515,9 @@ class ExperimentSpec(SpecModel):
         {"rule": "(has(self.algorithm) && has(self.algorithm.name) && !(self.algorithm.name in " + str(list(SHARED_ROW_ALGORITHMS)).replace("'", '"')
                  + ")) || self.agents.size() >= 2",
          "message": "hacpo and naive share rollouts between agents and need at least 2 agents; add an agent or use gspo/grpo"},
+        {"rule": "!has(self.colocate) || !self.colocate || ((!has(self.algorithm) || !has(self.algorithm.maxStaleness) || "
+                 "self.algorithm.maxStaleness == 0) && self.agents.all(a, !has(a.rollout) || !has(a.rollout.engine) || a.rollout.engine == \"hf\"))",
+         "message": "colocate: true needs algorithm.maxStaleness 0 and every agent's rollout.engine hf; or set colocate: false"},
     ]})
 
     # Bounded (as are the strings the CRD's CEL rules compare) so that the API server's cost
@@ -529,6 +532,11 @@ class ExperimentSpec(SpecModel):
     metrics: MetricsSpec = Field(default_factory=MetricsSpec, description="Prometheus endpoints of the workers.")
     images: ImageSpec = Field(default_factory=ImageSpec, description="Container images (operator only).")
     scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec, description="Pod placement (operator only).")
+    colocate: bool | None = Field(None, description=(
+        "True: one worker (pod) per agent samples with its live model and trains, instead of a rollout and a learner "
+        "worker: no weights published and loaded every step, rollout and learner share the machine's CPUs or GPUs. "
+        "Needs algorithm.maxStaleness 0 and every agent's rollout.engine hf. Omitted: `hacrl run` colocates whenever "
+        "both hold (it measured faster on one machine), the operator runs separate rollout and learner pods."))
     suspend: bool = Field(False, description="True deletes the pods and keeps everything else; false resumes from checkpoints.")
     restart_limit: int = Field(3, ge=0, le=1000, description="Pod restarts allowed per agent before the experiment fails.")
     cleanup: CleanupSpec = Field(default_factory=CleanupSpec, description="Cleanup when finished.")
@@ -571,12 +579,36 @@ class ExperimentSpec(SpecModel):
             if var.name in names:
                 raise ValueError(f"env[{index}].name: duplicate variable {var.name!r}; each name once")
             names.add(var.name)
+        if self.colocate:
+            self._check_colocatable()
         if self.algorithm.name in SHARED_ROW_ALGORITHMS and len(self.agents) < 2:
             raise ValueError(
                 f"algorithm {self.algorithm.name!r} shares rollouts between agents and needs at least 2 agents, "
                 f"got {len(self.agents)}; add an agent or use gspo/grpo"
             )
         return self
+
+    def colocation_blockers(self) -> list[str]:
+        """Why this experiment cannot run colocated (empty: it can), each naming its field."""
+        blockers = []
+        if self.algorithm.max_staleness:
+            blockers.append(f"algorithm.maxStaleness: {self.algorithm.max_staleness} (one process samples with the weights it "
+                            "trains, so every step is on-policy; set it to 0)")
+        blockers += [f"agents[{i}].rollout.engine: {a.rollout.engine} (a colocated worker samples with transformers; set it to hf)"
+                     for i, a in enumerate(self.agents) if a.rollout.engine != "hf"]
+        return blockers
+
+    def _check_colocatable(self) -> None:
+        blockers = self.colocation_blockers()
+        if blockers:
+            raise ValueError("colocate: cannot be true with " + "; ".join(blockers) + "; or set colocate: false")
+
+    def runs_colocated(self, *, by_default: bool) -> bool:
+        """Whether the agents run as one colocated worker each: ``colocate`` when set, else
+        ``by_default`` where the experiment allows it (`hacrl run` passes True, the operator False)."""
+        if self.colocate is not None:
+            return self.colocate
+        return by_default and not self.colocation_blockers()
 
     def agent(self, name: str) -> AgentSpec:
         for agent in self.agents:

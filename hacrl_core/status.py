@@ -23,9 +23,10 @@ class AgentProgress(SpecModel):
     last_checkpoint: int | None = Field(None, description="Step of the latest checkpoint.")
     rollout_pod: str | None = Field(None, description="Phase or waiting reason of the rollout pod.")
     learner_pod: str | None = Field(None, description="Phase or waiting reason of the learner pod.")
+    colocated_pod: str | None = Field(None, description="Phase or waiting reason of the colocated pod (spec.colocate).")
 
     def pod_state(self, role: str) -> str | None:
-        """``rollout_pod`` or ``learner_pod``: the last observed state of the agent's pod of ``role``."""
+        """``rollout_pod``, ``learner_pod`` or ``colocated_pod``: the last observed state of the agent's pod of ``role``."""
         return getattr(self, f"{role}_pod")
 
     def set_pod_state(self, role: str, state: str | None) -> None:

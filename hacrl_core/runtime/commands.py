@@ -135,9 +135,13 @@ def register(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--resume", action="store_true", help="continue an interrupted run from its checkpoints")
     run.add_argument("--workdir", help="logs, rendered spec and report (default: hacrl-runs/<experiment>)")
     run.add_argument("--quiet", action="store_true", help="no progress display")
-    run.add_argument("--colocate", action="store_true",
-                     help="one process per agent samples with the live model and trains (no rollout worker, no weight "
-                          "publish/load per step); on-policy only (maxStaleness 0)")
+    placement = run.add_mutually_exclusive_group()
+    placement.add_argument("--colocate", dest="colocate", action="store_const", const=True,
+                           help="one process per agent samples with the live model and trains (no rollout worker, no weight "
+                                "publish/load per step); on-policy only (maxStaleness 0), hf engine. The default whenever "
+                                "the spec allows it, unless it sets colocate: false")
+    placement.add_argument("--split", dest="colocate", action="store_const", const=False,
+                           help="a rollout and a learner worker per agent, whatever the spec's colocate says")
     run.set_defaults(func=cmd_run)
 
     worker = commands.add_parser("worker", help="run one worker (what pods and `hacrl run` start)")

@@ -256,19 +256,23 @@ def stop_all(run: LocalRun, grace: float = 10.0) -> None:
 
 
 def run_local(spec_path: str | Path, *, resume: bool = False, workdir: str | Path | None = None, display=None,
-              colocate: bool = False) -> Path:
-    """Run an experiment to completion on this machine; returns the report folder. ``colocate``:
-    one worker per agent that samples and trains (``hacrl worker colocated``)."""
+              colocate: bool | None = None) -> Path:
+    """Run an experiment to completion on this machine; returns the report folder. ``colocate``
+    (`--colocate`/`--split`; None: the spec's ``colocate``, else whenever the experiment allows
+    it): one worker per agent that samples and trains (``hacrl worker colocated``) instead of a
+    rollout and a learner worker."""
     from hacrl_core.runtime.display import make_display
     from hacrl_core.runtime.report import write_report
 
     began = time.perf_counter()
     run = prepare(spec_path, resume=resume, workdir=workdir)
-    if colocate and run.experiment.spec.algorithm.max_staleness:
-        raise SpecError(str(spec_path), [
-            f"spec.algorithm.maxStaleness: {run.experiment.spec.algorithm.max_staleness} cannot run with --colocate (one process "
-            "samples with the weights it trains, so every step is on-policy); set it to 0, or run without --colocate"])
-    run.roles = COLOCATED_ROLES if colocate else ROLES
+    spec = run.experiment.spec
+    if colocate:
+        blockers = spec.colocation_blockers()
+        if blockers:
+            raise SpecError(str(spec_path), [f"spec.{b}: cannot run with --colocate; or run with --split" for b in blockers])
+    colocated = spec.runs_colocated(by_default=True) if colocate is None else colocate
+    run.roles = COLOCATED_ROLES if colocated else ROLES
     display = display or make_display(run.experiment)
     check_datasets(run, display)
     build_models(run, display.note)
@@ -285,7 +289,6 @@ def run_local(spec_path: str | Path, *, resume: bool = False, workdir: str | Pat
     except BaseException:
         stop_all(run)
         raise
-    spec = run.experiment.spec
     report = write_report(
         run.store, [a.name for a in spec.agents], spec.algorithm.steps, run.workdir / "report",
         wall_seconds=time.perf_counter() - began, title=f"{run.experiment.name}: {spec.algorithm.name}", datasets=run.datasets,

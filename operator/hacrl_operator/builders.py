@@ -1,7 +1,8 @@
 """Pure builders of the objects the operator creates: manifest dicts, no I/O.
 
 Per experiment: one ConfigMap with the rendered spec; per agent: a rollout Pod and a learner Pod
-running the same worker entry points as `hacrl run` (DESIGN.md sections 1 and 4), with the
+(or, with ``spec.colocate``, one colocated Pod) running the same worker entry points as
+`hacrl run` (DESIGN.md sections 1 and 4), with the
 experiment's env and envFrom and the agent's model cache claim; with ``spec.scheduling.gang`` the
 pods' gang labels and annotations (Kueue) or a PodGroup (Volcano).
 """
@@ -19,7 +20,12 @@ from hacrl_core.pod_policy import lock_down
 from hacrl_core.spec import API_GROUP, API_VERSION, KIND, Experiment, StoreSpec, dump_experiment
 from hacrl_operator.config import OperatorConfig
 
-ROLES = ("rollout", "learner")
+ROLES = ("rollout", "learner")  # the split placement: a rollout and a learner pod per agent
+COLOCATED = "colocated"  # spec.colocate: one pod per agent samples and trains
+ALL_ROLES = (*ROLES, COLOCATED)
+# The role whose image, resources and podTemplate a pod is built from: a colocated pod runs the
+# learner's image (transformers samples there) on the learner's GPUs, as one container named learner.
+TEMPLATE_ROLE = {"rollout": "rollout", "learner": "learner", COLOCATED: "learner"}
 
 LABEL_EXPERIMENT = f"{API_GROUP}/experiment"
 LABEL_AGENT = f"{API_GROUP}/agent"
@@ -74,9 +80,14 @@ def replacement_pod_name(name: str) -> str:
     return name.removesuffix("-r") if name.endswith("-r") else f"{name}-r"
 
 
+def roles_of(experiment: Experiment) -> tuple[str, ...]:
+    """The pod roles of each agent: rollout and learner, or one colocated pod (``spec.colocate``)."""
+    return (COLOCATED,) if experiment.spec.runs_colocated(by_default=False) else ROLES
+
+
 def pod_count(experiment: Experiment) -> int:
     """The experiment's pods: one per role per agent (the gang's size)."""
-    return len(experiment.spec.agents) * len(ROLES)
+    return len(experiment.spec.agents) * len(roles_of(experiment))
 
 
 def gang_name(experiment: str, uid: str | None) -> str:
@@ -269,22 +280,24 @@ def model_cache_mount(experiment: Experiment, agent: str) -> tuple[dict[str, Any
 def build_pod(
     experiment: Experiment, agent: str, role: str, owner: dict[str, Any], config: OperatorConfig, name: str | None = None,
 ) -> dict[str, Any]:
-    """The Pod of ``role`` ("rollout" or "learner") of ``agent``, named ``pod_name`` unless ``name``
-    says otherwise (``replacement_pod_name``).
+    """The Pod of ``role`` (one of ``roles_of(experiment)``) of ``agent``, named ``pod_name`` unless
+    ``name`` says otherwise (``replacement_pod_name``). A colocated pod is built from the learner's
+    image, resources and podTemplate (``TEMPLATE_ROLE``).
 
     Restarts are the operator's (``restartPolicy: Never``): a failed worker shows up as a Failed
     pod, which the operator replaces and counts against ``spec.restartLimit``.
     """
-    if role not in ROLES:
-        raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+    if role not in roles_of(experiment):
+        raise ValueError(f"role must be one of {roles_of(experiment)} for this experiment, got {role!r}")
     spec = experiment.spec
     agent_spec = spec.agent(agent)
     pod_name_override, name = name, experiment.name
     port = spec.metrics.port
-    image = getattr(spec.images, role) or getattr(config, f"{role}_image")
+    template = TEMPLATE_ROLE[role]
+    image = getattr(spec.images, template) or getattr(config, f"{template}_image")
 
     container: dict[str, Any] = {
-        "name": role,
+        "name": template,
         "image": image,
         "imagePullPolicy": spec.images.pull_policy,
         "command": ["hacrl", "worker", role, "--spec", SPEC_PATH, "--agent", agent],
@@ -307,7 +320,7 @@ def build_pod(
     }
     if spec.env_from:  # Kubernetes: env (the operator's, spec.env) wins over envFrom
         container["envFrom"] = [source.model_dump(by_alias=True, exclude_none=True) for source in spec.env_from]
-    resources = getattr(agent_spec.resources, role)
+    resources = getattr(agent_spec.resources, template)
     if resources:  # requests/limits, e.g. {limits: {nvidia.com/gpu: 1}}
         container["resources"] = copy.deepcopy(resources)
     annotations: dict[str, str] = {}
@@ -354,7 +367,7 @@ def build_pod(
     if scheduling.scheduler_name:
         pod_spec["schedulerName"] = scheduling.scheduler_name
 
-    override = dict(getattr(agent_spec.pod_template, role))
+    override = dict(getattr(agent_spec.pod_template, template))
     extra = override.pop("metadata", None) or {}
     if override:
         pod_spec = merge_pod_spec(pod_spec, override)

@@ -13,8 +13,11 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 
 
-def tiny_spec(name: str, store_uri: str, *, algorithm: str = "hacpo", steps: int = 3, endpoint: str | None = None, extra_algorithm: dict | None = None) -> dict:
-    """Two heterogeneous tiny agents with a short warm start: a few seconds per step on CPU."""
+def tiny_spec(name: str, store_uri: str, *, algorithm: str = "hacpo", steps: int = 3, endpoint: str | None = None,
+              extra_algorithm: dict | None = None, colocate: bool | None = None) -> dict:
+    """Two heterogeneous tiny agents with a short warm start: a few seconds per step on CPU.
+    ``colocate`` None leaves the choice to `hacrl run` (colocated, as a user gets it); tests that
+    hold or kill a rollout or learner worker by name set False."""
     document = {
         "apiVersion": "hacrl.io/v1alpha1",
         "kind": "HACRLExperiment",
@@ -33,6 +36,7 @@ def tiny_spec(name: str, store_uri: str, *, algorithm: str = "hacpo", steps: int
             "store": {"uri": store_uri, **({"endpoint": endpoint} if endpoint else {})},
             "checkpoint": {"everySteps": 1, "keepLast": 2},
             "metrics": {"port": 0},
+            **({"colocate": colocate} if colocate is not None else {}),
         },
     }
     return document

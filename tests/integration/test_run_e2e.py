@@ -52,7 +52,7 @@ def test_hacpo_run_on_seaweedfs_s3_trains_both_agents_on_both_agents_rows(tmp_pa
     endpoint, bucket, s3 = seaweedfs
     for name, value in s3.items():  # the test reads the store back with the same credentials
         monkeypatch.setenv(name, value)
-    spec = write_spec(tmp_path, tiny_spec("e2e-s3", f"s3://{bucket}/runs", steps=3, endpoint=endpoint))
+    spec = write_spec(tmp_path, tiny_spec("e2e-s3", f"s3://{bucket}/runs", steps=3, endpoint=endpoint, colocate=False))
     document = spec.read_text().replace("port: 0", "port: 19400")
     spec.write_text(document)
     process = start_run(spec, tmp_path, run_env(cache, s3))
@@ -102,7 +102,7 @@ def test_sigkilled_learner_resumes_with_no_lost_or_repeated_step(tmp_path, cache
     by qwen's stopped learner, see `hold_qwen_learner`): it restarts from that checkpoint and the
     run ends with every step's shards once and monotonic checkpoints."""
     store_uri = (tmp_path / "store").as_uri()
-    spec = write_spec(tmp_path, tiny_spec("e2e-kill", store_uri, steps=4, algorithm="naive"))
+    spec = write_spec(tmp_path, tiny_spec("e2e-kill", store_uri, steps=4, algorithm="naive", colocate=False))
     process = start_run(spec, tmp_path, run_env(cache))
     store = open_trajectory_store(store_uri, "e2e-kill")
 
@@ -173,7 +173,7 @@ def test_two_concurrent_runs_of_one_spec_the_newer_wins_and_no_step_is_lost_or_t
     their next write (exit code 3) and the first run says another run took over; the second
     finishes with every shard of every step present once and intact."""
     store_uri = (tmp_path / "store").as_uri()
-    spec = write_spec(tmp_path, tiny_spec("e2e-fence", store_uri, steps=3, algorithm="naive"))
+    spec = write_spec(tmp_path, tiny_spec("e2e-fence", store_uri, steps=3, algorithm="naive", colocate=False))
     first = start_run(spec, tmp_path, run_env(cache))
     store = open_trajectory_store(store_uri, "e2e-fence")
     learner = hold_qwen_learner(tmp_path / "work")
@@ -203,7 +203,7 @@ def test_two_concurrent_runs_of_one_spec_the_newer_wins_and_no_step_is_lost_or_t
 
 def test_interrupted_run_resumes_with_resume_flag(tmp_path, cache):
     store_uri = (tmp_path / "store").as_uri()
-    spec = write_spec(tmp_path, tiny_spec("e2e-resume", store_uri, steps=3, algorithm="naive"))
+    spec = write_spec(tmp_path, tiny_spec("e2e-resume", store_uri, steps=3, algorithm="naive", colocate=False))
     process = start_run(spec, tmp_path, run_env(cache))
     store = open_trajectory_store(store_uri, "e2e-resume")
 
@@ -267,7 +267,7 @@ def test_isolated_baselines_train_on_own_rows_only(tmp_path, cache, algorithm):
     said = "data.train (train.jsonl): skipped 1 of 42 rows as invalid_json: a line that is not valid JSON (first at row 6)"
     assert f"warning: {said}" in result.stderr
     assert "skipped 1 of 42 rows as missing_answer" in result.stderr
-    assert said in (tmp_path / "work" / "logs" / "llama-rollout.log").read_text()
+    assert said in (tmp_path / "work" / "logs" / "llama-colocated.log").read_text()  # colocated: the default here
     summary = (tmp_path / "work" / "report" / "summary.md").read_text()
     assert "- data.train (train.jsonl): 40 rows, 2 skipped (invalid_json 1, missing_answer 1)" in summary
     metrics = store.read_metrics(0, "qwen")
@@ -333,8 +333,8 @@ def test_sharing_warning_fires_for_the_agent_whose_shared_rows_are_clipped_and_n
 
     logs = tmp_path / "work" / "logs"
     said = "fell outside HACPO's clipping window [0.1, 1] in 3 consecutive steps"
-    assert (logs / "llama-learner.log").read_text().count(said) == 1  # once, not every step
-    assert "clipping window" not in (logs / "qwen-learner.log").read_text()
+    assert (logs / "llama-colocated.log").read_text().count(said) == 1  # once, not every step
+    assert "clipping window" not in (logs / "qwen-colocated.log").read_text()
     summary = (tmp_path / "work" / "report" / "summary.md").read_text()
     warnings = summary.split("Warnings:", 1)[1].split("Data:", 1)[0]
     assert "- llama: " in warnings and said in warnings and "- qwen:" not in warnings
@@ -371,7 +371,7 @@ def test_one_step_off_policy_run_samples_with_the_previous_weights_and_survives_
 
 
 def test_colocated_run_samples_what_the_split_workers_sample_and_survives_a_killed_worker(tmp_path, cache):
-    """`hacrl run --colocate`: one process per agent samples with its live model and trains. It is
+    """`hacrl run` (colocated by default): one process per agent samples with its live model and trains. It is
     the same algorithm (the same responses, step by step, as the rollout and learner workers of
     the split mode, which load the published weights) and keeps every shard exactly once across a
     SIGKILL of one agent's worker that had already committed its step's rollouts."""
@@ -379,12 +379,12 @@ def test_colocated_run_samples_what_the_split_workers_sample_and_survives_a_kill
     for folder in ("split", "coloc"):
         (tmp_path / folder).mkdir()
     split = write_spec(tmp_path, tiny_spec("e2e-split", store_uri, steps=3))
-    done = start_run(split, tmp_path / "split", run_env(cache))
+    done = start_run(split, tmp_path / "split", run_env(cache), "--split")
     output, _ = done.communicate(timeout=600)
     assert done.returncode == 0, output
 
     colocated = write_spec(tmp_path, tiny_spec("e2e-coloc", store_uri, steps=3))
-    process = start_run(colocated, tmp_path / "coloc", run_env(cache), "--colocate")
+    process = start_run(colocated, tmp_path / "coloc", run_env(cache))  # colocated by default
     store = open_trajectory_store(store_uri, "e2e-coloc")
     # qwen's stopped worker holds llama's at step 0 (HACPO needs qwen's step-0 rollouts and
     # scores); llama's is killed after committing its own step-0 rollouts, which it must not rewrite.

@@ -364,6 +364,17 @@ def test_build_pod_rejects_unknown_role_and_agent() -> None:
         builders.build_pod(experiment(), "qwen-bpe", "critic", OWNER, CONFIG)
     with pytest.raises(KeyError, match="no agent 'nobody'"):
         builders.build_pod(experiment(), "nobody", "learner", OWNER, CONFIG)
+    # A pod of the other placement is refused: colocated and split pods never mix in one experiment.
+    with pytest.raises(ValueError, match=r"one of \('colocated',\)"):
+        builders.build_pod(experiment(colocate=True), "qwen-bpe", "rollout", OWNER, CONFIG)
+    with pytest.raises(ValueError, match="one of \\('rollout', 'learner'\\)"):
+        builders.build_pod(experiment(), "qwen-bpe", "colocated", OWNER, CONFIG)
+
+
+@pytest.mark.parametrize("colocate, roles, pods", [(None, ("rollout", "learner"), 4), (False, ("rollout", "learner"), 4), (True, ("colocated",), 2)])
+def test_the_operator_splits_pods_unless_the_spec_asks_for_colocation(colocate, roles, pods) -> None:
+    exp = experiment(**({} if colocate is None else {"colocate": colocate}))
+    assert builders.roles_of(exp) == roles and builders.pod_count(exp) == pods
 
 
 # -- configuration ------------------------------------------------------------------------------

@@ -613,6 +613,45 @@ def test_suspend_deletes_pods_keeps_the_rest_and_resume_recreates_them(cluster: 
     assert {"Suspended", "PodsDeleted"} <= set(event_reasons(cluster))
 
 
+def test_colocated_experiment_runs_one_pod_per_agent_and_can_switch_to_split_pods(cluster: EmulatedCluster, op: OperatorHandle) -> None:
+    """spec.colocate: one pod per agent (`hacrl worker colocated`, the learner's image, resources and
+    podTemplate), the gang sized to it, failures restarted and counted per agent; set to false on a
+    running experiment, the colocated pods go and rollout and learner pods come (they resume from
+    the store's checkpoints)."""
+    gpu = {"limits": {"nvidia.com/gpu": 1}}
+    document = quickstart(colocate=True, scheduling={"gang": "kueue", "queueName": "team-a"})
+    for spec_agent in document["spec"]["agents"]:
+        spec_agent["resources"] = {"learner": gpu, "rollout": {"limits": {"nvidia.com/gpu": 2}}}
+        spec_agent["podTemplate"] = {"learner": {"metadata": {"labels": {"team": "a"}}}}
+    create_namespace(cluster)
+    apply(cluster, document)
+    pods = wait_for(lambda: len(pods_of(cluster)) == 2 and pods_of(cluster), what="2 colocated pods")
+    assert sorted(pods) == sorted(pod_name("quickstart", a, "colocated") for a in AGENTS)
+    for name, pod in pods.items():
+        agent_name = pod["metadata"]["labels"]["hacrl.io/agent"]
+        assert pod["metadata"]["labels"]["hacrl.io/role"] == "colocated" and pod["metadata"]["labels"]["team"] == "a"
+        assert pod["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"] == "2"
+        (container,) = pod["spec"]["containers"]
+        assert container["command"] == ["hacrl", "worker", "colocated", "--spec", "/etc/hacrl/spec.yaml", "--agent", agent_name]
+        assert container["name"] == "learner" and container["image"] == "registry.test/hacrl-learner:test"
+        assert container["resources"] == gpu
+    run_all_pods(cluster)
+    status = wait_for(lambda: status_of(cluster).get("phase") == "Running" and status_of(cluster), what="phase Running")
+    assert agent(status, "llama-char")["colocatedPod"] == "Running" and "learnerPod" not in agent(status, "llama-char")
+
+    failing = pod_name("quickstart", "llama-char", "colocated")
+    uid = pods[failing]["metadata"]["uid"]
+    cluster.set_pod_phase(failing, NS, "Failed")
+    wait_for(lambda: (pods_of(cluster).get(failing) or {}).get("metadata", {}).get("uid") not in (None, uid), what="failed pod recreated")
+    status = wait_for(lambda: agent(status_of(cluster), "llama-char").get("restarts") == 1 and status_of(cluster), what="restarts 1")
+    assert agent(status, "qwen-bpe")["restarts"] == 0
+
+    cluster.kubectl("patch", "hx", "quickstart", "-n", NS, "--type=merge", "-p", '{"spec":{"colocate":false}}')
+    split = sorted(pod_name("quickstart", a, r) for a in AGENTS for r in ("rollout", "learner"))
+    wait_for(lambda: sorted(pods_of(cluster)) == split, what="the colocated pods replaced by rollout and learner pods")
+    assert all(p["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"] == "4" for p in pods_of(cluster).values())
+
+
 # -- 5. progress and completion ---------------------------------------------------------------
 
 

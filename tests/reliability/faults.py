@@ -215,10 +215,11 @@ def all_keys(store: Any) -> list[str]:
     return store.objects.list(f"{store.experiment}/")
 
 
-def assert_every_step_shard_exactly_once(store: Any, steps: int, agents: list[str]) -> None:
+def assert_every_step_shard_exactly_once(store: Any, steps: int, agents: list[str], max_staleness: int = 0) -> None:
     """Every step's rollouts, scores and metrics of every agent committed, nothing else under
     steps/, no data without its marker and no marker without its data, each row once, and every
-    rollout row sampled with the weights of its own step (counted in ``LEDGER.runs_verified``)."""
+    rollout row sampled with the weights the step is owed: those of step ``max(0, step -
+    max_staleness)`` (``algorithm.maxStaleness``'s fixed lag; counted in ``LEDGER.runs_verified``)."""
     keys = set(store.objects.list(f"{store.experiment}/steps/"))
     expected = set()
     lost_steps = set()
@@ -236,7 +237,8 @@ def assert_every_step_shard_exactly_once(store: Any, steps: int, agents: list[st
             rows = store.read_rollouts(step, agent)
             ids = [(r["prompt_uid"], r["sample_index"]) for r in rows]
             assert len(ids) == len(set(ids)), f"step {step} agent {agent}: a row appears twice"
-            assert {r["policy_version"] for r in rows} == {step}, f"step {step} agent {agent}: stale weights used"
+            owed = max(0, step - max_staleness)
+            assert {r["policy_version"] for r in rows} == {owed}, f"step {step} agent {agent}: not sampled with weights {owed}"
             scores = store.read_scores(step, agent)
             assert sorted((s["prompt_uid"], s["sample_index"]) for s in scores) == sorted(ids)
     LEDGER.runs_verified += 1

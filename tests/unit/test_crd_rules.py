@@ -113,6 +113,8 @@ def test_the_quickstart_passes_every_rule() -> None:
     ("env-from-both", changed("spec.envFrom", [{"configMapRef": {"name": "c"}, "secretRef": {"name": "s"}}]),
      "each entry takes exactly one of configMapRef and secretRef"),
     ("env-from-neither", changed("spec.envFrom", [{"prefix": "X_"}]), "each entry takes exactly one"),
+    ("colocate-stale", changed("spec.algorithm.maxStaleness", 1, changed("spec.colocate", True)), "colocate: true needs algorithm.maxStaleness 0"),
+    ("colocate-vllm", changed("spec.agents.1.rollout.engine", "vllm", changed("spec.colocate", True)), "every agent's rollout.engine hf"),
 ])
 def test_cross_field_rules_refuse_what_the_spec_refuses(case: str, document: dict[str, Any], message: str) -> None:
     found = violations(document)
@@ -126,6 +128,15 @@ def test_cross_field_rules_refuse_what_the_spec_refuses(case: str, document: dic
 ])
 def test_gang_settings_both_accept(scheduling: dict[str, Any]) -> None:
     document = changed("spec.scheduling", scheduling)
+    assert violations(document) == [] and not python_refuses(document)
+
+
+@pytest.mark.parametrize("colocate", [True, False])
+def test_colocation_both_accept_where_it_can_run(colocate: bool) -> None:
+    document = changed("spec.colocate", colocate)
+    assert violations(document) == [] and not python_refuses(document)
+    # Asking for split workers is always allowed, whatever the staleness and engines.
+    document = changed("spec.algorithm.maxStaleness", 1, changed("spec.colocate", False))
     assert violations(document) == [] and not python_refuses(document)
 
 

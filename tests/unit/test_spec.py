@@ -91,6 +91,12 @@ BAD_SPECS = [
     ("spec.scheduling", {"gang": "volcano", "schedulerName": "mine"}, "spec.scheduling.schedulerName", "remove scheduling.schedulerName"),
     ("spec.scheduling", {"gang": "kueue", "queueName": "Team A"}, "spec.scheduling.queueName", "is not a queue name"),
     ("spec.scheduling", {"pendingTimeoutSeconds": -1}, "spec.scheduling.pendingTimeoutSeconds", "greater than or equal to 0"),
+    ("spec.colocate", "yes please", "spec.colocate", "valid boolean"),
+    ("spec", {**MINIMAL["spec"], "colocate": True, "algorithm": {"maxStaleness": 1}}, "spec.colocate",
+     "cannot be true with algorithm.maxStaleness: 1"),
+    ("spec", {**MINIMAL["spec"], "colocate": True, "agents": [{"name": "a", "model": "tiny://llama-char", "rollout": {"engine": "vllm"}},
+                                                             {"name": "b", "model": "tiny://qwen2-bpe"}]}, "spec.colocate",
+     "agents[0].rollout.engine: vllm (a colocated worker samples with transformers; set it to hf)"),
     ("metadata.name", "My Experiment", "metadata.name", "not a valid experiment name"),
     ("kind", "RayJob", "kind", "'HACRLExperiment'"),
 ]
@@ -171,3 +177,20 @@ def test_an_agents_model_cache_overrides_the_experiments():
     assert spec.model_cache_of("small") is None and spec.model_cache_of("big").claim_name == "big-models"
     spec = parse_experiment(set_path(with_change("spec.agents.1.modelCache", {"claimName": "big-models"}), "spec.modelCache", {"claimName": "models"})).spec
     assert spec.model_cache_of("small").claim_name == "models" and spec.model_cache_of("big").claim_name == "big-models"
+
+
+@pytest.mark.parametrize("colocate, staleness, engine, local, operator", [
+    (None, 0, "hf", True, False),     # omitted: `hacrl run` colocates, the operator splits
+    (None, 1, "hf", False, False),    # off-policy sampling needs a separate rollout worker
+    (None, 0, "vllm", False, False),  # so does vLLM
+    (True, 0, "hf", True, True),      # asked for: everywhere
+    (False, 0, "hf", False, False),
+])
+def test_where_agents_run_colocated(colocate, staleness, engine, local, operator):
+    document = with_change("spec.algorithm", {"maxStaleness": staleness})
+    document["spec"]["agents"][0]["rollout"] = {"engine": engine}
+    if colocate is not None:
+        document["spec"]["colocate"] = colocate
+    spec = parse_experiment(document, "demo.yaml").spec
+    assert spec.runs_colocated(by_default=True) is local
+    assert spec.runs_colocated(by_default=False) is operator

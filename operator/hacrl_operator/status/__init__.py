@@ -13,7 +13,7 @@
 State kept between reconciles lives in the status itself, so the operator is stateless:
 
 - ``agentProgress[].restarts``: pods of the agent recreated after a failure or a loss;
-- ``agentProgress[].rolloutPod`` / ``learnerPod``: the pod's last observed state. A pod that is
+- ``agentProgress[].rolloutPod`` / ``learnerPod`` (``colocatedPod`` with ``spec.colocate``): the pod's last observed state. A pod that is
   missing while its last state says it existed (``Running``, ``Pending``...) was deleted by hand or
   evicted: it is recreated and counted as a restart. ``None`` (never created, or suspended) and
   ``Restarting`` (deleted by the operator after a failure, already counted) are recreated without

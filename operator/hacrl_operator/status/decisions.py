@@ -17,7 +17,6 @@ import datetime as dt
 from collections.abc import Mapping
 
 from hacrl_core.status import AgentProgress
-from hacrl_operator.builders import ROLES
 from hacrl_operator.status.clock import rfc3339
 from hacrl_operator.status.events import Event
 from hacrl_operator.status.heartbeats import Heartbeat
@@ -38,6 +37,7 @@ class PodRules:
     pending_timeout: int = 600  # seconds: spec.scheduling.pendingTimeoutSeconds
     now: dt.datetime | None = None
     where_to_look: str = ""  # appended to an Unschedulable message (the gang scheduler's object)
+    roles: tuple[str, ...] = ("rollout", "learner")  # each agent's pods (builders.roles_of); the last one trains
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,11 +67,11 @@ def decide_agent(
     """The decisions for one agent's pods. ``entry`` holds its progress as of this reconcile,
     ``previous`` the progress last written (each pod's last state)."""
     agent = entry.name
-    learner = views.get((agent, "learner"))
-    done = heartbeat.get("done") is True or entry.step >= rules.steps or (learner is not None and learner.phase == "Succeeded")
+    trainer = views.get((agent, rules.roles[-1]))
+    done = heartbeat.get("done") is True or entry.step >= rules.steps or (trainer is not None and trainer.phase == "Succeeded")
     restarts = entry.restarts
     pods = []
-    for role in ROLES:
+    for role in rules.roles:
         last = previous.pod_state(role) if previous is not None else None
         decision = _decide_pod(f"agent {agent} {role} pod", role, views.get((agent, role)), last, done, restarts, rules)
         restarts += decision.restart is not None

@@ -17,7 +17,7 @@ from typing import Any
 
 from hacrl_core.spec import Experiment, ExperimentSpec
 from hacrl_core.status import AgentProgress, ExperimentStatus, Phase
-from hacrl_operator.builders import ROLES, pod_name, replacement_pod_name
+from hacrl_operator.builders import ALL_ROLES, pod_name, replacement_pod_name, roles_of
 from hacrl_operator.status.clock import now_utc, parse_time, rfc3339
 from hacrl_operator.status.conditions import Conditions, most_actionable, store_deleted
 from hacrl_operator.status.decisions import AgentDecision, PodRules, decide_agent
@@ -79,7 +79,7 @@ class Plan:
     def forget_pods(self) -> None:
         """No pod states: the pods are deleted on purpose (recreating them counts no restart)."""
         for entry in self.status.agent_progress:
-            for role in ROLES:
+            for role in ALL_ROLES:
                 entry.set_pod_state(role, None)
 
 
@@ -122,10 +122,11 @@ def _plan_valid(observed: Observed, experiment: Experiment, old: ExperimentStatu
     steps = spec.algorithm.steps
     names = [a.name for a in spec.agents]
     previous = {p.name: p for p in old.agent_progress}
-    views, orphans = index_pods(observed.pods, names)
+    roles = roles_of(experiment)
+    views, orphans = index_pods(observed.pods, names, roles)
     entries = [agent_progress(n, observed.progress.get(n), previous.get(n), steps) for n in names]
     for entry in entries:
-        for role in ROLES:
+        for role in roles:
             if (entry.name, role) in views:
                 entry.set_pod_state(role, views[(entry.name, role)].state)
     resumed_from_invalid = _failed_for_invalid_spec(old)  # the spec was fixed: start over
@@ -164,7 +165,7 @@ def _plan_finished(plan: Plan, experiment: Experiment, views: Views, now: dt.dat
     for type_ in ("Succeeded", "Failed", "Ready", "Suspended"):
         plan.keep_condition(type_)
     for entry in status.agent_progress:
-        for role in ROLES:
+        for role in roles_of(experiment):
             if (entry.name, role) not in views and entry.pod_state(role) not in ("Succeeded", "Failed"):
                 entry.set_pod_state(role, None)
     _apply_cleanup(plan, experiment, views, status.phase, old)
@@ -224,7 +225,7 @@ def _plan_active(plan: Plan, experiment: Experiment, views: Views, observed: Obs
     steps = spec.algorithm.steps
     previous = {p.name: p for p in old.agent_progress}
     entries = plan.status.agent_progress
-    rules = PodRules(steps, spec.restart_limit, spec.scheduling.pending_timeout_seconds, observed.now, _where_to_look(spec))
+    rules = PodRules(steps, spec.restart_limit, spec.scheduling.pending_timeout_seconds, observed.now, _where_to_look(spec), roles_of(experiment))
     decisions = [
         decide_agent(entry, observed.progress.get(entry.name) or {}, views, previous.get(entry.name), rules)
         for entry in entries

@@ -7,7 +7,7 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from hacrl_operator.builders import LABEL_AGENT, LABEL_ROLE, ROLES
+from hacrl_operator.builders import ALL_ROLES, LABEL_AGENT, LABEL_ROLE
 from hacrl_operator.status.clock import parse_time
 
 # Why a pod is not running, as condition reasons, most actionable first.
@@ -61,7 +61,7 @@ def summarize_pod(pod: Mapping[str, Any]) -> PodView | None:
     metadata = pod.get("metadata") or {}
     labels = metadata.get("labels") or {}
     agent, role = labels.get(LABEL_AGENT), labels.get(LABEL_ROLE)
-    if not agent or role not in ROLES:
+    if not agent or role not in ALL_ROLES:
         return None
     status = pod.get("status") or {}
     phase = status.get("phase") or "Pending"
@@ -146,18 +146,19 @@ def _failure(status: Mapping[str, Any]) -> str | None:
     return reason_text
 
 
-def index_pods(pods: Iterable[Mapping[str, Any]], agents: Iterable[str]) -> tuple[dict[tuple[str, str], PodView], list[str]]:
+def index_pods(pods: Iterable[Mapping[str, Any]], agents: Iterable[str], roles: Iterable[str]) -> tuple[dict[tuple[str, str], PodView], list[str]]:
     """Our worker pods by (agent, role): the first live one of each, else the first terminating
     one (a replacement may run while the pod it replaces is still held by a finalizer); and the
-    names of the live pods of agents that are no longer in the spec (to delete)."""
-    wanted = set(agents)
+    names of the live pods of agents that are no longer in the spec, or of roles the experiment no
+    longer runs (``spec.colocate`` changed), to delete."""
+    wanted, wanted_roles = set(agents), set(roles)
     views: dict[tuple[str, str], PodView] = {}
     orphans: list[str] = []
     for pod in pods:
         view = summarize_pod(pod)
         if view is None:
             continue
-        if view.agent in wanted:
+        if view.agent in wanted and view.role in wanted_roles:
             known = views.get((view.agent, view.role))
             if known is None or (known.terminating and not view.terminating):
                 views[(view.agent, view.role)] = view
