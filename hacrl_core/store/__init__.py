@@ -57,10 +57,12 @@ __all__ = [
     "put_committed",
     "put_dir",
     "rollouts_from_parquet",
+    "rollouts_table",
     "rollouts_table_from_parquet",
     "rollouts_table_to_parquet",
     "rollouts_to_parquet",
     "scores_from_parquet",
+    "scores_table",
     "scores_table_from_parquet",
     "scores_table_to_parquet",
     "scores_to_parquet",
@@ -68,7 +70,7 @@ __all__ = [
 
 # The Parquet codec (pyarrow, numpy) loads on first use, so that importing the store to read JSON
 # objects (the operator) stays light.
-_LAZY = {name for name in __all__ if name.endswith(("_SCHEMA", "_parquet"))}
+_LAZY = {name for name in __all__ if name.endswith(("_SCHEMA", "_parquet", "_table"))}
 
 
 def __getattr__(name: str):

@@ -259,9 +259,14 @@ def _gc_paused() -> Iterator[None]:
 # -- the codec -----------------------------------------------------------------------------------
 
 
-def rollouts_to_parquet(rows: list[dict[str, Any]]) -> bytes:
+def rollouts_table(rows: list[dict[str, Any]]) -> pa.Table:
+    """Rollout row dicts as a checked table with ``ROLLOUT_SCHEMA``."""
     table = _rows_to_table(rows, ROLLOUT_SCHEMA, "rollouts")
-    return _to_parquet(_conform(table, ROLLOUT_SCHEMA, "rollouts", where="rollouts"), "rollouts")
+    return _conform(table, ROLLOUT_SCHEMA, "rollouts", where="rollouts")
+
+
+def rollouts_to_parquet(rows: list[dict[str, Any]]) -> bytes:
+    return _to_parquet(rollouts_table(rows), "rollouts")
 
 
 def rollouts_table_to_parquet(table: pa.Table) -> bytes:
@@ -278,9 +283,14 @@ def rollouts_table_from_parquet(data: bytes) -> pa.Table:
     return _from_parquet(data, ROLLOUT_SCHEMA, "rollouts")
 
 
-def scores_to_parquet(rows: list[dict[str, Any]]) -> bytes:
+def scores_table(rows: list[dict[str, Any]]) -> pa.Table:
+    """Score row dicts as a checked table with ``SCORE_SCHEMA``."""
     table = _rows_to_table(rows, SCORE_SCHEMA, "scores")
-    return _to_parquet(_conform(table, SCORE_SCHEMA, "scores", where="scores"), "scores")
+    return _conform(table, SCORE_SCHEMA, "scores", where="scores")
+
+
+def scores_to_parquet(rows: list[dict[str, Any]]) -> bytes:
+    return _to_parquet(scores_table(rows), "scores")
 
 
 def scores_table_to_parquet(table: pa.Table) -> bytes:

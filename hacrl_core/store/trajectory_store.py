@@ -60,28 +60,23 @@ class TrajectoryStore:
         except TimeoutError as exc:
             raise TimeoutError(f"experiment {self.experiment!r}: {what}: {exc}") from None
 
-    def _check_rows(self, rows: list[dict[str, Any]], step: int, agent: str) -> None:
-        expected = {"experiment": self.experiment, "step": step, "source_agent": agent}
-        for index, row in enumerate(rows):
-            for name, value in expected.items():
-                if name in row and row[name] != value:
-                    raise ValueError(
-                        f"row {index} has {name}={row[name]!r} but is written as {name}={value!r}"
-                    )
-
-    def _check_columns(self, table: Any, step: int, agent: str) -> None:
-        """``_check_rows`` for a table: one look at each key column's distinct values."""
+    def _check_keys(self, table: Any, step: int, agent: str) -> None:
+        """Every row of ``table`` belongs to the shard it is written to (one Arrow comparison per
+        key column; a missing column is left for the codec to name)."""
         import pyarrow.compute as pc
 
         expected = {"experiment": self.experiment, "step": step, "source_agent": agent}
         for name, value in expected.items():
             if name not in table.column_names:
-                continue  # the codec names the missing field
-            for found in pc.unique(table.column(name)).to_pylist():
-                if found != value:
-                    raise ValueError(
-                        f"a row has {name}={found!r} but is written as {name}={value!r}"
-                    )
+                continue
+            column = table.column(name)
+            differs = pc.not_equal(column, value)
+            if pc.any(differs).as_py():
+                row = pc.index(differs, True).as_py()
+                raise ValueError(
+                    f"row {row} has {name}={column[row].as_py()!r} but is written as "
+                    f"{name}={value!r}"
+                )
 
     # -- spec ------------------------------------------------------------------------------
 
@@ -98,14 +93,15 @@ class TrajectoryStore:
 
     # -- per-step shards -------------------------------------------------------------------
     # Rollouts and scores come as row dicts or, for callers that work on columns, as pyarrow
-    # Tables with the codec's schemas (``*_columns``): the same Parquet shard either way.
+    # Tables with the codec's schemas (``*_columns``): the same Parquet shard either way (rows
+    # are made a table first, so both are checked by the same code).
 
     def _put_table(
         self, key: str, table: Any, step: int, agent: str, encode: Callable[[Any], bytes]
     ) -> str:
         self._before_write()
         data = encode(table)  # first, so that a non-table is refused by the codec's message
-        self._check_columns(table, step, agent)
+        self._check_keys(table, step, agent)
         put_committed(self.objects, key, data)
         return key
 
@@ -114,11 +110,7 @@ class TrajectoryStore:
         return self._waiting(what, lambda: get_committed(self.objects, key, wait=wait))
 
     def write_rollouts(self, step: int, agent: str, rows: list[dict[str, Any]]) -> str:
-        self._before_write()
-        self._check_rows(rows, step, agent)
-        key = layout.rollouts_key(self.experiment, step, agent)
-        put_committed(self.objects, key, trajectories().rollouts_to_parquet(rows))
-        return key
+        return self.write_rollouts_columns(step, agent, trajectories().rollouts_table(rows))
 
     def write_rollouts_columns(self, step: int, agent: str, table: Any) -> str:
         """``write_rollouts`` of a pyarrow Table with ``ROLLOUT_SCHEMA``'s columns."""
@@ -142,11 +134,7 @@ class TrajectoryStore:
         return is_committed(self.objects, layout.rollouts_key(self.experiment, step, agent))
 
     def write_scores(self, step: int, agent: str, rows: list[dict[str, Any]]) -> str:
-        self._before_write()
-        self._check_rows(rows, step, agent)
-        key = layout.scores_key(self.experiment, step, agent)
-        put_committed(self.objects, key, trajectories().scores_to_parquet(rows))
-        return key
+        return self.write_scores_columns(step, agent, trajectories().scores_table(rows))
 
     def write_scores_columns(self, step: int, agent: str, table: Any) -> str:
         """``write_scores`` of a pyarrow Table with ``SCORE_SCHEMA``'s columns."""

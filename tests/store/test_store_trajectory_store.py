@@ -206,6 +206,10 @@ def test_columns_read_and_write_the_shards_rows_do(ts: TrajectoryStore) -> None:
         ts.write_rollouts_columns(4, "alpha", table)
     with pytest.raises(ValueError, match="source_agent='alpha' but is written as source_agent='beta'"):
         ts.write_scores_columns(2, "beta", ts.read_scores_columns(2, "alpha"))
+    mixed = rows[:3] + [{**rows[3], "step": 5}] + rows[4:]
+    with pytest.raises(ValueError, match="row 3 has step=5 but is written as step=2"):
+        ts.write_rollouts(2, "alpha", mixed)  # row dicts are checked by the same code as tables
+    assert ts.read_rollouts(2, "alpha") == rows
     assert not ts.rollouts_ready(4, "alpha") and not ts.scores_ready(2, "beta")
     with pytest.raises(TimeoutError, match="rollouts of step 9 from agent 'alpha'"):
         ts.read_rollouts_columns(9, "alpha", wait=0.05)
