@@ -27,6 +27,15 @@ one node and none are set). What the ranks share and what only rank 0 does:
 A dead rank ends the learner: ``launch_local_ranks`` stops the other ranks and exits as the dead
 rank did (the same signal or exit code), so `hacrl run` (or Kubernetes) restarts the whole
 learner, which resumes from its last checkpoint like a one-process learner.
+
+Several nodes (``learner.nodes`` > 1): one launcher per node (on Kubernetes, one learner pod per
+node, created by the operator) starts that node's ``processesPerNode`` ranks. It learns its place
+from the environment (``NODE_ENV``): ``HACRL_NODE_RANK`` (0 .. nodes-1), ``MASTER_ADDR`` (where
+node 0's rank 0 serves the rendezvous: the operator gives pod 0's DNS name under the agent's
+headless Service) and ``MASTER_PORT`` (``DEFAULT_MASTER_PORT`` when unset). Global rank =
+node rank x processesPerNode + local rank. A launcher without them refuses to start (it cannot
+know which ranks are its own); one node's failure ends that node's launcher, and the operator
+restarts every node of the learner together.
 """
 
 from __future__ import annotations
@@ -240,30 +249,78 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def rank_environment(base: dict[str, str], rank: int, nproc: int, port: int) -> dict[str, str]:
-    """torchrun's variables for local rank ``rank`` of a one-node learner of ``nproc`` ranks; the
-    worker's CPU threads (``hacrl run`` sets them per worker) are split between its ranks."""
+#: The variables a launcher of one node of a multi-node learner reads (set by the operator on
+#: each learner pod): its node's rank, and where node 0 serves the rendezvous.
+NODE_RANK_ENV = "HACRL_NODE_RANK"
+NODE_ENV = (NODE_RANK_ENV, "MASTER_ADDR", "MASTER_PORT")
+#: torchrun's default rendezvous port; the operator's learner pods use it too.
+DEFAULT_MASTER_PORT = 29500
+
+
+@dataclass(frozen=True)
+class NodePlacement:
+    """Where one launcher's ranks sit in a learner of ``nnodes`` nodes: node ``node_rank``, the
+    rendezvous at ``master_addr``:``master_port`` (a free local port when None: one node)."""
+
+    node_rank: int = 0
+    nnodes: int = 1
+    master_addr: str = "127.0.0.1"
+    master_port: int | None = None
+
+
+def node_placement(agent: str, nodes: int, env: dict[str, str] | os._Environ = os.environ) -> NodePlacement:
+    """This launcher's ``NodePlacement`` for a learner of ``nodes`` nodes: one node needs nothing;
+    several need ``HACRL_NODE_RANK`` and ``MASTER_ADDR`` (``MASTER_PORT`` defaults to 29500), else
+    this raises naming what is missing."""
+    if nodes <= 1:
+        return NodePlacement()
+    missing = [name for name in (NODE_RANK_ENV, "MASTER_ADDR") if not env.get(name)]
+    if missing:
+        raise RuntimeError(
+            f"agent {agent!r}: learner.nodes {nodes} needs one launcher per node with a rendezvous, and this one has no "
+            f"{' or '.join(missing)} in its environment: the operator's learner pods set {', '.join(NODE_ENV)}; elsewhere "
+            f"set {NODE_RANK_ENV} (0 to {nodes - 1}), MASTER_ADDR (node 0's address) and MASTER_PORT on every node "
+            "(`hacrl run` runs one node: set nodes: 1)"
+        )
+    raw_rank, raw_port = env[NODE_RANK_ENV], env.get("MASTER_PORT") or str(DEFAULT_MASTER_PORT)
+    if not raw_rank.isdigit() or not int(raw_rank) < nodes:
+        raise RuntimeError(f"agent {agent!r}: {NODE_RANK_ENV}={raw_rank!r} is not a node rank of learner.nodes {nodes} (0 to {nodes - 1})")
+    if not raw_port.isdigit() or not 0 < int(raw_port) < 65536:
+        raise RuntimeError(f"agent {agent!r}: MASTER_PORT={raw_port!r} is not a TCP port")
+    return NodePlacement(int(raw_rank), nodes, env["MASTER_ADDR"], int(raw_port))
+
+
+def rank_environment(base: dict[str, str], rank: int, nproc: int, port: int, *, node_rank: int = 0, nnodes: int = 1,
+                     master_addr: str = "127.0.0.1") -> dict[str, str]:
+    """torchrun's variables for local rank ``rank`` of ``nproc`` on node ``node_rank`` of a learner
+    of ``nnodes`` nodes (global rank ``node_rank * nproc + rank`` of ``nnodes * nproc``), with the
+    rendezvous at ``master_addr``:``port``; the worker's CPU threads (``hacrl run`` sets them per
+    worker) are split between its ranks."""
     env = dict(base)
-    env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc),
-               GROUP_RANK="0", NODE_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    env.pop(NODE_RANK_ENV, None)  # a rank is placed by torchrun's variables alone
+    env.update(RANK=str(node_rank * nproc + rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nnodes * nproc),
+               LOCAL_WORLD_SIZE=str(nproc), GROUP_RANK=str(node_rank), NODE_RANK=str(node_rank),
+               MASTER_ADDR=master_addr, MASTER_PORT=str(port))
     for name in ("OMP_NUM_THREADS", "HACRL_TORCH_THREADS"):
         if base.get(name):
             env[name] = str(max(1, int(base[name]) // nproc))
     return env
 
 
-def launch_local_ranks(command: Sequence[str], nproc: int, *, poll: float = 0.1) -> int:
-    """Run ``command`` (a `hacrl worker` command line) as ``nproc`` local ranks and wait for them, torchrun-style (one node,
-    no restarts of its own): when a rank fails, the others are stopped and this process ends the
+def launch_local_ranks(command: Sequence[str], nproc: int, *, poll: float = 0.1, placement: NodePlacement = NodePlacement()) -> int:
+    """Run ``command`` (a `hacrl worker` command line) as ``nproc`` local ranks and wait for them, torchrun-style (the
+    ranks of one node, ``placement`` saying which node of how many; no restarts of its own): when a rank fails, the others are stopped and this process ends the
     way the failed rank did (its exit code, or its signal), so the supervisor above restarts the
     whole learner. The ranks stay in this process's process group: stopping the group (what
     `hacrl run` does) stops them all. Returns 0 once every rank exited 0."""
-    port = free_port()
+    port = placement.master_port or free_port()
     children = [
-        subprocess.Popen(list(command), env=rank_environment(dict(os.environ), rank, nproc, port))
+        subprocess.Popen(list(command), env=rank_environment(dict(os.environ), rank, nproc, port, node_rank=placement.node_rank,
+                                                              nnodes=placement.nnodes, master_addr=placement.master_addr))
         for rank in range(nproc)
     ]
-    log.info("learner: started %d local ranks (pids %s, rendezvous 127.0.0.1:%d)", nproc, [c.pid for c in children], port)
+    log.info("learner: started %d local ranks of node %d of %d (pids %s, rendezvous %s:%d)", nproc, placement.node_rank,
+             placement.nnodes, [c.pid for c in children], placement.master_addr, port)
     failed: tuple[int, int] | None = None
     try:
         while failed is None:
@@ -302,18 +359,15 @@ def stop_ranks(children: Sequence[subprocess.Popen], grace: float = STOP_GRACE_S
 
 
 def launch_learner_ranks(context, role: str, argv: Sequence[str]) -> int | None:
-    """For a learner (or colocated) worker whose spec asks for several ranks on this node and
-    that is not a rank itself (no ``WORLD_SIZE``): start the ranks, wait, return their exit code.
-    None: this process is the worker (one rank, or one of several started by a launcher)."""
+    """For a learner (or colocated) worker whose spec asks for several ranks and that is not a
+    rank itself (no ``WORLD_SIZE``): start this node's ranks (``node_placement``: with several
+    nodes, from ``HACRL_NODE_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``), wait, return their exit
+    code. None: this process is the worker (one rank, or one of several started by a launcher)."""
     settings = context.agent.learner
     if role == "rollout" or "WORLD_SIZE" in os.environ or settings.world_size == 1:
         return None
-    if settings.nodes > 1:
-        raise RuntimeError(
-            f"agent {context.agent_name!r}: learner.nodes {settings.nodes} needs one launcher per node with a rendezvous "
-            "(torchrun --nnodes, the operator's learner pods); this process can only start the ranks of one node"
-        )
-    return launch_local_ranks([sys.executable, "-m", "hacrl_core.cli", *argv], settings.processes_per_node)
+    placement = node_placement(context.agent_name, settings.nodes)
+    return launch_local_ranks([sys.executable, "-m", "hacrl_core.cli", *argv], settings.processes_per_node, placement=placement)
 
 
 def multi_node_problems(experiment) -> list[str]:
