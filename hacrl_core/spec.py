@@ -286,6 +286,7 @@ OPERATOR_ENV_PREFIX = "HACRL_"
 OPERATOR_ENV = (
     "POD_NAME", "HOME", "XDG_CACHE_HOME", "HF_HOME", "TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR",
     "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "HF_TOKEN",
+    "MASTER_ADDR", "MASTER_PORT",  # the rendezvous of a learner over several nodes
 )
 _OPERATOR_ENV_CEL = "[" + ", ".join(f'"{n}"' for n in OPERATOR_ENV) + "]"
 
@@ -294,7 +295,9 @@ def operator_env_problem(name: str) -> str | None:
     """Why ``name`` may not be set through ``spec.env`` (the operator sets it), else None."""
     if name.startswith(OPERATOR_ENV_PREFIX) or name in OPERATOR_ENV:
         fix = "use spec.modelTokenSecret" if name == "HF_TOKEN" else (
-            "use spec.store" if name.startswith("AWS_") else "the operator sets it on every worker pod")
+            "use spec.store" if name.startswith("AWS_") else
+            "the operator sets it on the pods of a learner over several nodes (learner.nodes)" if name.startswith("MASTER_") else
+            "the operator sets it on every worker pod")
         return f"{name!r} is set by the operator ({OPERATOR_ENV_PREFIX}* and {', '.join(OPERATOR_ENV)}): {fix}"
     return None
 

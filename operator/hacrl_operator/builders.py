@@ -5,6 +5,13 @@ Per experiment: one ConfigMap with the rendered spec; per agent: a rollout Pod a
 `hacrl run` (DESIGN.md sections 1 and 4), with the
 experiment's env and envFrom and the agent's model cache claim; with ``spec.scheduling.gang`` the
 pods' gang labels and annotations (Kueue) or a PodGroup (Volcano).
+
+A learner over several nodes (``agents[].learner.nodes`` N > 1) is N pods of the training role
+(learner, or colocated), one per node, ``<experiment>-<agent>-<role>-<node>-<hash>`` with the label
+``hacrl.io/node``, behind a headless Service of the agent (``rendezvous_service_name``) that gives
+each pod a DNS name (``hostname`` <role>-<node>, ``subdomain`` the Service): every pod gets
+HACRL_NODE_RANK, and MASTER_ADDR/MASTER_PORT pointing at node 0, which its launcher reads
+(hacrl_core.learner.distributed.node_placement). With N == 1 the pod is as it always was.
 """
 
 from __future__ import annotations
@@ -30,6 +37,14 @@ TEMPLATE_ROLE = {"rollout": "rollout", "learner": "learner", COLOCATED: "learner
 LABEL_EXPERIMENT = f"{API_GROUP}/experiment"
 LABEL_AGENT = f"{API_GROUP}/agent"
 LABEL_ROLE = f"{API_GROUP}/role"
+LABEL_NODE = f"{API_GROUP}/node"  # the node rank of a pod of a learner over several nodes (absent otherwise)
+
+# A learner over several nodes: the roles that train (one pod per node), the variables its
+# launcher reads (hacrl_core.learner.distributed.NODE_ENV), and the rendezvous port (torchrun's
+# default, distributed.DEFAULT_MASTER_PORT; this module does not import torch).
+TRAINING_ROLES = ("learner", COLOCATED)
+NODE_RANK_ENV = "HACRL_NODE_RANK"
+RENDEZVOUS_PORT = 29500
 
 SPEC_MOUNT = "/etc/hacrl"
 SPEC_FILE = "spec.yaml"
@@ -74,6 +89,65 @@ def pod_name(experiment: str, agent: str, role: str) -> str:
     return f"{experiment}-{agent}-{role}-{digest[:5]}"
 
 
+def node_count(experiment: Experiment, agent: str, role: str) -> int:
+    """Pods of ``agent``'s ``role``: ``learner.nodes`` for the role that trains, else 1."""
+    return experiment.spec.agent(agent).learner.nodes if role in TRAINING_ROLES else 1
+
+
+def pod_names(experiment: Experiment, agent: str, role: str) -> list[str]:
+    """The usual names of ``agent``'s ``role`` pods, node 0 first: ``pod_name`` for one node,
+    ``<experiment>-<agent>-<role>-<node>-<hash>`` for each of several."""
+    nodes = node_count(experiment, agent, role)
+    if nodes == 1:
+        return [pod_name(experiment.name, agent, role)]
+    return [pod_name(experiment.name, agent, f"{role}-{node}") for node in range(nodes)]
+
+
+def rendezvous_service_name(experiment: str, agent: str) -> str:
+    """The headless Service of ``agent``'s learner over several nodes: a DNS-1035 label (at most 63
+    characters, starting with a letter) that ends with the (experiment, agent) hash of
+    ``pod_name``, so two experiments never share one."""
+    digest = pod_name(experiment, agent, "x").rsplit("-", 1)[1]
+    stem = f"{experiment}-{agent}"
+    if not stem[0].isalpha():
+        stem = f"hx-{stem}"
+    return f"{stem[: 63 - len(digest) - 1].rstrip('-')}-{digest}"
+
+
+def rendezvous_address(experiment: str, agent: str, role: str, namespace: str) -> str:
+    """MASTER_ADDR of a learner over several nodes: node 0's DNS name under the agent's headless
+    Service, namespace-qualified (any cluster domain: the pods' resolver appends it)."""
+    return f"{role}-0.{rendezvous_service_name(experiment, agent)}.{namespace}.svc"
+
+
+def build_rendezvous_service(experiment: Experiment, agent: str, owner: dict[str, Any]) -> dict[str, Any] | None:
+    """The headless Service of ``agent``'s learner pods when they span several nodes, else None.
+
+    It gives each pod (``hostname`` + ``subdomain``) a DNS name, and node 0's is the rendezvous
+    (``MASTER_ADDR``). ``publishNotReadyAddresses``: the names resolve as soon as the pods have
+    addresses, before any readiness. Owned by the experiment (garbage-collected with it)."""
+    roles = [role for role in roles_of(experiment) if node_count(experiment, agent, role) > 1]
+    if not roles:
+        return None
+    (role,) = roles
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": rendezvous_service_name(experiment.name, agent),
+            "namespace": owner["metadata"]["namespace"],
+            "labels": {**experiment_labels(experiment.name), LABEL_AGENT: agent},
+            "ownerReferences": [owner_reference(owner)],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {LABEL_EXPERIMENT: experiment.name, LABEL_AGENT: agent, LABEL_ROLE: role},
+            "ports": [{"name": "rendezvous", "port": RENDEZVOUS_PORT, "targetPort": RENDEZVOUS_PORT, "protocol": "TCP"}],
+        },
+    }
+
+
 def replacement_pod_name(name: str) -> str:
     """The other name of a pod: used while a pod being deleted still holds the usual one (e.g. a
     Kueue finalizer, which stays until the replacement exists); the two names alternate."""
@@ -86,8 +160,9 @@ def roles_of(experiment: Experiment) -> tuple[str, ...]:
 
 
 def pod_count(experiment: Experiment) -> int:
-    """The experiment's pods: one per role per agent (the gang's size)."""
-    return len(experiment.spec.agents) * len(roles_of(experiment))
+    """The experiment's pods (the gang's size): one per role per agent, and one per node of a
+    learner over several nodes."""
+    return sum(node_count(experiment, agent.name, role) for agent in experiment.spec.agents for role in roles_of(experiment))
 
 
 def gang_name(experiment: str, uid: str | None) -> str:
@@ -231,7 +306,8 @@ def build_configmap(experiment: Experiment, owner: dict[str, Any]) -> dict[str, 
     }
 
 
-def worker_env(experiment: Experiment, agent: str, role: str, uid: str | None = None) -> list[dict[str, Any]]:
+def worker_env(experiment: Experiment, agent: str, role: str, uid: str | None = None, node: int = 0,
+               namespace: str | None = None) -> list[dict[str, Any]]:
     spec = experiment.spec
     env: list[dict[str, Any]] = [
         {"name": "HACRL_EXPERIMENT", "value": experiment.name},
@@ -261,6 +337,10 @@ def worker_env(experiment: Experiment, agent: str, role: str, uid: str | None = 
         env.append({"name": "HACRL_EXPERIMENT_UID", "value": uid})
     if spec.model_token_secret:
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": spec.model_token_secret, "key": "HF_TOKEN"}}})
+    if node_count(experiment, agent, role) > 1:  # one node of several: where it sits, where node 0 serves the rendezvous
+        env += [{"name": NODE_RANK_ENV, "value": str(node)},
+                {"name": "MASTER_ADDR", "value": rendezvous_address(experiment.name, agent, role, namespace or "default")},
+                {"name": "MASTER_PORT", "value": str(RENDEZVOUS_PORT)}]
     # The user's, after the operator's (so `$(HACRL_AGENT)` expands in them); the spec refuses the
     # names above (hacrl_core.spec.OPERATOR_ENV), so none is set twice.
     env += [var.model_dump(by_alias=True, exclude_none=True) for var in spec.env]
@@ -279,16 +359,21 @@ def model_cache_mount(experiment: Experiment, agent: str) -> tuple[dict[str, Any
 
 def build_pod(
     experiment: Experiment, agent: str, role: str, owner: dict[str, Any], config: OperatorConfig, name: str | None = None,
+    node: int = 0,
 ) -> dict[str, Any]:
-    """The Pod of ``role`` (one of ``roles_of(experiment)``) of ``agent``, named ``pod_name`` unless
-    ``name`` says otherwise (``replacement_pod_name``). A colocated pod is built from the learner's
-    image, resources and podTemplate (``TEMPLATE_ROLE``).
+    """The Pod of ``role`` (one of ``roles_of(experiment)``) of ``agent`` (of its node ``node`` when
+    the learner spans several), named as in ``pod_names`` unless ``name`` says otherwise
+    (``replacement_pod_name``). A colocated pod is built from the learner's image, resources and
+    podTemplate (``TEMPLATE_ROLE``).
 
     Restarts are the operator's (``restartPolicy: Never``): a failed worker shows up as a Failed
     pod, which the operator replaces and counts against ``spec.restartLimit``.
     """
     if role not in roles_of(experiment):
         raise ValueError(f"role must be one of {roles_of(experiment)} for this experiment, got {role!r}")
+    nodes = node_count(experiment, agent, role)
+    if not 0 <= node < nodes:
+        raise ValueError(f"node must be 0 to {nodes - 1} for agent {agent!r}'s {role} pods, got {node}")
     spec = experiment.spec
     agent_spec = spec.agent(agent)
     pod_name_override, name = name, experiment.name
@@ -302,7 +387,7 @@ def build_pod(
         "imagePullPolicy": spec.images.pull_policy,
         "command": ["hacrl", "worker", role, "--spec", SPEC_PATH, "--agent", agent],
         "workingDir": WORK_DIR,
-        "env": worker_env(experiment, agent, role, owner["metadata"].get("uid")),
+        "env": worker_env(experiment, agent, role, owner["metadata"].get("uid"), node, owner["metadata"]["namespace"]),
         "securityContext": {
             "runAsNonRoot": True,
             "allowPrivilegeEscalation": False,
@@ -375,14 +460,19 @@ def build_pod(
     gang_labels, gang_annotations = gang_metadata(experiment, owner["metadata"].get("uid"))
     if scheduling.gang == "volcano":  # every pod of the gang, whatever a podTemplate said
         pod_spec["schedulerName"] = VOLCANO_SCHEDULER
+    node_labels: dict[str, str] = {}
+    if nodes > 1:  # its DNS name under the agent's headless Service: node 0's is MASTER_ADDR
+        pod_spec["hostname"] = f"{role}-{node}"
+        pod_spec["subdomain"] = rendezvous_service_name(name, agent)
+        node_labels = {LABEL_NODE: str(node)}
 
     # The user's labels and annotations (e.g. a priority class of their scheduler) over the
     # defaults (autoscaler eviction), under the operator's own: the labels the operator, its
     # NetworkPolicy and the PodMonitor select by, and the gang's, cannot be changed.
     metadata: dict[str, Any] = {
-        "name": pod_name_override or pod_name(name, agent, role),
+        "name": pod_name_override or pod_names(experiment, agent, role)[node],
         "namespace": owner["metadata"]["namespace"],
-        "labels": {**(extra.get("labels") or {}), **gang_labels, **pod_labels(name, agent, role)},
+        "labels": {**(extra.get("labels") or {}), **gang_labels, **pod_labels(name, agent, role), **node_labels},
         "ownerReferences": [owner_reference(owner)],
     }
     metadata["annotations"] = {**NO_AUTOSCALER_EVICTION, **(extra.get("annotations") or {}), **gang_annotations, **annotations}

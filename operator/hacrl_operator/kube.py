@@ -95,7 +95,7 @@ class Kube:
     @staticmethod
     def collection_path(api_version: str, kind: str, namespace: str) -> str:
         """The path of the namespaced collection of ``kind`` (one of the kinds the operator creates)."""
-        plural = {"Pod": "pods", "ConfigMap": "configmaps", "PodGroup": "podgroups"}[kind]
+        plural = {"Pod": "pods", "ConfigMap": "configmaps", "Service": "services", "PodGroup": "podgroups"}[kind]
         root = f"/apis/{api_version}" if "/" in api_version else f"/api/{api_version}"
         return f"{root}/namespaces/{namespace}/{plural}"
 

@@ -30,6 +30,8 @@ RULES: tuple[Rule, ...] = (
          "per-agent rollout and learner pods; pod events trigger reconciles"),
     Rule("", "configmaps", ("get", "create", "patch"), "namespace", "the rendered spec mounted in the pods"),
     Rule("", "events", ("create", "patch"), "namespace", "Events on every transition (kopf posts them)"),
+    Rule("", "services", ("get", "create"), "namespace",
+         "a headless Service per agent whose learner spans several nodes: its pods' DNS names, node 0's the rendezvous"),
     Rule("scheduling.volcano.sh", "podgroups", ("get", "create", "patch"), "namespace",
          "spec.scheduling.gang volcano: the experiment's PodGroup (granted whether or not Volcano is installed; unused without it)"),
     Rule("apiextensions.k8s.io", "customresourcedefinitions", ("get", "list", "watch"), "cluster",

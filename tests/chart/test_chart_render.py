@@ -215,6 +215,19 @@ def test_network_policies_select_the_pods_they_are_for():
         assert selects(workers[0]["spec"]["podSelector"], pod["metadata"]["labels"])
         (port,) = pod["spec"]["containers"][0]["ports"]
         assert workers[0]["spec"]["ingress"] == [{"ports": [{"port": port["name"], "protocol": "TCP"}]}]
+    # The pods of a learner over several nodes (label hacrl.io/node), and only they, take any port from each other.
+    ranks = [p for (ns, name), p in policies.items() if name.endswith("-learner-ranks")]
+    assert sorted(p["metadata"]["namespace"] for p in ranks) == ["team-a", "team-b"]
+    experiment.spec.agents[0].learner.nodes = 2
+    node_pod = build_pod(experiment, experiment.spec.agents[0].name, "learner", owner, OperatorConfig(), node=1)
+    rollout_pod = build_pod(experiment, experiment.spec.agents[0].name, "rollout", owner, OperatorConfig())
+
+    def selects_with_expressions(selector: dict, labels: dict) -> bool:
+        return selects(selector, labels) and all(e["operator"] == "Exists" and e["key"] in labels for e in selector.get("matchExpressions", []))
+
+    selector = ranks[0]["spec"]["podSelector"]
+    assert selects_with_expressions(selector, node_pod["metadata"]["labels"]) and not selects_with_expressions(selector, rollout_pod["metadata"]["labels"])
+    assert ranks[0]["spec"]["ingress"] == [{"from": [{"podSelector": selector}]}]
     # MinIO's policy selects the MinIO pods and admits workers, the operator and the bucket Job.
     (minio,) = [p for (ns, name), p in policies.items() if name.endswith("-minio")]
     (minio_deployment,) = [d for d in objects(docs, "Deployment") if d["metadata"]["name"].endswith("-minio")]

@@ -65,6 +65,7 @@ _ALL_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "u
 CORE_RESOURCES = {
     "v1/pods": dict(kind="Pod", singular="pod", namespaced=True, shortnames={"po"}, subresources={"status"}),
     "v1/configmaps": dict(kind="ConfigMap", singular="configmap", namespaced=True, shortnames={"cm"}),
+    "v1/services": dict(kind="Service", singular="service", namespaced=True, shortnames={"svc"}),
     "v1/events": dict(kind="Event", singular="event", namespaced=True, shortnames={"ev"}),
     "v1/secrets": dict(kind="Secret", singular="secret", namespaced=True),
     "v1/namespaces": dict(kind="Namespace", singular="namespace", namespaced=False, shortnames={"ns"}, subresources={"status"}),

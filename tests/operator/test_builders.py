@@ -221,6 +221,7 @@ def test_every_variable_the_operator_sets_is_one_the_spec_refuses_in_spec_env() 
     """hacrl_core.spec.OPERATOR_ENV (what spec.env may not set) covers worker_env, whatever the spec."""
     exp = experiment(store={"uri": "s3://b/p", "endpoint": "http://minio:9000", "region": "us-east-1", "credentialsSecret": "creds"},
                      modelTokenSecret="hf-token")
+    exp.spec.agents[1].learner.nodes = 2  # a learner over several nodes: its pods get the rendezvous too
     names = {e["name"] for e in builders.worker_env(exp, "qwen-bpe", "learner", uid="u-1")}
     assert {n for n in names if not n.startswith(OPERATOR_ENV_PREFIX)} == set(OPERATOR_ENV)
 
@@ -377,6 +378,82 @@ def test_the_operator_splits_pods_unless_the_spec_asks_for_colocation(colocate, 
     assert builders.roles_of(exp) == roles and builders.pod_count(exp) == pods
 
 
+# -- learners over several nodes (issue 15 item 1) -----------------------------------------------
+
+
+def two_node_learner(**spec_changes: Any):
+    """The quickstart with qwen-bpe's learner over 2 nodes of 2 ranks each."""
+    exp = experiment(**spec_changes)
+    exp.spec.agents[1].learner.nodes = 2
+    exp.spec.agents[1].learner.processes_per_node = 2
+    return exp
+
+
+def test_a_learner_over_two_nodes_is_two_pods_with_dns_names_under_a_headless_service() -> None:
+    import kubernetes_validate
+
+    exp = two_node_learner()
+    service_name = builders.rendezvous_service_name("quickstart", "qwen-bpe")
+    names = builders.pod_names(exp, "qwen-bpe", "learner")
+    assert names == [builders.pod_name("quickstart", "qwen-bpe", f"learner-{node}") for node in (0, 1)]
+    assert names[0].startswith("quickstart-qwen-bpe-learner-0-") and names[1].startswith("quickstart-qwen-bpe-learner-1-")
+    # One node keeps today's names: nothing changes for the other agent, nor for its rollout pod.
+    assert builders.pod_names(exp, "llama-char", "learner") == [builders.pod_name("quickstart", "llama-char", "learner")]
+    assert builders.pod_names(exp, "qwen-bpe", "rollout") == [builders.pod_name("quickstart", "qwen-bpe", "rollout")]
+    address = f"learner-0.{service_name}.ns.svc"
+    for node, name in enumerate(names):
+        pod = builders.build_pod(exp, "qwen-bpe", "learner", OWNER, CONFIG, node=node)
+        assert pod["metadata"]["name"] == name and pod["metadata"]["labels"]["hacrl.io/node"] == str(node)
+        assert pod["metadata"]["labels"]["hacrl.io/role"] == "learner" and pod["metadata"]["labels"]["hacrl.io/agent"] == "qwen-bpe"
+        assert (pod["spec"]["hostname"], pod["spec"]["subdomain"]) == (f"learner-{node}", service_name)
+        variables = {k: v.get("value") for k, v in env(pod).items()}
+        assert (variables["HACRL_NODE_RANK"], variables["MASTER_ADDR"], variables["MASTER_PORT"]) == (str(node), address, "29500")
+        assert container(pod)["command"] == ["hacrl", "worker", "learner", "--spec", "/etc/hacrl/spec.yaml", "--agent", "qwen-bpe"]
+        kubernetes_validate.validate(pod, "1.33", strict=True)
+    for agent, role in (("llama-char", "learner"), ("qwen-bpe", "rollout")):
+        pod = builders.build_pod(exp, agent, role, OWNER, CONFIG)
+        assert "hacrl.io/node" not in pod["metadata"]["labels"] and "hostname" not in pod["spec"] and "subdomain" not in pod["spec"]
+        assert not {"HACRL_NODE_RANK", "MASTER_ADDR", "MASTER_PORT"} & set(env(pod))
+    with pytest.raises(ValueError, match="node must be 0 to 1"):
+        builders.build_pod(exp, "qwen-bpe", "learner", OWNER, CONFIG, node=2)
+
+    service = builders.build_rendezvous_service(exp, "qwen-bpe", OWNER)
+    assert service["kind"] == "Service" and service["metadata"]["name"] == service_name and service["metadata"]["namespace"] == "ns"
+    assert service["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
+    assert service["spec"]["selector"] == {"hacrl.io/experiment": "quickstart", "hacrl.io/agent": "qwen-bpe", "hacrl.io/role": "learner"}
+    assert service["spec"]["ports"] == [{"name": "rendezvous", "port": 29500, "targetPort": 29500, "protocol": "TCP"}]
+    kubernetes_validate.validate(service, "1.33", strict=True)
+    assert builders.build_rendezvous_service(exp, "llama-char", OWNER) is None  # one node: no Service
+
+
+def test_the_gang_counts_every_node_of_a_learner_and_colocated_learners_span_nodes_too() -> None:
+    assert builders.pod_count(two_node_learner()) == 5
+    kueue = two_node_learner(scheduling={"gang": "kueue", "queueName": "team-a"})
+    for node in (0, 1):
+        pod = builders.build_pod(kueue, "qwen-bpe", "learner", OWNER, CONFIG, node=node)
+        assert pod["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"] == "5"
+    assert builders.build_pod_group(two_node_learner(scheduling={"gang": "volcano"}), OWNER)["spec"]["minMember"] == 5
+    # Colocated: the pod that trains is the one per node (its rank 0 samples).
+    colocated = two_node_learner(colocate=True)
+    assert builders.pod_count(colocated) == 3
+    pod = builders.build_pod(colocated, "qwen-bpe", "colocated", OWNER, CONFIG, node=1)
+    assert pod["spec"]["hostname"] == "colocated-1" and env(pod)["MASTER_ADDR"]["value"].startswith("colocated-0.")
+    assert builders.build_rendezvous_service(colocated, "qwen-bpe", OWNER)["spec"]["selector"]["hacrl.io/role"] == "colocated"
+
+
+@pytest.mark.parametrize("experiment_name, agent", [("quickstart", "qwen-bpe"), ("e" * 40, "a" * 40), ("1st", "b")])
+def test_rendezvous_service_names_are_dns_1035_labels_unique_per_experiment_and_agent(experiment_name: str, agent: str) -> None:
+    name = builders.rendezvous_service_name(experiment_name, agent)
+    assert len(name) <= 63 and re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name), name
+    assert name != builders.rendezvous_service_name(experiment_name, agent + "x")
+
+
+def test_spec_env_may_not_set_the_rendezvous() -> None:
+    with pytest.raises(Exception, match="'MASTER_ADDR' is set by the operator.*learner over several nodes"):
+        experiment(env=[{"name": "MASTER_ADDR", "value": "x"}])
+
+
 # -- configuration ------------------------------------------------------------------------------
 
 
@@ -450,6 +527,7 @@ def test_rbac_lists_what_the_operator_uses_and_no_secrets() -> None:
     assert {"patch"} <= permissions[("hacrl.io", "hacrlexperiments/status")]
     assert {"list", "watch", "patch", "delete"} <= permissions[("hacrl.io", "hacrlexperiments")]
     assert "create" in permissions[("", "events")]
+    assert {"get", "create"} <= permissions[("", "services")]  # the headless Service of a learner over several nodes
     assert ("", "secrets") not in permissions
     assert all(r.scope in ("namespace", "cluster") for r in rbac.RULES)
     assert rbac.as_policy_rules("cluster") and all(rule["verbs"] for rule in rbac.as_policy_rules())

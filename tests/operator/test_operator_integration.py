@@ -652,6 +652,53 @@ def test_colocated_experiment_runs_one_pod_per_agent_and_can_switch_to_split_pod
     assert all(p["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"] == "4" for p in pods_of(cluster).values())
 
 
+def test_a_learner_over_two_nodes_runs_two_pods_behind_a_headless_service_restarted_together(cluster: EmulatedCluster, op: OperatorHandle) -> None:
+    """learner.nodes 2: two learner pods for that agent (node ranks 0 and 1, DNS names under the
+    agent's headless Service, node 0's the rendezvous), the gang counting both; one node's pod
+    failing deletes and recreates both, one restart; the other agent is untouched."""
+    from hacrl_operator.builders import pod_names, rendezvous_service_name
+
+    document = quickstart(scheduling={"gang": "kueue", "queueName": "team-a"})
+    document["spec"]["agents"][1]["learner"] = {**document["spec"]["agents"][1].get("learner", {}), "nodes": 2}
+    create_namespace(cluster)
+    apply(cluster, document)
+    pods = wait_for(lambda: len(pods_of(cluster)) == 5 and pods_of(cluster), what="5 pods")
+    learners = pod_names(parse_experiment(document), "qwen-bpe", "learner")
+    assert sorted(pods) == sorted([*learners, *(pod_name("quickstart", a, r) for a, r in
+                                               (("llama-char", "rollout"), ("llama-char", "learner"), ("qwen-bpe", "rollout")))])
+    service_name = rendezvous_service_name("quickstart", "qwen-bpe")
+    service = cluster.get("service", service_name, NS)
+    assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
+    assert service["spec"]["selector"] == {"hacrl.io/experiment": "quickstart", "hacrl.io/agent": "qwen-bpe", "hacrl.io/role": "learner"}
+    assert service["metadata"]["ownerReferences"][0]["uid"] == cluster.get("hx", "quickstart", NS)["metadata"]["uid"]
+    assert [s["metadata"]["name"] for s in cluster.get("services", namespace=NS)] == [service_name]  # none for the one-node learner
+    for node, name in enumerate(learners):
+        spec = pods[name]["spec"]
+        env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
+        assert pods[name]["metadata"]["labels"]["hacrl.io/node"] == str(node)
+        assert (spec["hostname"], spec["subdomain"]) == (f"learner-{node}", service_name)
+        assert (env["HACRL_NODE_RANK"], env["MASTER_ADDR"], env["MASTER_PORT"]) == (str(node), f"learner-0.{service_name}.{NS}.svc", "29500")
+    assert {p["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"] for p in pods.values()} == {"5"}
+    run_all_pods(cluster)
+    status = wait_for(lambda: status_of(cluster).get("phase") == "Running" and status_of(cluster), what="phase Running")
+    assert agent(status, "qwen-bpe")["learnerPod"] == "Running" and condition(status, "Ready")["reason"] == "AllPodsRunning"
+
+    uids = {name: p["metadata"]["uid"] for name, p in pods_of(cluster).items()}
+    cluster.set_pod_phase(learners[1], NS, "Failed", containerStatuses=[
+        {"name": "learner", "ready": False, "restartCount": 0, "image": "x", "imageID": "", "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}])
+    wait_for(lambda: all((pods_of(cluster).get(n) or {}).get("metadata", {}).get("uid") not in (None, uids[n]) for n in learners),
+             what="both learner pods recreated")
+    status = wait_for(lambda: agent(status_of(cluster), "qwen-bpe").get("restarts") == 1 and status_of(cluster), what="restarts 1")
+    assert agent(status, "llama-char")["restarts"] == 0
+    now = pods_of(cluster)
+    assert all(now[n]["metadata"]["uid"] == uids[n] for n in uids if n not in learners), "pods other than the learner's were touched"
+    (failed,) = [e for e in cluster.get("events", namespace=NS) if e["reason"] == "PodFailed"]
+    assert learners[1] in failed["message"] and "all 2 pods of the learner" in failed["message"]
+    run_all_pods(cluster)
+    wait_for(lambda: condition(status_of(cluster), "Ready").get("reason") == "AllPodsRunning", what="the recreated learner running")
+    assert agent(status_of(cluster), "qwen-bpe")["restarts"] == 1
+
+
 # -- 5. progress and completion ---------------------------------------------------------------
 
 

@@ -432,7 +432,7 @@ def test_a_failed_pod_held_by_a_finalizer_is_replaced_under_the_other_name_uncou
     old["agentProgress"][0]["restarts"] = 1
     old["agentProgress"][0]["learnerPod"] = "Restarting"  # deleted by the operator after its failure, counted then
     p = plan(status=old, pods=others() + [held(pod("llama-char", "learner", "Failed"))])
-    assert p.create_pods == [("llama-char", "learner")] and p.pod_names == {("llama-char", "learner"): LLAMA_LEARNER + "-r"}
+    assert p.create_pods == [("llama-char", "learner")] and p.renamed == {LLAMA_LEARNER: LLAMA_LEARNER + "-r"}
     assert p.status.agent_progress[0].restarts == 1 and not p.delete_pods
     # The replacement runs while the old object is still held: it is the agent's pod; nothing more to do.
     replacement = pod("llama-char", "learner", "Running")
@@ -450,7 +450,8 @@ def build_name(agent: str, role: str, held_names: list[str]) -> str | None:
     p = plan(status=status, pods=[x for x in all_pods() if x["metadata"]["name"] != pod_name("quickstart", agent, role)] + pods)
     if (agent, role) not in p.create_pods:
         return None
-    return p.pod_names.get((agent, role), pod_name("quickstart", agent, role))
+    usual = pod_name("quickstart", agent, role)
+    return p.renamed.get(usual, usual)
 
 
 def test_while_both_names_are_held_the_replacement_waits() -> None:
@@ -465,7 +466,7 @@ def test_kueue_preempting_the_group_recreates_every_pod_uncounted() -> None:
         for x in all_pods()]
     p = plan(exp=experiment(scheduling={"gang": "kueue", "queueName": "team-a"}), status=running_status(), pods=stopped)
     assert sorted(p.create_pods) == sorted((a, r) for a in AGENTS for r in ("rollout", "learner"))
-    assert sorted(p.pod_names.values()) == sorted(pod_name("quickstart", a, r) + "-r" for a in AGENTS for r in ("rollout", "learner"))
+    assert sorted(p.renamed.values()) == sorted(pod_name("quickstart", a, r) + "-r" for a in AGENTS for r in ("rollout", "learner"))
     assert [a.restarts for a in p.status.agent_progress] == [0, 0] and not [e for e in p.events if e.reason == "PodLost"]
 
 
@@ -473,3 +474,73 @@ def test_a_terminating_pod_whose_containers_still_run_is_waited_for() -> None:
     """A replacement never runs next to the pod it replaces."""
     p = plan(status=running_status(), pods=others() + [held(pod("llama-char", "learner", "Running"))])
     assert not p.create_pods and p.status.agent_progress[0].learner_pod == "Terminating"
+
+
+# -- learners over several nodes (issue 15 item 1) ----------------------------------------------
+
+
+def two_node_experiment():
+    """The quickstart with llama-char's learner over 2 nodes."""
+    exp = experiment()
+    exp.spec.agents[0].learner.nodes = 2
+    return exp
+
+
+def node_pod(node: int, phase: str = "Running", **kw: Any) -> dict[str, Any]:
+    manifest = pod("llama-char", "learner", phase, **kw)
+    manifest["metadata"]["name"] = pod_name("quickstart", "llama-char", f"learner-{node}")
+    manifest["metadata"]["labels"]["hacrl.io/node"] = str(node)
+    return manifest
+
+
+NODE_PODS = [pod_name("quickstart", "llama-char", f"learner-{node}") for node in (0, 1)]
+
+
+def test_the_pods_of_a_learner_over_two_nodes_are_created_together_and_show_as_one_learner() -> None:
+    p = plan(exp=two_node_experiment())
+    assert sorted(p.create_pods) == sorted((a, r) for a in AGENTS for r in ("rollout", "learner"))  # one slot: builders.pod_names expands it
+    one_running = plan(exp=two_node_experiment(), status=p.status, pods=others() + [node_pod(0), node_pod(1, "Pending")])
+    assert not one_running.create_pods and one_running.status.agent_progress[0].learner_pod == "Pending"
+    running = plan(exp=two_node_experiment(), status=one_running.status, pods=others() + [node_pod(0), node_pod(1)])
+    assert running.status.phase == "Running" and running.status.agent_progress[0].learner_pod == "Running"
+    assert cond(running, "Ready").reason == "AllPodsRunning" and not running.delete_pods
+
+
+def test_one_failed_node_restarts_every_node_of_its_learner_counting_one_restart() -> None:
+    exp = two_node_experiment()
+    failed = node_pod(1, "Failed", terminated={"exitCode": 1, "reason": "Error"})
+    p = plan(exp=exp, status=running_status(), pods=others() + [node_pod(0), failed])
+    assert sorted(p.delete_pods) == sorted(NODE_PODS) and p.create_pods == [("llama-char", "learner")]
+    assert [a.restarts for a in p.status.agent_progress] == [1, 0]
+    (event,) = [e for e in p.events if e.reason == "PodFailed"]
+    assert NODE_PODS[1] in event.message and "all 2 pods of the learner" in event.message
+    # The healthy node still terminating: wait for it before creating any.
+    waiting = plan(exp=exp, status=p.status, pods=others() + [node_pod(0, terminating=True)])
+    assert not waiting.create_pods and [a.restarts for a in waiting.status.agent_progress] == [1, 0]
+    gone = plan(exp=exp, status=waiting.status, pods=others())
+    assert gone.create_pods == [("llama-char", "learner")] and [a.restarts for a in gone.status.agent_progress] == [1, 0]
+
+
+def test_a_node_pod_lost_restarts_the_learner_and_one_never_created_is_just_created() -> None:
+    exp = two_node_experiment()
+    lost = plan(exp=exp, status=running_status(), pods=others() + [node_pod(0)])
+    assert lost.delete_pods == [NODE_PODS[0]] and lost.create_pods == [("llama-char", "learner")]
+    assert [a.restarts for a in lost.status.agent_progress] == [1, 0] and [e.reason for e in lost.events if e.reason == "PodLost"]
+    status = running_status()
+    status["agentProgress"][0]["learnerPod"] = "Restarting"  # being recreated: the other node's pod is on its way
+    partial = plan(exp=exp, status=status, pods=others() + [node_pod(0, "Pending")])
+    assert not partial.delete_pods and partial.create_pods == [("llama-char", "learner")]
+    assert [a.restarts for a in partial.status.agent_progress] == [0, 0]
+
+
+def test_node_pods_that_no_longer_fit_the_spec_are_orphans() -> None:
+    """learner.nodes changed from 2 to 1: the node pods go, the one-node pod comes."""
+    p = plan(status=running_status(), pods=others() + [node_pod(0), node_pod(1)])
+    assert sorted(p.delete_pods) == sorted(NODE_PODS) and p.create_pods == [("llama-char", "learner")]
+
+
+def test_a_held_node_pod_is_replaced_under_the_other_name() -> None:
+    status = running_status()
+    status["agentProgress"][0]["learnerPod"] = "Restarting"
+    p = plan(exp=two_node_experiment(), status=status, pods=others() + [held(node_pod(1, "Failed"))])
+    assert p.create_pods == [("llama-char", "learner")] and p.renamed == {NODE_PODS[1]: NODE_PODS[1] + "-r"}

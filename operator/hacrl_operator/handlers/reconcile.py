@@ -222,20 +222,26 @@ class Reconciler:
             kube.delete_pod(namespace, pod)
         created: list[str] = []
         for agent, role in plan.create_pods:
-            manifest = builders.build_pod(experiment, agent, role, body, self.config, plan.pod_names.get((agent, role)))
-            name = manifest["metadata"]["name"]
-            try:
-                if kube.create(manifest):
-                    created.append(name)
-                    plan.set_pod_state(agent, role, "Pending")
-                else:
-                    self.check_pod_owner(kube, namespace, name, body, plan, agent, role)
-            except KubeError as error:
-                plan.set_pod_state(agent, role, "CreateFailed")
-                message = f"cannot create pod {name}: {error}"
-                plan.set_condition("Ready", False, "PodCreateFailed", message)
-                plan.events.append(Event("Warning", "PodCreateFailed", message))
-                logger.warning("%s/%s: %s", namespace, experiment.name, message)
+            if builders.node_count(experiment, agent, role) > 1:
+                self.ensure_rendezvous_service(experiment, agent, body, plan)
+            failed = False
+            for node, usual in enumerate(builders.pod_names(experiment, agent, role)):  # every node's pod of a learner over several
+                manifest = builders.build_pod(experiment, agent, role, body, self.config, plan.renamed.get(usual, usual), node)
+                name = manifest["metadata"]["name"]
+                try:
+                    if kube.create(manifest):
+                        created.append(name)
+                        if not failed:
+                            plan.set_pod_state(agent, role, "Pending")
+                    else:
+                        self.check_pod_owner(kube, namespace, name, body, plan, agent, role)
+                except KubeError as error:
+                    failed = True
+                    plan.set_pod_state(agent, role, "CreateFailed")
+                    message = f"cannot create pod {name}: {error}"
+                    plan.set_condition("Ready", False, "PodCreateFailed", message)
+                    plan.events.append(Event("Warning", "PodCreateFailed", message))
+                    logger.warning("%s/%s: %s", namespace, experiment.name, message)
         restarts = sum(1 for e in plan.events if e.reason in ("PodFailed", "PodLost"))
         if restarts:
             self.metrics.restarts.inc(restarts)
@@ -284,6 +290,24 @@ class Reconciler:
         elif (current.get("data") or {}) != manifest["data"]:
             kube.patch_configmap_data(namespace, name, manifest["data"])
             plan.events.append(Event("Normal", "ConfigMapUpdated", f"rendered spec in ConfigMap {name} updated; pods created from now on use it"))
+
+    def ensure_rendezvous_service(self, experiment: Experiment, agent: str, body: dict[str, Any], plan: Plan) -> None:
+        """The headless Service of ``agent``'s learner over several nodes, created with its pods
+        (before them) when absent: their DNS names, node 0's being the rendezvous. A failure is a
+        condition; the pods are created anyway (their ranks wait for the rendezvous to resolve)."""
+        manifest = builders.build_rendezvous_service(experiment, agent, body)
+        if manifest is None:
+            return
+        kube = self._kube()
+        name = manifest["metadata"]["name"]
+        try:
+            if kube.get_object(manifest) is None and kube.create(manifest):
+                plan.events.append(Event("Normal", "ServiceCreated", f"headless Service {name}: DNS names of agent {agent}'s learner pods"))
+        except KubeError as error:
+            message = f"cannot create the headless Service {name} of agent {agent}'s learner pods (their rendezvous): {error}"
+            plan.set_condition("Ready", False, "ServiceCreateFailed", message)
+            plan.events.append(Event("Warning", "ServiceCreateFailed", message))
+            logger.warning("%s/%s: %s", body["metadata"]["namespace"], experiment.name, message)
 
     def ensure_pod_group(self, experiment: Experiment, body: dict[str, Any], plan: Plan) -> None:
         """The experiment's Volcano PodGroup (gang volcano): created before the pods, its spec kept

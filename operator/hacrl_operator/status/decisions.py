@@ -8,6 +8,11 @@ both its pods are decided in turn against the running count (two failures in one
 A pod the cluster evicted or preempted (``PodView.disruption``) is recreated without counting: the
 worker did nothing wrong. A pod left unscheduled longer than ``spec.scheduling.pendingTimeoutSeconds``
 turns from PodsPending into Unschedulable (a Warning as Ready's reason changes).
+
+The pods of a learner over several nodes are decided as one (``pods.group_view``): their ranks
+form one process group, which cannot go on without any of them. When one fails (or is lost, or
+evicted), all are deleted and all recreated, counting one restart (none for an eviction); a node
+whose pod was never created, or is being recreated, just gets it.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ class PodDecision:
     role: str
     state: str | None  # the pod's state to record in agentProgress[].<role>Pod
     create: bool = False  # create the pod (again)
-    delete: str | None = None  # a failed pod to delete first
+    delete: tuple[str, ...] = ()  # failed pods to delete first (with the other pods of a learner over several nodes)
     restart: Event | None = None  # a restart of the agent, with the event that says why
     problem: tuple[str, str] | None = None  # (reason, message): why the pod does not run (yet)
     failure: str | None = None  # the restart limit is spent: the experiment fails
@@ -96,6 +101,8 @@ def _decide_pod(label: str, role: str, view: PodView | None, last: str | None, d
                            problem=("Restarting", f"{label} {view.name} is terminating"))
     if view.phase == "Failed" and not done:  # once the agent finished, a worker exiting badly changes nothing
         return _disrupted(label, role, view) if view.disruption else _failed(label, role, view, restarts, limit)
+    if view.missing and not done:
+        return _incomplete(label, role, view, last, restarts, limit)
     if done or view.phase == "Succeeded" or (view.phase == "Running" and not view.reason):
         return PodDecision(role, view.state)
     if view.unscheduled:
@@ -121,11 +128,16 @@ def _unscheduled(label: str, role: str, view: PodView, rules: PodRules) -> PodDe
     return PodDecision(role, "Unschedulable", problem=("Unschedulable", message))
 
 
+def _them(view: PodView) -> str:
+    """What a restart recreates: the pod, or every pod of a learner over several nodes."""
+    return "it" if view.nodes == 1 else f"all {view.nodes} pods of the learner (its ranks restart together)"
+
+
 def _disrupted(label: str, role: str, view: PodView) -> PodDecision:
     """A pod the cluster evicted or preempted: delete and recreate it, no restart counted."""
     return PodDecision(
-        role, "Disrupted", create=True, delete=view.name,
-        notice=Event("Normal", "PodDisrupted", f"{label} {view.name} was stopped by the cluster ({view.disruption}); recreating it, "
+        role, "Disrupted", create=True, delete=view.alive or (view.name,),
+        notice=Event("Normal", "PodDisrupted", f"{label} {view.name} was stopped by the cluster ({view.disruption}); recreating {_them(view)}, "
                                                "resuming from its checkpoint (not counted against restartLimit)"),
         problem=("Restarting", f"{label}: recreating after an eviction or preemption"),
     )
@@ -153,8 +165,31 @@ def _failed(label: str, role: str, view: PodView, restarts: int, limit: int) -> 
     if restarts >= limit:
         return PodDecision(role, view.state, failure=f"{label} {view.name} failed ({view.message}) after {restarts} restarts (restartLimit {limit})")
     return PodDecision(
-        role, "Restarting", create=True, delete=view.name,
-        restart=Event("Warning", "PodFailed", f"{label} {view.name} failed ({view.message}); recreating it, resuming from its checkpoint "
-                                              f"(restart {restarts + 1} of {limit})"),
+        role, "Restarting", create=True, delete=view.alive or (view.name,),
+        restart=Event("Warning", "PodFailed", f"{label} {view.name} failed ({view.message}); recreating {_them(view)}, resuming from its "
+                                              f"checkpoint (restart {restarts + 1} of {limit})"),
         problem=("Restarting", f"{label}: restarting after a failure"),
+    )
+
+
+def _incomplete(label: str, role: str, view: PodView, last: str | None, restarts: int, limit: int) -> PodDecision:
+    """A learner over several nodes with a node's pod missing. Never created, or being recreated
+    (its last state says so): create the missing ones. Evicted (Disrupted): delete the others and
+    recreate all, not counted. Else it was lost (deleted by hand): the other ranks cannot go on
+    without it, so all are deleted and recreated, a restart."""
+    if last in (None, "Restarting", "CreateFailed"):
+        return PodDecision(role, "Restarting" if last == "Restarting" else "Pending", create=True,
+                           problem=("Restarting" if last == "Restarting" else "PodsPending", f"{label}: {view.missing}: being created"))
+    if last == "Disrupted":
+        return PodDecision(role, "Disrupted", create=True, delete=view.alive,
+                           notice=Event("Normal", "PodDisrupted", f"{label}: {view.missing} after the cluster stopped it; recreating {_them(view)}, "
+                                                                  "resuming from its checkpoint (not counted against restartLimit)"),
+                           problem=("Restarting", f"{label}: recreating after an eviction or preemption"))
+    if restarts >= limit:
+        return PodDecision(role, "Missing", failure=f"{label}: {view.missing} (deleted or evicted) after {restarts} restarts (restartLimit {limit})")
+    return PodDecision(
+        role, "Restarting", create=True, delete=view.alive,
+        restart=Event("Warning", "PodLost", f"{label}: {view.missing} (deleted or evicted; was {last}); recreating {_them(view)}, "
+                                            f"resuming from its checkpoint (restart {restarts + 1} of {limit})"),
+        problem=("Restarting", f"{label}: restarting after a lost pod"),
     )

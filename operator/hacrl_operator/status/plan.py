@@ -17,7 +17,7 @@ from typing import Any
 
 from hacrl_core.spec import Experiment, ExperimentSpec
 from hacrl_core.status import AgentProgress, ExperimentStatus, Phase
-from hacrl_operator.builders import ALL_ROLES, pod_name, replacement_pod_name, roles_of
+from hacrl_operator.builders import ALL_ROLES, node_count, pod_names, replacement_pod_name, roles_of
 from hacrl_operator.status.clock import now_utc, parse_time, rfc3339
 from hacrl_operator.status.conditions import Conditions, most_actionable, store_deleted
 from hacrl_operator.status.decisions import AgentDecision, PodRules, decide_agent
@@ -52,9 +52,10 @@ class Observed:
 class Plan:
     status: ExperimentStatus
     conditions: Conditions
-    create_pods: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (agent, role)
-    # The name to create a pod under where its usual one is held by a pod being deleted.
-    pod_names: dict[tuple[str, str], str] = dataclasses.field(default_factory=dict)
+    # (agent, role): its pod, or every node's pod of a learner over several nodes (builders.pod_names)
+    create_pods: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    # usual name -> the name to create a pod under where its usual one is held by a pod being deleted.
+    renamed: dict[str, str] = dataclasses.field(default_factory=dict)
     delete_pods: list[str] = dataclasses.field(default_factory=list)
     ensure_configmap: bool = False
     ensure_pod_group: bool = False  # gang volcano: the PodGroup, before any pod
@@ -123,7 +124,8 @@ def _plan_valid(observed: Observed, experiment: Experiment, old: ExperimentStatu
     names = [a.name for a in spec.agents]
     previous = {p.name: p for p in old.agent_progress}
     roles = roles_of(experiment)
-    views, orphans = index_pods(observed.pods, names, roles)
+    nodes = {(name, role): node_count(experiment, name, role) for name in names for role in roles}
+    views, orphans = index_pods(observed.pods, names, roles, nodes)
     entries = [agent_progress(n, observed.progress.get(n), previous.get(n), steps) for n in names]
     for entry in entries:
         for role in roles:
@@ -180,7 +182,7 @@ def _apply_cleanup(plan: Plan, experiment: Experiment, views: Views, phase: str,
     action = cleanup_action(experiment, phase)
     which = "onSuccess" if phase == "Succeeded" else "onFailure"
     if action in ("delete-pods", "delete-store"):
-        alive = [v.name for v in views.values() if not v.terminating]
+        alive = [name for v in views.values() for name in v.alive]
         plan.delete_pods.extend(n for n in alive if n not in plan.delete_pods)
         plan.forget_pods()
         if alive:
@@ -196,7 +198,7 @@ def _apply_cleanup(plan: Plan, experiment: Experiment, views: Views, phase: str,
 
 def _plan_suspended(plan: Plan, views: Views) -> None:
     status = plan.status
-    alive = [v.name for v in views.values() if not v.terminating]
+    alive = [name for v in views.values() for name in v.alive]
     plan.delete_pods.extend(alive)
     if alive:
         plan.events.append(Event("Normal", "PodsDeleted", f"suspended: deleting {len(alive)} pods; ConfigMap and store kept"))
@@ -245,7 +247,7 @@ def _plan_active(plan: Plan, experiment: Experiment, views: Views, observed: Obs
         _finish(plan, experiment, views, old, "Failed", "RestartLimitExceeded", "RestartLimitExceeded", "; ".join(failures), observed.now)
         return
     _apply(plan, entries, decisions)
-    _name_replacements(plan, experiment.name, observed.pods)
+    _name_replacements(plan, experiment, observed.pods)
     if all(decision.done for decision in decisions):
         message = f"all {len(decisions)} learners reached step {steps}"
         _finish(plan, experiment, views, old, "Succeeded", "AllAgentsFinished", "Finished", message, observed.now)
@@ -258,8 +260,7 @@ def _apply(plan: Plan, entries: list[AgentProgress], decisions: list[AgentDecisi
         entry.restarts = decision.restarts
         for pod in decision.pods:
             entry.set_pod_state(pod.role, pod.state)
-            if pod.delete:
-                plan.delete_pods.append(pod.delete)
+            plan.delete_pods.extend(pod.delete)
             if pod.create:
                 plan.create_pods.append((decision.agent, pod.role))
             if pod.restart:
@@ -268,22 +269,19 @@ def _apply(plan: Plan, entries: list[AgentProgress], decisions: list[AgentDecisi
                 plan.events.append(pod.notice)
 
 
-def _name_replacements(plan: Plan, experiment: str, pods: Iterable[Mapping[str, Any]]) -> None:
+def _name_replacements(plan: Plan, experiment: Experiment, pods: Iterable[Mapping[str, Any]]) -> None:
     """A pod to create whose usual name a terminating pod still holds gets the other name (the two
-    alternate); while both are held it waits."""
+    alternate); while both are held it waits (with the other pods of its learner, if it has several)."""
     held = terminating_names(pods)
     if not held:
         return
     taken = {str((pod.get("metadata") or {}).get("name")) for pod in pods}
     for agent, role in list(plan.create_pods):
-        usual = pod_name(experiment, agent, role)
-        other = replacement_pod_name(usual)
-        if usual not in held:
-            continue
-        if other in taken:
+        renames = {usual: replacement_pod_name(usual) for usual in pod_names(experiment, agent, role) if usual in held}
+        if any(other in taken for other in renames.values()):
             plan.create_pods.remove((agent, role))
         else:
-            plan.pod_names[(agent, role)] = other
+            plan.renamed.update(renames)
 
 
 def _where_to_look(spec: ExperimentSpec) -> str:

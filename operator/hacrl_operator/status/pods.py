@@ -1,4 +1,5 @@
-"""Worker pods as the planner sees them: a ``PodView`` of each pod manifest."""
+"""Worker pods as the planner sees them: a ``PodView`` of each pod manifest, and one ``PodView``
+for all the pods of a learner over several nodes (``group_view``): the planner decides them as one."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from hacrl_operator.builders import ALL_ROLES, LABEL_AGENT, LABEL_ROLE
+from hacrl_operator.builders import ALL_ROLES, LABEL_AGENT, LABEL_NODE, LABEL_ROLE
 from hacrl_operator.status.clock import parse_time
 
 # Why a pod is not running, as condition reasons, most actionable first.
@@ -49,11 +50,24 @@ class PodView:
     unscheduled_since: dt.datetime | None = None
     # Evicted or preempted: why (the pod's reason or the disruption condition's, and message).
     disruption: str | None = None
+    node: int | None = None  # the node rank of a pod of a learner over several nodes (label hacrl.io/node)
+    # A view of all the pods of a learner over several nodes (``group_view``): how many nodes,
+    # the names of its pods that are not being deleted, and which nodes have no pod (None: all do).
+    nodes: int = 1
+    group: tuple[str, ...] | None = None
+    missing: str | None = None
 
     @property
     def state(self) -> str:
         """The pod's state in ``agentProgress[].<role>Pod``: its reason when it has one, else its phase."""
         return self.reason or self.phase
+
+    @property
+    def alive(self) -> tuple[str, ...]:
+        """The pods this view stands for that are not being deleted (what deleting it deletes)."""
+        if self.group is not None:
+            return self.group
+        return () if self.terminating else (self.name,)
 
 
 def summarize_pod(pod: Mapping[str, Any]) -> PodView | None:
@@ -80,7 +94,9 @@ def summarize_pod(pod: Mapping[str, Any]) -> PodView | None:
         since = parse_time((scheduled or {}).get("lastTransitionTime")) or parse_time(metadata.get("creationTimestamp"))
         if scheduled is None and reason == "PodsPending":
             message = message or f"no scheduler has placed it yet (schedulerName {(pod.get('spec') or {}).get('schedulerName') or 'default-scheduler'})"
+    node = labels.get(LABEL_NODE)
     return PodView(
+        node=int(node) if node is not None and node.isdigit() else None,
         name=metadata.get("name", ""),
         agent=agent,
         role=role,
@@ -146,25 +162,64 @@ def _failure(status: Mapping[str, Any]) -> str | None:
     return reason_text
 
 
-def index_pods(pods: Iterable[Mapping[str, Any]], agents: Iterable[str], roles: Iterable[str]) -> tuple[dict[tuple[str, str], PodView], list[str]]:
+def index_pods(
+    pods: Iterable[Mapping[str, Any]], agents: Iterable[str], roles: Iterable[str], nodes: Mapping[tuple[str, str], int] | None = None,
+) -> tuple[dict[tuple[str, str], PodView], list[str]]:
     """Our worker pods by (agent, role): the first live one of each, else the first terminating
-    one (a replacement may run while the pod it replaces is still held by a finalizer); and the
-    names of the live pods of agents that are no longer in the spec, or of roles the experiment no
-    longer runs (``spec.colocate`` changed), to delete."""
-    wanted, wanted_roles = set(agents), set(roles)
-    views: dict[tuple[str, str], PodView] = {}
+    one (a replacement may run while the pod it replaces is still held by a finalizer); for a
+    role of ``nodes[(agent, role)]`` > 1 pods (a learner over several nodes), the same per node,
+    then one ``group_view`` of them. And the names of the live pods of agents that are no longer
+    in the spec, of roles the experiment no longer runs (``spec.colocate`` changed), or of nodes
+    it no longer has (``learner.nodes`` changed), to delete."""
+    wanted, wanted_roles, counts = set(agents), set(roles), nodes or {}
+    found: dict[tuple[str, str], dict[int, PodView]] = {}
     orphans: list[str] = []
     for pod in pods:
         view = summarize_pod(pod)
         if view is None:
             continue
-        if view.agent in wanted and view.role in wanted_roles:
-            known = views.get((view.agent, view.role))
+        count = counts.get((view.agent, view.role), 1)
+        # One node: pods without a node label; several: pods labelled with one of their node ranks.
+        fits = view.node is None if count == 1 else (view.node is not None and view.node < count)
+        if view.agent in wanted and view.role in wanted_roles and fits:
+            slot = found.setdefault((view.agent, view.role), {})
+            index = view.node or 0
+            known = slot.get(index)
             if known is None or (known.terminating and not view.terminating):
-                views[(view.agent, view.role)] = view
+                slot[index] = view
         elif not view.terminating:
             orphans.append(view.name)
+    views = {key: members[0] if counts.get(key, 1) == 1 else group_view(members, counts[key]) for key, members in found.items()}
     return views, orphans
+
+
+def group_view(members: Mapping[int, PodView], nodes: int) -> PodView:
+    """One view of the pods (by node rank) of a learner over ``nodes`` nodes, whose ranks live and
+    die together: the first that is being deleted, else the first failed one, else (some node has
+    no pod) the first present one with ``missing`` set, else the first disrupted or not (yet)
+    running one, else a running one (Succeeded once all succeeded). A pod whose containers are done
+    and that only a finalizer holds counts as absent; when all are, the first of them stands for
+    the group (``decisions`` treats it as gone)."""
+    alive = tuple(members[n].name for n in sorted(members) if not members[n].terminating)
+    present = [members[n] for n in sorted(members) if not (members[n].terminating and members[n].phase in ("Failed", "Succeeded"))]
+
+    def stand_in(view: PodView, missing: str | None = None) -> PodView:
+        return dataclasses.replace(view, nodes=nodes, group=alive, missing=missing)
+
+    if not present:
+        return stand_in(members[min(members)])
+    for chosen in (lambda v: v.terminating, lambda v: v.phase == "Failed"):
+        view = next((v for v in present if chosen(v)), None)
+        if view is not None:
+            return stand_in(view)
+    absent = [n for n in range(nodes) if n not in {v.node or 0 for v in present}]
+    if absent:
+        return stand_in(present[0], f"no pod for node {', '.join(map(str, absent))} of {nodes}")
+    for chosen in (lambda v: v.disruption is not None, lambda v: v.phase not in ("Running", "Succeeded") or v.reason is not None):
+        view = next((v for v in present if chosen(v)), None)
+        if view is not None:
+            return stand_in(view)
+    return stand_in(next((v for v in present if v.phase == "Running"), present[0]))
 
 
 def terminating_names(pods: Iterable[Mapping[str, Any]]) -> set[str]:
