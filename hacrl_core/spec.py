@@ -92,7 +92,8 @@ class LearnerSettings(SpecModel):
         "to the store. 1 (default): one learner process."))
     nodes: int = Field(1, ge=1, le=1024, description=(
         "Nodes the learner spans (torchrun's --nnodes): the learner has nodes x processesPerNode ranks. `hacrl run` runs "
-        "one node; more need a launcher per node with a rendezvous (Kubernetes). Default 1."))
+        "one node and refuses more; the operator runs one learner pod per node (colocated: one colocated pod per node) "
+        "behind a headless Service, node 0's pod the rendezvous, and restarts them together. Default 1."))
 
     @property
     def world_size(self) -> int:
