@@ -101,3 +101,40 @@ def test_two_node_launchers_join_one_process_group(tmp_path: Path) -> None:
         {"RANK": str(rank), "LOCAL_RANK": "0", "WORLD_SIZE": "2", "GROUP_RANK": str(rank), "group_rank": rank, "group_size": 2, "sum": 3}
         for rank in (0, 1)
     ]
+
+
+JOB = Path(__file__).with_name("rank_job.py")
+
+
+def test_a_learner_over_two_nodes_takes_the_one_rank_update(tmp_path: Path) -> None:
+    """The learner worker's own stages (``rank_job.py``, a fixed HACPO step) as nodes: 2,
+    processesPerNode: 1, two node launchers on 127.0.0.1, against the same step at one rank: the
+    same weights (tolerances of tests/learner/test_multirank.py) and gradient norm."""
+    import torch
+    from safetensors.torch import load_file
+
+    from hacrl_core.models.loading import load_policy
+    from hacrl_core.models.tiny import build_tiny_model
+
+    model = build_tiny_model("llama-char", seed=0, warmup_steps=0, cache_dir=tmp_path / "tiny")
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", HACRL_TORCH_THREADS="1")
+
+    def job(name: str) -> list[str]:
+        return [sys.executable, str(JOB), "--model", str(model), "--store", (tmp_path / f"store-{name}").as_uri(),
+                "--work", str(tmp_path / f"work-{name}"), "--steps", "0", "--out", str(tmp_path / f"{name}.st")]
+
+    one = subprocess.run(job("one"), env=env, capture_output=True, text=True, timeout=600)
+    assert one.returncode == 0, one.stderr[-3000:]
+    port = free_port()
+    launchers = [subprocess.Popen([sys.executable, "-c", NODE, str(node), str(port), *job("two")], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for node in (0, 1)]
+    outputs = [launcher.communicate(timeout=600)[0] for launcher in launchers]
+    assert [launcher.returncode for launcher in launchers] == [0, 0], [o[-3000:] for o in outputs]
+
+    want, got = load_file(tmp_path / "one.st"), load_file(tmp_path / "two.st")
+    start = load_policy(model)[0].state_dict()
+    assert max(float((want[name] - start[name]).abs().max()) for name in want) > 1e-4, "the reference did not train: nothing to compare"
+    differences = torch.cat([(got[name] - tensor).abs().reshape(-1) for name, tensor in want.items()])
+    assert float(differences.max()) < 2e-4 and int((differences > 1e-6).sum()) <= 1e-3 * differences.numel()
+    norms = [json.loads((tmp_path / f"{name}.json").read_text())["0"]["learner/grad_norm"] for name in ("one", "two")]
+    assert norms[1] == pytest.approx(norms[0], rel=1e-4)
