@@ -63,6 +63,31 @@ def test_kind_example_is_cpu_and_takes_the_default_store():
     assert "store" not in experiment.spec.model_fields_set
 
 
+def test_quickstart_is_heterogeneous_on_worked_chains_with_an_honest_eval_set():
+    """The quickstart's agents differ in architecture and tokenizer, warm-start on worked chains of
+    the difficulty they train and are evaluated on, and the eval set has at least 200 problems
+    (the training run itself is timed by hand: examples/quickstart.yaml's header)."""
+    from urllib.parse import parse_qs, urlparse
+
+    from hacrl_core.models.tiny import get_preset, parse_tiny_uri
+
+    spec = load_experiment(ROOT / "examples" / "quickstart.yaml").spec
+    assert [a.name for a in spec.agents] == ["llama-char", "qwen-bpe"]  # the names docs and tests use
+    builds = [parse_tiny_uri(a.model) for a in spec.agents]
+    presets = [get_preset(b["preset"]) for b in builds]
+    assert len({p.architecture for p in presets}) == 2 and len({p.tokenizer for p in presets}) == 2
+    difficulty = parse_qs(urlparse(spec.data.train.source).query)["difficulty"][0]
+    for build in builds:
+        query = parse_qs(urlparse(build["task_spec"]).query)
+        assert query["format"] == ["chain"]
+        assert query["difficulty"][0] in (difficulty, f"{difficulty}-{difficulty}")
+    assert all(a.rollout.max_new_tokens >= 32 for a in spec.agents)  # two-step chains are ~22 characters
+    (evaluation,) = spec.data.eval
+    assert evaluation.max_prompts >= 200 and "split=eval" in evaluation.source
+    assert parse_qs(urlparse(evaluation.source).query)["difficulty"] == [difficulty]
+    assert spec.algorithm.name == "hacpo"
+
+
 
 # (id, path to change in examples/kind-tiny.yaml, new value, field named by the CRD schema, field named by `hacrl validate`)
 BAD = [
