@@ -27,8 +27,9 @@ RESULTS = REPO / "bench" / "results"
 #: One tiny-model cache for every benchmark, so tiny:// models are built (and warm-started) once.
 DEFAULT_CACHE = REPO / ".hacrl-cache"
 
-# The quickstart's two heterogeneous agents (different architecture, size and tokenizer) and
-# their tuned learning rates (examples/quickstart.yaml).
+# Two heterogeneous agents (different architecture, size and tokenizer) and their tuned learning
+# rates on bare answers: the quickstart's until 2026-12-04 (examples/quickstart.yaml now trains the
+# same presets on worked chains).
 LLAMA = {"name": "llama-char", "preset": "llama-char", "lr": 1.0e-4}
 QWEN = {"name": "qwen-bpe", "preset": "qwen2-bpe", "lr": 5.0e-5}
 

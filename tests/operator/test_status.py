@@ -21,6 +21,7 @@ AGENTS = ("llama-char", "qwen-bpe")
 
 def experiment(**spec_changes: Any):
     document = yaml.safe_load((REPO / "examples/quickstart.yaml").read_text())
+    document["spec"]["algorithm"]["steps"] = 12  # the step counts below; the quickstart's own may change
     document["spec"].update(spec_changes)
     return parse_experiment(document)
 

@@ -90,7 +90,7 @@ def test_the_quickstart_passes_every_rule() -> None:
 
 
 @pytest.mark.parametrize(("case", "document", "message"), [
-    ("mini-batch-does-not-divide", changed("spec.algorithm.miniBatchPrompts", 3), "miniBatchPrompts must divide promptsPerStep"),
+    ("mini-batch-does-not-divide", changed("spec.algorithm.miniBatchPrompts", 5), "miniBatchPrompts must divide promptsPerStep"),
     ("mini-batch-larger", changed("spec.algorithm.miniBatchPrompts", 1024), "miniBatchPrompts must divide promptsPerStep"),
     ("ratio-bounds", changed("spec.algorithm.ratioBounds", [1.5, 10.0]), "ratioBounds must be [low, high]"),
     ("hacpo-alone", changed("spec.agents", QUICKSTART["spec"]["agents"][:1]), "need at least 2 agents"),
