@@ -702,7 +702,7 @@ def test_a_learner_over_two_nodes_runs_two_pods_behind_a_headless_service_restar
 # -- 5. progress and completion ---------------------------------------------------------------
 
 
-def heartbeat(name: str, step: int, steps: int = 12, **extra: Any) -> dict[str, Any]:
+def heartbeat(name: str, step: int, steps: int = QUICKSTART_STEPS, **extra: Any) -> dict[str, Any]:
     return {
         "agent": name, "step": step, "steps": steps, "weights_version": step, "reward": 0.25 + step / 100,
         "accuracy": None, "capability": 0.5, "last_checkpoint": step - step % 4 if step >= 4 else None,
@@ -722,7 +722,7 @@ def test_progress_heartbeats_update_status(cluster: EmulatedCluster, op: Operato
     llama = agent(status, "llama-char")
     assert (llama["step"], llama["weightsVersion"], llama["lastCheckpoint"], llama["capability"]) == (5, 5, 4, 0.5)
     assert llama["reward"] == pytest.approx(0.30)
-    assert status["message"] == "step 4 of 12" and status["phase"] == "Running"
+    assert status["message"] == f"step 4 of {QUICKSTART_STEPS}" and status["phase"] == "Running"
     assert condition(status, "StoreReachable")["status"] == "True"
 
 
