@@ -289,6 +289,11 @@ OPERATOR_ENV = (
     "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "HF_TOKEN",
     "MASTER_ADDR", "MASTER_PORT",  # the rendezvous of a learner over several nodes
 )
+#: A learner over several nodes: the node rank the operator gives each node's pod (beside
+#: MASTER_ADDR/MASTER_PORT) and its launcher reads (hacrl_core.learner.distributed.node_placement),
+#: and the rendezvous port (torchrun's default). Here so that the operator need not import torch.
+NODE_RANK_ENV = "HACRL_NODE_RANK"
+RENDEZVOUS_PORT = 29500
 _OPERATOR_ENV_CEL = "[" + ", ".join(f'"{n}"' for n in OPERATOR_ENV) + "]"
 
 

@@ -54,6 +54,8 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
+from hacrl_core.spec import NODE_RANK_ENV, RENDEZVOUS_PORT
+
 log = logging.getLogger("hacrl")
 
 T = TypeVar("T")
@@ -251,10 +253,9 @@ def free_port() -> int:
 
 #: The variables a launcher of one node of a multi-node learner reads (set by the operator on
 #: each learner pod): its node's rank, and where node 0 serves the rendezvous.
-NODE_RANK_ENV = "HACRL_NODE_RANK"
 NODE_ENV = (NODE_RANK_ENV, "MASTER_ADDR", "MASTER_PORT")
-#: torchrun's default rendezvous port; the operator's learner pods use it too.
-DEFAULT_MASTER_PORT = 29500
+#: The rendezvous port when MASTER_PORT is unset: the one the operator's learner pods use.
+DEFAULT_MASTER_PORT = RENDEZVOUS_PORT
 
 
 @dataclass(frozen=True)

@@ -260,9 +260,10 @@ def run_learner_worker(context: WorkerContext, *, colocated: bool = False) -> No
     with each checkpoint, for `hacrl eval` and for a later run in the split mode)."""
     torch.manual_seed(context.spec.algorithm.seed * 1000 + context.agent_index)
     spec, agent = context.spec, context.agent
-    if colocated and spec.colocation_blockers():
+    blockers = spec.colocation_blockers() if colocated else []
+    if blockers:
         raise SpecError(str(context.experiment.name), [f"spec.{b}: cannot run colocated; or run the rollout and learner workers apart"
-                                                       for b in spec.colocation_blockers()])
+                                                       for b in blockers])
     algorithm = resolve_algorithm(spec.algorithm)
     sampler = HFEngine(batch_size=agent.rollout.batch_size) if colocated else None
     metrics = WorkerMetrics(context.experiment.name, agent.name, "learner")

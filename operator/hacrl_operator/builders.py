@@ -24,7 +24,16 @@ from typing import Any
 import yaml
 
 from hacrl_core.pod_policy import lock_down
-from hacrl_core.spec import API_GROUP, API_VERSION, KIND, Experiment, StoreSpec, dump_experiment
+from hacrl_core.spec import (
+    API_GROUP,
+    API_VERSION,
+    KIND,
+    NODE_RANK_ENV,
+    RENDEZVOUS_PORT,
+    Experiment,
+    StoreSpec,
+    dump_experiment,
+)
 from hacrl_operator.config import OperatorConfig
 
 ROLES = ("rollout", "learner")  # the split placement: a rollout and a learner pod per agent
@@ -39,12 +48,8 @@ LABEL_AGENT = f"{API_GROUP}/agent"
 LABEL_ROLE = f"{API_GROUP}/role"
 LABEL_NODE = f"{API_GROUP}/node"  # the node rank of a pod of a learner over several nodes (absent otherwise)
 
-# A learner over several nodes: the roles that train (one pod per node), the variables its
-# launcher reads (hacrl_core.learner.distributed.NODE_ENV), and the rendezvous port (torchrun's
-# default, distributed.DEFAULT_MASTER_PORT; this module does not import torch).
+# A learner over several nodes: the roles that train (one pod per node).
 TRAINING_ROLES = ("learner", COLOCATED)
-NODE_RANK_ENV = "HACRL_NODE_RANK"
-RENDEZVOUS_PORT = 29500
 
 SPEC_MOUNT = "/etc/hacrl"
 SPEC_FILE = "spec.yaml"
