@@ -26,6 +26,9 @@ class TrainingBackend(Protocol):
     #: Classes besides tensors and plain data that ``optimizer_state`` may hold: the only ones a
     #: checkpoint's optimizer file may rebuild (``torch.load(weights_only=True)`` refuses the rest).
     checkpoint_globals: tuple[type, ...]
+    #: True when ``backward`` (and forward) run collectives, so that every rank must run as many
+    #: micro-batches (``learner.stages`` pads a shorter slice with zero-weighted passes).
+    lockstep: bool
 
     def zero_grad(self) -> None: ...
 
@@ -68,6 +71,7 @@ class TorchBackend:
     """
 
     checkpoint_globals: tuple[type, ...] = ()  # torch optimizer state is tensors and plain data
+    lockstep = False  # gradients are summed over the ranks in step(), after every backward
 
     def __init__(self, model: torch.nn.Module, settings) -> None:
         self.model = model

@@ -19,9 +19,16 @@ What the learner's contract asks and how DeepSpeed is configured to meet it:
 - **Precision**: ``dtype: bfloat16`` turns on DeepSpeed's ``bf16`` mode (bf16 weights and
   gradients, fp32 master weights and optimizer state in the optimizer); ``float32`` trains in
   fp32. Use bfloat16 on GPUs; the CPU accelerator (tests) runs fp32.
-- **Single process**: a learner is one process. When ``torch.distributed`` is not initialised
-  yet, a one-rank group is created (``nccl`` on CUDA, ``gloo`` otherwise) on 127.0.0.1 and a free
-  port. Multi-rank learners (one agent over several GPUs) are not wired yet.
+- **Ranks**: a one-process learner gets a one-rank group (``nccl`` on CUDA, ``gloo`` otherwise)
+  on 127.0.0.1 and a free port. Several learner ranks (``learner.processesPerNode``/``nodes``,
+  ``learner.distributed``) join their group before the backend is built, and DeepSpeed uses it:
+  each rank trains on its slice of the mini-batch with the loss normalised over the whole
+  mini-batch, so the one-rank gradient is the *sum* over ranks while DeepSpeed averages: the
+  loss is scaled by the world size (at ZeRO 0 in fp32, where this backend clips before
+  DeepSpeed reduces, the gradients are summed over the ranks first instead). ZeRO 2/3 reduce
+  gradients (and ZeRO-3 gathers parameters) inside every backward (forward), so the ranks must
+  run equally many: ``lockstep`` tells ``learner.stages`` to pad the shorter slices with a
+  zero-weighted micro-batch.
 - **Optimizer state** (checkpoint/resume): ZeRO shards the optimizer state over data-parallel
   ranks. With one rank, the single shard *is* the whole state, so ``optimizer_state`` returns
   DeepSpeed's own optimizer ``state_dict()`` (at ZeRO 1/2/3 it includes the fp32 master
@@ -30,7 +37,9 @@ What the learner's contract asks and how DeepSpeed is configured to meet it:
   load_from_fp32_weights=True)``, so a bf16 run resumes from the fp32 master weights, not from
   the rounded bf16 ones. At stage 0 in fp32 the optimizer is the plain ``torch.optim.AdamW`` and
   the state is its ``state_dict()`` (the torch backend's format). Checkpoints are therefore
-  resumable with the same backend, stage and dtype; changing those across a resume raises.
+  resumable with the same backend, stage and dtype; changing those across a resume raises. With
+  several ranks, rank 0 gathers every rank's shard and saves the list (one checkpoint, one
+  commit); it restores at the same number of ranks only (the check above says so).
 - **ZeRO-3** partitions the parameters themselves; ``gathered_weights()`` is the context in
   which ``unwrapped_model()`` holds full tensors (saving weights needs it; see docs/real-models.md).
 
@@ -63,6 +72,7 @@ from deepspeed.runtime.fp16.loss_scaler import LossScaler  # noqa: E402
 from deepspeed.runtime.zero.config import ZeroStageEnum  # noqa: E402
 from deepspeed.utils.tensor_fragment import fragment_address  # noqa: E402
 
+from hacrl_core.learner import distributed  # noqa: E402
 from hacrl_core.learner.backends import register_backend  # noqa: E402
 
 log = logging.getLogger("hacrl")
@@ -133,6 +143,9 @@ class DeepSpeedBackend:
             model=model, optimizer=optimizer, config=deepspeed_config(settings, self.zero_stage)
         )
         self.model = self.engine  # forward through the engine (ZeRO-3 gathers, bf16 casts)
+        self.world_size = self.engine.world_size
+        # ZeRO 2/3 communicate in every backward (3: every forward too): ranks must run as many.
+        self.lockstep = self.world_size > 1 and self.zero_stage >= 2
 
     def zero_grad(self) -> None:
         self.engine.zero_grad()
@@ -140,11 +153,14 @@ class DeepSpeedBackend:
             self.optimizer.zero_grad(set_to_none=True)
 
     def backward(self, loss: torch.Tensor) -> None:
+        if self.world_size > 1 and not self._self_clip:  # DeepSpeed averages over ranks; the learner's shares sum
+            loss = loss * self.world_size
         self.engine.backward(loss, scale_wrt_gas=False)
 
     def step(self) -> float:
         norm = None
         if self._self_clip:
+            distributed.sum_gradients(self.engine.module.parameters())  # several ranks: the step's averaging then keeps it
             norm = float(torch.nn.utils.clip_grad_norm_(self.engine.module.parameters(), self.grad_clip))
             if not math.isfinite(norm):
                 return norm  # skipped; under ZeRO the norm is known only after the step (weights are checked before publishing)
@@ -158,6 +174,12 @@ class DeepSpeedBackend:
         state = self.optimizer.state_dict()
         if self.zero_stage > 0 or self.dtype == "bfloat16":
             state.setdefault("ds_version", deepspeed.__version__)
+        if self.world_size > 1:  # every rank's shard, to rank 0 (a collective)
+            shards: list[Any] = [None] * self.world_size if distributed.is_writer() else None
+            torch.distributed.gather_object(state, shards, dst=0)
+            if not distributed.is_writer():
+                return {}
+            state = shards
         return {
             "format": STATE_FORMAT,
             "zero_stage": self.zero_stage,
@@ -180,10 +202,11 @@ class DeepSpeedBackend:
                 f"optimizer state of zeroStage/dtype/world size {saved} cannot be loaded into {here}: "
                 "resume with the settings the checkpoint was written with"
             )
-        if self.zero_stage > 0 or self.dtype == "bfloat16":
-            self.optimizer.load_state_dict([state["state"]], load_optimizer_states=True, load_from_fp32_weights=True)
+        shards = state["state"] if self.world_size > 1 else [state["state"]]  # one per rank, in rank order
+        if self.zero_stage > 0 or self.dtype == "bfloat16":  # a ZeRO optimizer takes its rank's shard from the list
+            self.optimizer.load_state_dict(shards, load_optimizer_states=True, load_from_fp32_weights=True)
         else:
-            self.optimizer.load_state_dict(state["state"])
+            self.optimizer.load_state_dict(shards[distributed.world()[0]])
 
     def unwrapped_model(self) -> torch.nn.Module:
         return self.engine.module

@@ -41,6 +41,7 @@ restarts every node of the learner together.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import socket
@@ -123,6 +124,13 @@ def rank_slice(items: Sequence[T]) -> list[T]:
     """This rank's share of ``items``: every ``world``-th item from position ``rank``."""
     rank, size = world()
     return list(items[rank::size])
+
+
+def lockstep_chunks(total: int, micro_batch_size: int) -> int:
+    """Micro-batches of the longest ``rank_slice`` of ``total`` items: what every rank of a
+    lockstep backend (DeepSpeed ZeRO 2/3: collectives inside backward) must run."""
+    longest = math.ceil(total / world()[1])
+    return math.ceil(longest / micro_batch_size)
 
 
 def gather_in_order(mine: list[Any], total: int) -> list[Any]:

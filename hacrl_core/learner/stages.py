@@ -12,6 +12,7 @@ call the same functions on rows sampled in memory.
 from __future__ import annotations
 
 import logging
+import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -141,8 +142,21 @@ def score_sliced(state: LearnerState, rows: Sequence[TrainRow], micro_batch_size
     if not distributed.multi_rank():
         return score_rows(state.model, rows, state.pad_id, micro_batch_size, state.device)
     mine = score_rows(state.model, distributed.rank_slice(rows), state.pad_id, micro_batch_size, state.device)
+    if state.backend.lockstep:  # ZeRO-3 gathers parameters in every forward: as many on every rank
+        with torch.no_grad():
+            for _ in range(distributed.lockstep_chunks(len(rows), micro_batch_size) - math.ceil(len(mine[0]) / micro_batch_size)):
+                idle_pass(state, rows[0], backward=False)
     merged = distributed.gather_in_order(list(zip(*mine)), len(rows))
     return [m[0] for m in merged], [m[1] for m in merged], [m[2] for m in merged]
+
+
+def idle_pass(state: LearnerState, row: TrainRow, *, backward: bool) -> None:
+    """A zero-weighted forward (and backward) on one row: the pass a rank whose slice is shorter
+    runs so that every rank enters a lockstep backend's collectives equally often."""
+    input_ids, attention, response = collate_rows([row], state.pad_id, state.device)
+    logp = sequence_logprobs(state.backend.model if backward else state.model, input_ids, attention, response)
+    if backward:
+        state.backend.backward(logp.sum() * 0.0)
 
 
 def mean_reward(rows: Sequence[TrainRow]) -> float:
@@ -207,7 +221,13 @@ def run_updates(state: LearnerState, rows: list[TrainRow], updates: Sequence[Seq
         norm = algorithm.loss_weight([sum(rows[i].response_mask) for i in members])
         state.backend.zero_grad()
         finite_loss = True
-        for chunk in micro_batches(distributed.rank_slice(members), micro_batch_size):
+        chunks: list[list[int] | None] = list(micro_batches(distributed.rank_slice(members), micro_batch_size))
+        if state.backend.lockstep:  # ZeRO 2/3 reduce in every backward: as many on every rank
+            chunks += [None] * (distributed.lockstep_chunks(len(members), micro_batch_size) - len(chunks))
+        for chunk in chunks:
+            if chunk is None:
+                idle_pass(state, rows[members[0]], backward=True)
+                continue
             chunk_rows = [rows[i] for i in chunk]
             input_ids, attention, response = collate_rows(chunk_rows, state.pad_id, device)
             logp_new = sequence_logprobs(state.backend.model, input_ids, attention, response)

@@ -4,7 +4,7 @@ the only one. It runs the learner worker's own functions on a fixed step of rows
 ``score_own_rows``, ``run_updates`` for each step asked, then optionally ``checkpoint``; rank 0
 writes the trained weights to ``--out`` (safetensors) and each step's metrics next to it (.json).
 
-    python tests/learner/rank_job.py --model DIR --store URI --work DIR --steps 0 [--checkpoint 1] --out W.safetensors
+    python tests/learner/rank_job.py --model DIR --store URI --work DIR --steps 0 [--checkpoint 1] [--deepspeed-zero 2] [--uneven] --out W.safetensors
 """
 
 from __future__ import annotations
@@ -31,13 +31,13 @@ from hacrl_core.spec import parse_experiment  # noqa: E402
 from hacrl_core.store import open_trajectory_store  # noqa: E402
 
 
-def context_for(model: Path, store_uri: str, work: Path) -> WorkerContext:
+def context_for(model: Path, store_uri: str, work: Path, backend: dict | None = None) -> WorkerContext:
     experiment = parse_experiment({
         "apiVersion": "hacrl.io/v1alpha1",
         "kind": "HACRLExperiment",
         "metadata": {"name": "ranks"},
         "spec": {
-            "agents": [{"name": "solo", "model": str(model), "learner": {"lr": 1e-3, "microBatchSize": 3}},
+            "agents": [{"name": "solo", "model": str(model), "learner": {"lr": 1e-3, "microBatchSize": 3, **(backend or {})}},
                        {"name": "peer", "model": str(model)}],
             "algorithm": {"name": "hacpo", "groupSize": 2, "promptsPerStep": 4, "miniBatchPrompts": 2, "steps": 2},
             "data": {"train": {"source": "builtin://arithmetic"}},
@@ -63,17 +63,23 @@ def step_rows(tokenizer) -> list[TrainRow]:
     return own + cross
 
 
-def train_step(context: WorkerContext, state, step: int) -> dict[str, float]:
+def train_step(context: WorkerContext, state, step: int, uneven: bool = False) -> dict[str, float]:
     """The learner's stages on the fixed rows, as ``train_step`` calls them: pi_old of the own rows
-    scored (sliced over the ranks), the peer's rows given a pi_old near it, then the updates."""
+    scored (sliced over the ranks), the peer's rows given a pi_old near it, then the updates.
+    ``uneven``: without the last own row, so that 2 ranks get slices of different lengths (7 own
+    rows to score: 4 and 3; the update holding prompt p3: 7 rows, 4 and 3), with micro-batches of
+    3 a different number of micro-batches per rank (what a lockstep backend must even out)."""
     algorithm = resolve_algorithm(context.spec.algorithm)
     rows = step_rows(state.tokenizer)
+    if uneven:
+        del rows[7]
+    own_count = len(rows) - 8
     updates = plan_updates(rows, context.spec.algorithm, step=step, agent_index=0)
-    own = score_own_rows(state, rows[:8], algorithm, updates[0], context.agent.learner.micro_batch_size)
-    for mine, theirs in zip(own, rows[8:]):
-        theirs.logp_old_mean = mine.logp_old_mean + 0.05  # a ratio of about 0.95: inside HACPO's window
+    own = score_own_rows(state, rows[:own_count], algorithm, updates[0], context.agent.learner.micro_batch_size)
+    for index, theirs in enumerate(rows[own_count:]):  # a ratio of about 0.95: inside HACPO's window
+        theirs.logp_old_mean = own[min(index, own_count - 1)].logp_old_mean + 0.05
     advantages = torch.tensor([1.0 if r.reward else -1.0 for r in rows], dtype=torch.float64)
-    discrepancy = torch.tensor([1.0] * 8 + [0.8] * 8, dtype=torch.float64)
+    discrepancy = torch.tensor([1.0] * own_count + [0.8] * 8, dtype=torch.float64)
     return run_updates(state, rows, updates, advantages, discrepancy, algorithm, context.spec.algorithm,
                        context.agent.learner.micro_batch_size)
 
@@ -86,19 +92,24 @@ def main() -> None:
     parser.add_argument("--steps", type=int, nargs="+", required=True)
     parser.add_argument("--checkpoint", type=int, help="save a checkpoint after this many completed steps")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--deepspeed-zero", type=int, choices=(0, 1, 2, 3), help="train with the deepspeed backend at this ZeRO stage")
+    parser.add_argument("--uneven", action="store_true", help="rows the ranks slice unevenly (see train_step)")
     args = parser.parse_args()
     torch.manual_seed(0)
-    context = context_for(args.model, args.store, args.work)
+    backend = None if args.deepspeed_zero is None else {"backend": "deepspeed", "zeroStage": args.deepspeed_zero}
+    context = context_for(args.model, args.store, args.work, backend)
     device = distributed.join_ranks(context)
     state = initialize(context, device)
     metrics = {}
     for step in args.steps:
-        metrics[step] = train_step(context, state, step)
+        metrics[step] = train_step(context, state, step, args.uneven)
         assert metrics[step]["learner/skipped_updates"] == 0, metrics[step]
     if args.checkpoint is not None:
         checkpoint(context, state, args.checkpoint)
+    with state.backend.gathered_weights() as model:  # a collective under ZeRO-3: every rank enters
+        weights = {name: tensor.detach().contiguous().clone() for name, tensor in model.state_dict().items()}
     if distributed.is_writer():
-        save_file({name: tensor.detach().contiguous().clone() for name, tensor in state.model.state_dict().items()}, args.out)
+        save_file(weights, args.out)
         args.out.with_suffix(".json").write_text(json.dumps(metrics))
     distributed.barrier()
 

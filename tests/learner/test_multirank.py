@@ -38,14 +38,21 @@ REPO = Path(__file__).resolve().parents[2]
 LAUNCH = "import sys; from hacrl_core.learner.distributed import launch_local_ranks; sys.exit(launch_local_ranks(sys.argv[2:], int(sys.argv[1])))"
 
 
-def learner(ranks: int, model: Path, store: Path, work: Path, out: Path, steps: list[int], checkpoint: int | None = None) -> dict:
-    """Run ``rank_job.py`` as ``ranks`` processes; the weights (rank 0's) and the steps' metrics."""
+def learner(ranks: int, model: Path, store: Path, work: Path, out: Path, steps: list[int], checkpoint: int | None = None,
+            zero: int | None = None, fails_with: str | None = None, uneven: bool = False) -> dict:
+    """Run ``rank_job.py`` as ``ranks`` processes (the torch backend, or deepspeed at ZeRO stage
+    ``zero``); the weights (rank 0's) and the steps' metrics; or, with ``fails_with``, check that
+    the job failed saying so."""
     command = [sys.executable, str(JOB), "--model", str(model), "--store", store.as_uri(), "--work", str(work),
                "--steps", *map(str, steps), "--out", str(out)] + (["--checkpoint", str(checkpoint)] if checkpoint else [])
+    command += (["--deepspeed-zero", str(zero)] if zero is not None else []) + (["--uneven"] if uneven else [])
     if ranks > 1:
         command = [sys.executable, "-c", LAUNCH, str(ranks), *command]
     env = dict(os.environ, OMP_NUM_THREADS="1", HACRL_TORCH_THREADS="1", PYTHONPATH=str(REPO))
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    if fails_with is not None:
+        assert result.returncode != 0 and fails_with in result.stderr, result.stderr[-3000:]
+        return {}
     assert result.returncode == 0, result.stdout + result.stderr
     return {"weights": load_file(out), "metrics": json.loads(out.with_suffix(".json").read_text())}
 
@@ -129,6 +136,28 @@ def test_rank_environment_is_torchruns_and_splits_the_workers_threads() -> None:
         "RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
     assert env["OMP_NUM_THREADS"] == env["HACRL_TORCH_THREADS"] == "2" and env["KEEP"] == "x"
     assert rank_environment({"OMP_NUM_THREADS": "1"}, 0, 4, 1)["OMP_NUM_THREADS"] == "1"
+
+
+@pytest.mark.parametrize("zero", [0, 3])
+def test_deepspeed_ranks_take_the_one_rank_update_and_resume_at_their_rank_count(tmp_path: Path, runs: dict, zero: int) -> None:
+    """The deepspeed backend at 2 ranks against itself at 1 rank. ZeRO 0 (fp32): this backend clips
+    before DeepSpeed reduces, so the ranks' gradients are summed first; ZeRO 3: parameters gathered
+    in every forward and gradients reduced in every backward, so a rank with a shorter slice runs
+    zero-weighted passes to match the other's collectives (``--uneven`` rows: the ranks' slices
+    take 2 and 1 micro-batches, in scoring and in an update; without the passes the ranks hang). A checkpoint holds every rank's optimizer
+    shard: it resumes at the same rank count, to the one-rank learner's next update, and is refused
+    at another rank count naming what differs."""
+    model, uneven = runs["model"], zero == 3
+    one = learner(1, model, tmp_path / "s1", tmp_path / "w1", tmp_path / "a.st", [0], checkpoint=1, zero=zero, uneven=uneven)
+    two = learner(2, model, tmp_path / "s2", tmp_path / "w2", tmp_path / "b.st", [0], checkpoint=1, zero=zero, uneven=uneven)
+    assert_same_update(two["weights"], one["weights"], initial_weights(model))
+    assert two["metrics"]["0"]["learner/grad_norm"] == pytest.approx(one["metrics"]["0"]["learner/grad_norm"], rel=1e-4)
+    if zero == 0:
+        return  # ZeRO 0 keeps the whole optimizer on every rank: the resume below is ZeRO 3's question
+    resumed_one = learner(1, model, tmp_path / "s1", tmp_path / "w11", tmp_path / "c.st", [1], zero=zero, uneven=uneven)
+    resumed_two = learner(2, model, tmp_path / "s2", tmp_path / "w22", tmp_path / "d.st", [1], zero=zero, uneven=uneven)
+    assert_same_update(resumed_two["weights"], resumed_one["weights"], one["weights"])
+    learner(1, model, tmp_path / "s2", tmp_path / "w21", tmp_path / "e.st", [1], zero=zero, fails_with="cannot be loaded")
 
 
 RANK_SCRIPT = """
