@@ -67,6 +67,11 @@ class RolloutSettings(SpecModel):
     batch_size: int = Field(64, ge=1, description="Prompts per generate call (hf engine).")
     tensor_parallel_size: int | None = Field(None, ge=1, description="vLLM tensor parallelism (vllm engine only; default 1).")
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="Fraction of GPU memory vLLM may take (vllm engine only; default 0.85).")
+    replicas: int = Field(1, ge=1, le=64, description=(
+        "Rollout workers of this agent (pods on Kubernetes, processes under `hacrl run`), each with the agent's rollout "
+        "resources: replica r samples its contiguous slice of every step's prompts and writes its own part of the step's "
+        "rollouts, and the learners read all parts in replica order. Separate rollout and learner workers only (a colocated "
+        "worker samples with the model it trains). Default 1."))
 
     @model_validator(mode="after")
     def _engine_specific(self) -> "RolloutSettings":
@@ -105,6 +110,19 @@ class LearnerSettings(SpecModel):
         if self.backend != "deepspeed" and self.zero_stage is not None:
             raise ValueError("zeroStage: applies to backend 'deepspeed' only; remove it or set backend: deepspeed")
         return self
+
+
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def gpu_count(resources: KubeObject) -> int | None:
+    """GPUs a container with these ResourceRequirements gets (limits, else requests); None when unset or not a count."""
+    for section in ("limits", "requests"):
+        amounts = resources.get(section)
+        value = amounts.get(GPU_RESOURCE) if isinstance(amounts, dict) else None
+        if value is not None:
+            return int(value) if str(value).isdigit() else None
+    return None
 
 
 class RoleResources(SpecModel):
@@ -170,6 +188,20 @@ class AgentSpec(SpecModel):
         if not value.strip():
             raise ValueError("model must not be empty: give a local path, hub id, s3:// prefix or tiny://preset")
         return value
+
+    @model_validator(mode="after")
+    def _tensor_parallel_fits(self) -> "AgentSpec":
+        # vLLM starts one worker per tensor-parallel rank, each on its own GPU: with fewer GPUs
+        # in the pod it fails at start-up on the cluster, long after admission could have said so.
+        if self.rollout.engine != "vllm":
+            return self
+        gpus = gpu_count(self.resources.rollout)
+        wanted = self.rollout.tensor_parallel_size or 1
+        if gpus is not None and gpus < wanted:
+            raise ValueError(
+                f"rollout.tensorParallelSize: {wanted} needs {wanted} GPUs per rollout replica, but resources.rollout gives "
+                f"{gpus} ({GPU_RESOURCE}); request {wanted} GPUs or lower tensorParallelSize")
+        return self
 
 
 class Ablations(SpecModel):
@@ -289,6 +321,9 @@ OPERATOR_ENV = (
     "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "HF_TOKEN",
     "MASTER_ADDR", "MASTER_PORT",  # the rendezvous of a learner over several nodes
 )
+#: A rollout with several replicas (rollout.replicas): the replica index the operator gives each
+#: replica's pod and `hacrl run` each replica's process; the rollout worker samples that slice.
+ROLLOUT_REPLICA_ENV = "HACRL_ROLLOUT_REPLICA"
 #: A learner over several nodes: the node rank the operator gives each node's pod (beside
 #: MASTER_ADDR/MASTER_PORT) and its launcher reads (hacrl_core.learner.distributed.node_placement),
 #: and the rendezvous port (torchrun's default). Here so that the operator need not import torch.
@@ -525,8 +560,9 @@ class ExperimentSpec(SpecModel):
                  + ")) || self.agents.size() >= 2",
          "message": "hacpo and naive share rollouts between agents and need at least 2 agents; add an agent or use gspo/grpo"},
         {"rule": "!has(self.colocate) || !self.colocate || ((!has(self.algorithm) || !has(self.algorithm.maxStaleness) || "
-                 "self.algorithm.maxStaleness == 0) && self.agents.all(a, !has(a.rollout) || !has(a.rollout.engine) || a.rollout.engine == \"hf\"))",
-         "message": "colocate: true needs algorithm.maxStaleness 0 and every agent's rollout.engine hf; or set colocate: false"},
+                 "self.algorithm.maxStaleness == 0) && self.agents.all(a, !has(a.rollout) || ((!has(a.rollout.engine) || a.rollout.engine == \"hf\") "
+                 "&& (!has(a.rollout.replicas) || a.rollout.replicas == 1))))",
+         "message": "colocate: true needs algorithm.maxStaleness 0 and every agent's rollout.engine hf and rollout.replicas 1; or set colocate: false"},
     ]})
 
     # Bounded (as are the strings the CRD's CEL rules compare) so that the API server's cost
@@ -544,7 +580,7 @@ class ExperimentSpec(SpecModel):
     colocate: bool | None = Field(None, description=(
         "True: one worker (pod) per agent samples with its live model and trains, instead of a rollout and a learner "
         "worker: no weights published and loaded every step, rollout and learner share the machine's CPUs or GPUs. "
-        "Needs algorithm.maxStaleness 0 and every agent's rollout.engine hf. Omitted: `hacrl run` colocates whenever "
+        "Needs algorithm.maxStaleness 0 and every agent's rollout.engine hf and rollout.replicas 1. Omitted: `hacrl run` colocates whenever "
         "both hold (it measured faster on one machine), the operator runs separate rollout and learner pods."))
     suspend: bool = Field(False, description="True deletes the pods and keeps everything else; false resumes from checkpoints.")
     restart_limit: int = Field(3, ge=0, le=1000, description="Pod restarts allowed per agent before the experiment fails.")
@@ -605,6 +641,8 @@ class ExperimentSpec(SpecModel):
                             "trains, so every step is on-policy; set it to 0)")
         blockers += [f"agents[{i}].rollout.engine: {a.rollout.engine} (a colocated worker samples with transformers; set it to hf)"
                      for i, a in enumerate(self.agents) if a.rollout.engine != "hf"]
+        blockers += [f"agents[{i}].rollout.replicas: {a.rollout.replicas} (a colocated worker is one sampler per agent; set it to 1)"
+                     for i, a in enumerate(self.agents) if a.rollout.replicas != 1]
         return blockers
 
     def _check_colocatable(self) -> None:
