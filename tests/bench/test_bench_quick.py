@@ -26,6 +26,7 @@ BENCHMARKS = {
     "learner": ("learner-quick", "ratio (updates only)"),
     "pipeline": ("pipeline-quick", "overhead vs inproc"),
     "store": ("store-quick", "kB / 1000 rows"),
+    "store_codecs": ("store-codecs-quick", "encode+decode vs store"),
     "operator": ("operator-quick", "heartbeat->status median ms"),
     "sharing": ("sharing-quick", "shared rows used"),
 }
