@@ -12,6 +12,11 @@ A learner over several nodes (``agents[].learner.nodes`` N > 1) is N pods of the
 each pod a DNS name (``hostname`` <role>-<node>, ``subdomain`` the Service): every pod gets
 HACRL_NODE_RANK, and MASTER_ADDR/MASTER_PORT pointing at node 0, which its launcher reads
 (hacrl_core.learner.distributed.node_placement). With N == 1 the pod is as it always was.
+
+A rollout with several replicas (``agents[].rollout.replicas`` R > 1) is R rollout pods,
+``<experiment>-<agent>-rollout-<replica>-<hash>`` with the label ``hacrl.io/replica`` and
+HACRL_ROLLOUT_REPLICA (the slice of each step's prompts the replica samples). Unlike a learner's
+nodes they run independently (no Service, no rendezvous). With R == 1 the pod is as it always was.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from hacrl_core.spec import (
     KIND,
     NODE_RANK_ENV,
     RENDEZVOUS_PORT,
+    ROLLOUT_REPLICA_ENV,
     Experiment,
     StoreSpec,
     dump_experiment,
@@ -47,6 +53,7 @@ LABEL_EXPERIMENT = f"{API_GROUP}/experiment"
 LABEL_AGENT = f"{API_GROUP}/agent"
 LABEL_ROLE = f"{API_GROUP}/role"
 LABEL_NODE = f"{API_GROUP}/node"  # the node rank of a pod of a learner over several nodes (absent otherwise)
+LABEL_REPLICA = f"{API_GROUP}/replica"  # the replica index of a pod of a rollout with several replicas (absent otherwise)
 
 # A learner over several nodes: the roles that train (one pod per node).
 TRAINING_ROLES = ("learner", COLOCATED)
@@ -99,13 +106,25 @@ def node_count(experiment: Experiment, agent: str, role: str) -> int:
     return experiment.spec.agent(agent).learner.nodes if role in TRAINING_ROLES else 1
 
 
+def replica_count(experiment: Experiment, agent: str, role: str) -> int:
+    """Independent pods of ``agent``'s ``role``: ``rollout.replicas`` for the rollout role, else 1
+    (the spec keeps a colocated agent at one replica)."""
+    return experiment.spec.agent(agent).rollout.replicas if role == "rollout" else 1
+
+
+def role_pod_count(experiment: Experiment, agent: str, role: str) -> int:
+    """Pods of ``agent``'s ``role``: one per node of a learner over several nodes, one per replica
+    of a rollout with several replicas, else one."""
+    return node_count(experiment, agent, role) * replica_count(experiment, agent, role)
+
+
 def pod_names(experiment: Experiment, agent: str, role: str) -> list[str]:
-    """The usual names of ``agent``'s ``role`` pods, node 0 first: ``pod_name`` for one node,
-    ``<experiment>-<agent>-<role>-<node>-<hash>`` for each of several."""
-    nodes = node_count(experiment, agent, role)
-    if nodes == 1:
+    """The usual names of ``agent``'s ``role`` pods, node (or replica) 0 first: ``pod_name`` for one
+    pod, ``<experiment>-<agent>-<role>-<index>-<hash>`` for each of several."""
+    count = role_pod_count(experiment, agent, role)
+    if count == 1:
         return [pod_name(experiment.name, agent, role)]
-    return [pod_name(experiment.name, agent, f"{role}-{node}") for node in range(nodes)]
+    return [pod_name(experiment.name, agent, f"{role}-{index}") for index in range(count)]
 
 
 def rendezvous_service_name(experiment: str, agent: str) -> str:
@@ -165,9 +184,9 @@ def roles_of(experiment: Experiment) -> tuple[str, ...]:
 
 
 def pod_count(experiment: Experiment) -> int:
-    """The experiment's pods (the gang's size): one per role per agent, and one per node of a
-    learner over several nodes."""
-    return sum(node_count(experiment, agent.name, role) for agent in experiment.spec.agents for role in roles_of(experiment))
+    """The experiment's pods (the gang's size): one per role per agent, one per node of a learner
+    over several nodes, and one per replica of a rollout with several replicas."""
+    return sum(role_pod_count(experiment, agent.name, role) for agent in experiment.spec.agents for role in roles_of(experiment))
 
 
 def gang_name(experiment: str, uid: str | None) -> str:
@@ -312,7 +331,7 @@ def build_configmap(experiment: Experiment, owner: dict[str, Any]) -> dict[str, 
 
 
 def worker_env(experiment: Experiment, agent: str, role: str, uid: str | None = None, node: int = 0,
-               namespace: str | None = None) -> list[dict[str, Any]]:
+               namespace: str | None = None, replica: int = 0) -> list[dict[str, Any]]:
     spec = experiment.spec
     env: list[dict[str, Any]] = [
         {"name": "HACRL_EXPERIMENT", "value": experiment.name},
@@ -346,6 +365,8 @@ def worker_env(experiment: Experiment, agent: str, role: str, uid: str | None = 
         env += [{"name": NODE_RANK_ENV, "value": str(node)},
                 {"name": "MASTER_ADDR", "value": rendezvous_address(experiment.name, agent, role, namespace or "default")},
                 {"name": "MASTER_PORT", "value": str(RENDEZVOUS_PORT)}]
+    if replica_count(experiment, agent, role) > 1:  # one replica of several: the slice of each step's prompts it samples
+        env.append({"name": ROLLOUT_REPLICA_ENV, "value": str(replica)})
     # The user's, after the operator's (so `$(HACRL_AGENT)` expands in them); the spec refuses the
     # names above (hacrl_core.spec.OPERATOR_ENV), so none is set twice.
     env += [var.model_dump(by_alias=True, exclude_none=True) for var in spec.env]
@@ -364,12 +385,12 @@ def model_cache_mount(experiment: Experiment, agent: str) -> tuple[dict[str, Any
 
 def build_pod(
     experiment: Experiment, agent: str, role: str, owner: dict[str, Any], config: OperatorConfig, name: str | None = None,
-    node: int = 0,
+    node: int = 0, replica: int = 0,
 ) -> dict[str, Any]:
     """The Pod of ``role`` (one of ``roles_of(experiment)``) of ``agent`` (of its node ``node`` when
-    the learner spans several), named as in ``pod_names`` unless ``name`` says otherwise
-    (``replacement_pod_name``). A colocated pod is built from the learner's image, resources and
-    podTemplate (``TEMPLATE_ROLE``).
+    the learner spans several, of its replica ``replica`` when the rollout has several), named as
+    in ``pod_names`` unless ``name`` says otherwise (``replacement_pod_name``). A colocated pod is
+    built from the learner's image, resources and podTemplate (``TEMPLATE_ROLE``).
 
     Restarts are the operator's (``restartPolicy: Never``): a failed worker shows up as a Failed
     pod, which the operator replaces and counts against ``spec.restartLimit``.
@@ -379,6 +400,9 @@ def build_pod(
     nodes = node_count(experiment, agent, role)
     if not 0 <= node < nodes:
         raise ValueError(f"node must be 0 to {nodes - 1} for agent {agent!r}'s {role} pods, got {node}")
+    replicas = replica_count(experiment, agent, role)
+    if not 0 <= replica < replicas:
+        raise ValueError(f"replica must be 0 to {replicas - 1} for agent {agent!r}'s {role} pods (rollout.replicas {replicas}), got {replica}")
     spec = experiment.spec
     agent_spec = spec.agent(agent)
     pod_name_override, name = name, experiment.name
@@ -392,7 +416,7 @@ def build_pod(
         "imagePullPolicy": spec.images.pull_policy,
         "command": ["hacrl", "worker", role, "--spec", SPEC_PATH, "--agent", agent],
         "workingDir": WORK_DIR,
-        "env": worker_env(experiment, agent, role, owner["metadata"].get("uid"), node, owner["metadata"]["namespace"]),
+        "env": worker_env(experiment, agent, role, owner["metadata"].get("uid"), node, owner["metadata"]["namespace"], replica),
         "securityContext": {
             "runAsNonRoot": True,
             "allowPrivilegeEscalation": False,
@@ -465,19 +489,21 @@ def build_pod(
     gang_labels, gang_annotations = gang_metadata(experiment, owner["metadata"].get("uid"))
     if scheduling.gang == "volcano":  # every pod of the gang, whatever a podTemplate said
         pod_spec["schedulerName"] = VOLCANO_SCHEDULER
-    node_labels: dict[str, str] = {}
+    index_labels: dict[str, str] = {}
     if nodes > 1:  # its DNS name under the agent's headless Service: node 0's is MASTER_ADDR
         pod_spec["hostname"] = f"{role}-{node}"
         pod_spec["subdomain"] = rendezvous_service_name(name, agent)
-        node_labels = {LABEL_NODE: str(node)}
+        index_labels = {LABEL_NODE: str(node)}
+    if replicas > 1:
+        index_labels = {LABEL_REPLICA: str(replica)}
 
     # The user's labels and annotations (e.g. a priority class of their scheduler) over the
     # defaults (autoscaler eviction), under the operator's own: the labels the operator, its
     # NetworkPolicy and the PodMonitor select by, and the gang's, cannot be changed.
     metadata: dict[str, Any] = {
-        "name": pod_name_override or pod_names(experiment, agent, role)[node],
+        "name": pod_name_override or pod_names(experiment, agent, role)[node if nodes > 1 else replica],
         "namespace": owner["metadata"]["namespace"],
-        "labels": {**(extra.get("labels") or {}), **gang_labels, **pod_labels(name, agent, role), **node_labels},
+        "labels": {**(extra.get("labels") or {}), **gang_labels, **pod_labels(name, agent, role), **index_labels},
         "ownerReferences": [owner_reference(owner)],
     }
     metadata["annotations"] = {**NO_AUTOSCALER_EVICTION, **(extra.get("annotations") or {}), **gang_annotations, **annotations}

@@ -454,6 +454,61 @@ def test_spec_env_may_not_set_the_rendezvous() -> None:
         experiment(env=[{"name": "MASTER_ADDR", "value": "x"}])
 
 
+# -- rollouts with several replicas (issue 15 item 2) --------------------------------------------
+
+
+def two_replica_rollout(**spec_changes: Any):
+    """The quickstart with llama-char's rollout in 2 replicas, with rollout resources and a pod template."""
+    exp = experiment(**spec_changes)
+    agent = exp.spec.agents[0]
+    agent.rollout.replicas = 2
+    agent.resources.rollout = {"limits": {"cpu": "3", "memory": "8Gi"}}
+    agent.pod_template.rollout = {"metadata": {"labels": {"team": "a"}}, "nodeSelector": {"pool": "rollout"}}
+    return exp
+
+
+def test_a_rollout_with_two_replicas_is_two_pods_each_with_its_replica_index() -> None:
+    import kubernetes_validate
+
+    exp = two_replica_rollout()
+    names = builders.pod_names(exp, "llama-char", "rollout")
+    assert names == [builders.pod_name("quickstart", "llama-char", f"rollout-{replica}") for replica in (0, 1)]
+    assert names[0].startswith("quickstart-llama-char-rollout-0-") and names[1].startswith("quickstart-llama-char-rollout-1-")
+    # One replica keeps today's names: nothing changes for the other agent, nor for the learner.
+    assert builders.pod_names(exp, "qwen-bpe", "rollout") == [builders.pod_name("quickstart", "qwen-bpe", "rollout")]
+    assert builders.pod_names(exp, "llama-char", "learner") == [builders.pod_name("quickstart", "llama-char", "learner")]
+    for replica, name in enumerate(names):
+        pod = builders.build_pod(exp, "llama-char", "rollout", OWNER, CONFIG, replica=replica)
+        labels = pod["metadata"]["labels"]
+        assert pod["metadata"]["name"] == name and labels["hacrl.io/replica"] == str(replica) and labels["team"] == "a"
+        assert (labels["hacrl.io/role"], labels["hacrl.io/agent"]) == ("rollout", "llama-char") and "hacrl.io/node" not in labels
+        assert env(pod)["HACRL_ROLLOUT_REPLICA"] == {"name": "HACRL_ROLLOUT_REPLICA", "value": str(replica)}
+        assert container(pod)["command"] == ["hacrl", "worker", "rollout", "--spec", "/etc/hacrl/spec.yaml", "--agent", "llama-char"]
+        assert container(pod)["resources"] == {"limits": {"cpu": "3", "memory": "8Gi"}} and pod["spec"]["nodeSelector"] == {"pool": "rollout"}
+        assert "hostname" not in pod["spec"] and "subdomain" not in pod["spec"]  # independent: no rendezvous
+        assert not {"HACRL_NODE_RANK", "MASTER_ADDR", "MASTER_PORT"} & set(env(pod))
+        kubernetes_validate.validate(pod, "1.33", strict=True)
+    for agent, role in (("qwen-bpe", "rollout"), ("llama-char", "learner")):
+        pod = builders.build_pod(exp, agent, role, OWNER, CONFIG)
+        assert "hacrl.io/replica" not in pod["metadata"]["labels"] and "HACRL_ROLLOUT_REPLICA" not in env(pod)
+    assert builders.build_rendezvous_service(exp, "llama-char", OWNER) is None
+    with pytest.raises(ValueError, match=r"replica must be 0 to 1 for agent 'llama-char'.s rollout pods \(rollout.replicas 2\), got 2"):
+        builders.build_pod(exp, "llama-char", "rollout", OWNER, CONFIG, replica=2)
+    with pytest.raises(ValueError, match="replica must be 0 to 0 for agent 'llama-char'.s learner pods"):
+        builders.build_pod(exp, "llama-char", "learner", OWNER, CONFIG, replica=1)
+
+
+def test_the_gang_counts_every_replica_of_a_rollout_and_every_node_of_a_learner() -> None:
+    assert builders.pod_count(two_replica_rollout()) == 5
+    kueue = two_replica_rollout(scheduling={"gang": "kueue", "queueName": "team-a"})
+    kueue.spec.agents[1].learner.nodes = 2
+    assert builders.pod_count(kueue) == 6
+    pods = [builders.build_pod(kueue, "llama-char", "rollout", OWNER, CONFIG, replica=replica) for replica in (0, 1)]
+    pods += [builders.build_pod(kueue, "qwen-bpe", "learner", OWNER, CONFIG, node=node) for node in (0, 1)]
+    assert {pod["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"] for pod in pods} == {"6"}
+    assert builders.build_pod_group(two_replica_rollout(scheduling={"gang": "volcano"}), OWNER)["spec"]["minMember"] == 5
+
+
 # -- configuration ------------------------------------------------------------------------------
 
 

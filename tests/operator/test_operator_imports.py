@@ -32,7 +32,7 @@ progress, store_error = reconciler.read_progress(experiment)
 refusal = reconciler.store_owner_refusal(experiment, body)
 plan = plan_reconcile(Observed(experiment=experiment, progress=progress, store_error=store_error,
                                blocked=[("StoreOwnedByAnother", m) for m in refusal]))
-pods = [builders.build_pod(experiment, agent, role, body, reconciler.config) for agent, role in plan.create_pods]
+pods = [builders.build_pod(experiment, agent, role, body, reconciler.config) for agent, role, _ in plan.create_pods]
 print(json.dumps({"pods": len(pods), "store_error": store_error, "progress": progress,
                   "loaded": sorted(m for m in ("torch", "pyarrow", "numpy") if m in sys.modules)}))
 """

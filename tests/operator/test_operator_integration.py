@@ -699,6 +699,55 @@ def test_a_learner_over_two_nodes_runs_two_pods_behind_a_headless_service_restar
     assert agent(status_of(cluster), "qwen-bpe")["restarts"] == 1
 
 
+def test_a_rollout_with_two_replicas_runs_two_pods_each_replaced_alone(cluster: EmulatedCluster, op: OperatorHandle) -> None:
+    """rollout.replicas 2: two rollout pods for that agent (HACRL_ROLLOUT_REPLICA 0 and 1), the
+    gang counting both; a replica's pod deleted by hand, then one failing, is recreated alone,
+    each a restart of the agent; the other replica and the other pods are untouched."""
+    from hacrl_operator.builders import pod_names
+
+    document = quickstart(scheduling={"gang": "kueue", "queueName": "team-a"})
+    document["spec"]["agents"][0]["rollout"] = {**document["spec"]["agents"][0].get("rollout", {}), "replicas": 2}
+    create_namespace(cluster)
+    apply(cluster, document)
+    pods = wait_for(lambda: len(pods_of(cluster)) == 5 and pods_of(cluster), what="5 pods")
+    replicas = pod_names(parse_experiment(document), "llama-char", "rollout")
+    assert sorted(pods) == sorted([*replicas, *(pod_name("quickstart", a, r) for a, r in
+                                               (("llama-char", "learner"), ("qwen-bpe", "rollout"), ("qwen-bpe", "learner")))])
+    for replica, name in enumerate(replicas):
+        env = {e["name"]: e.get("value") for e in pods[name]["spec"]["containers"][0]["env"]}
+        assert env["HACRL_ROLLOUT_REPLICA"] == str(replica) and pods[name]["metadata"]["labels"]["hacrl.io/replica"] == str(replica)
+        assert pods[name]["metadata"]["labels"]["hacrl.io/role"] == "rollout" and "hostname" not in pods[name]["spec"]
+    assert all("HACRL_ROLLOUT_REPLICA" not in {e["name"] for e in pods[n]["spec"]["containers"][0]["env"]} for n in pods if n not in replicas)
+    assert {p["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"] for p in pods.values()} == {"5"}
+    assert cluster.get("services", namespace=NS) == []  # replicas need no rendezvous
+    run_all_pods(cluster)
+    status = wait_for(lambda: status_of(cluster).get("phase") == "Running" and status_of(cluster), what="phase Running")
+    assert agent(status, "llama-char")["rolloutPod"] == "Running, Running" and condition(status, "Ready")["reason"] == "AllPodsRunning"
+
+    def replaced_alone(name: str, restarts: int) -> None:
+        wait_for(lambda: (pods_of(cluster).get(name) or {}).get("metadata", {}).get("uid") not in (None, uids[name]), what=f"{name} recreated")
+        wait_for(lambda: agent(status_of(cluster), "llama-char").get("restarts") == restarts, what=f"restarts {restarts}")
+        now = pods_of(cluster)
+        assert sorted(now) == sorted(uids) and all(now[n]["metadata"]["uid"] == uids[n] for n in uids if n != name), "another pod was touched"
+        assert agent(status_of(cluster), "qwen-bpe")["restarts"] == 0
+        run_all_pods(cluster)
+        wait_for(lambda: agent(status_of(cluster), "llama-char").get("rolloutPod") == "Running, Running", what="both replicas running")
+
+    uids = {name: p["metadata"]["uid"] for name, p in pods_of(cluster).items()}
+    cluster.kubectl("delete", "pod", replicas[1], "-n", NS, "--wait=false")
+    replaced_alone(replicas[1], 1)
+    (lost,) = [e for e in cluster.get("events", namespace=NS) if e["reason"] == "PodLost"]
+    assert "agent llama-char rollout replica 1 pod disappeared" in lost["message"]
+
+    uids = {name: p["metadata"]["uid"] for name, p in pods_of(cluster).items()}
+    cluster.set_pod_phase(replicas[0], NS, "Failed", containerStatuses=[
+        {"name": "rollout", "ready": False, "restartCount": 0, "image": "x", "imageID": "", "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}])
+    replaced_alone(replicas[0], 2)
+    (failed,) = [e for e in cluster.get("events", namespace=NS) if e["reason"] == "PodFailed"]
+    assert f"agent llama-char rollout replica 0 pod {replicas[0]} failed" in failed["message"]
+    assert status_of(cluster)["phase"] == "Running"
+
+
 # -- 5. progress and completion ---------------------------------------------------------------
 
 

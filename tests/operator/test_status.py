@@ -118,7 +118,7 @@ def test_phase_and_ready_condition(pods: list, old_phase: str | None, phase: str
 
 def test_first_reconcile_creates_every_pod_and_configmap() -> None:
     p = plan()
-    assert p.ensure_configmap and sorted(p.create_pods) == sorted((a, r) for a in AGENTS for r in ("rollout", "learner"))
+    assert p.ensure_configmap and sorted(p.create_pods) == sorted((a, r, None) for a in AGENTS for r in ("rollout", "learner"))
     assert p.status.start_time == "2026-01-01T12:00:00Z" and p.status.steps == 12 and p.status.agents == 2
     assert [a.restarts for a in p.status.agent_progress] == [0, 0]
     assert {e.reason for e in p.events} >= {"Pending", "FileStore"}
@@ -127,7 +127,7 @@ def test_first_reconcile_creates_every_pod_and_configmap() -> None:
 def test_failed_pod_is_replaced_and_counted_for_its_agent_only() -> None:
     pods = [pod("llama-char", "learner", "Failed", terminated={"exitCode": 1, "reason": "Error"})] + all_pods()[:1] + all_pods()[2:]
     p = plan(status=running_status(), pods=pods)
-    assert p.delete_pods == [pod_name("quickstart", "llama-char", "learner")] and p.create_pods == [("llama-char", "learner")]
+    assert p.delete_pods == [pod_name("quickstart", "llama-char", "learner")] and p.create_pods == [("llama-char", "learner", None)]
     llama, qwen = p.status.agent_progress
     assert (llama.restarts, llama.learner_pod, qwen.restarts) == (1, "Restarting", 0)
     assert [e.reason for e in p.events if e.type == "Warning"] == ["PodFailed"]
@@ -142,7 +142,7 @@ def test_missing_pod_counts_as_restart_only_if_it_existed(previous_state: str | 
     old["agentProgress"][0]["learnerPod"] = previous_state
     pods = [p for p in all_pods() if p["metadata"]["name"] != pod_name("quickstart", "llama-char", "learner")]
     p = plan(status=old, pods=pods)
-    assert p.create_pods == [("llama-char", "learner")]
+    assert p.create_pods == [("llama-char", "learner", None)]
     assert p.status.agent_progress[0].restarts == restarts
 
 
@@ -319,13 +319,13 @@ def test_an_evicted_or_preempted_pod_is_recreated_without_counting_a_restart(dis
     old = running_status()
     old["agentProgress"][0]["restarts"] = 3  # the limit is spent: a real failure would fail the experiment
     p = plan(status=old, pods=[disrupted] + others())
-    assert p.status.phase == "Running" and p.delete_pods == [LLAMA_LEARNER] and p.create_pods == [("llama-char", "learner")]
+    assert p.status.phase == "Running" and p.delete_pods == [LLAMA_LEARNER] and p.create_pods == [("llama-char", "learner", None)]
     assert [a.restarts for a in p.status.agent_progress] == [3, 0] and p.status.agent_progress[0].learner_pod == "Disrupted"
     assert [(e.type, e.reason) for e in p.events] == [("Normal", "PodDisrupted")]
     assert "not counted against restartLimit" in p.events[0].message
     # Gone the next time: created again, still not counted.
     again = plan(status=p.status, pods=others())
-    assert again.create_pods == [("llama-char", "learner")] and [a.restarts for a in again.status.agent_progress] == [3, 0]
+    assert again.create_pods == [("llama-char", "learner", None)] and [a.restarts for a in again.status.agent_progress] == [3, 0]
 
 
 @pytest.mark.parametrize(("condition", "status", "reason"), [
@@ -340,7 +340,7 @@ def test_a_pod_announced_for_disruption_is_recreated_uncounted_once_gone(conditi
     assert not p.create_pods and p.status.agent_progress[0].learner_pod == "Disrupted"
     assert cond(p, "Ready").reason == "Restarting" and "preempted by a higher priority pod" in cond(p, "Ready").message
     gone = plan(status=p.status, pods=others())
-    assert gone.create_pods == [("llama-char", "learner")] and [a.restarts for a in gone.status.agent_progress] == [0, 0]
+    assert gone.create_pods == [("llama-char", "learner", None)] and [a.restarts for a in gone.status.agent_progress] == [0, 0]
     assert not [e for e in gone.events if e.reason == "PodLost"]
 
 
@@ -433,7 +433,7 @@ def test_a_failed_pod_held_by_a_finalizer_is_replaced_under_the_other_name_uncou
     old["agentProgress"][0]["restarts"] = 1
     old["agentProgress"][0]["learnerPod"] = "Restarting"  # deleted by the operator after its failure, counted then
     p = plan(status=old, pods=others() + [held(pod("llama-char", "learner", "Failed"))])
-    assert p.create_pods == [("llama-char", "learner")] and p.renamed == {LLAMA_LEARNER: LLAMA_LEARNER + "-r"}
+    assert p.create_pods == [("llama-char", "learner", None)] and p.renamed == {LLAMA_LEARNER: LLAMA_LEARNER + "-r"}
     assert p.status.agent_progress[0].restarts == 1 and not p.delete_pods
     # The replacement runs while the old object is still held: it is the agent's pod; nothing more to do.
     replacement = pod("llama-char", "learner", "Running")
@@ -449,7 +449,7 @@ def build_name(agent: str, role: str, held_names: list[str]) -> str | None:
     status = running_status()
     status["agentProgress"][AGENTS.index(agent)][f"{role}Pod"] = "Restarting"
     p = plan(status=status, pods=[x for x in all_pods() if x["metadata"]["name"] != pod_name("quickstart", agent, role)] + pods)
-    if (agent, role) not in p.create_pods:
+    if (agent, role, None) not in p.create_pods:
         return None
     usual = pod_name("quickstart", agent, role)
     return p.renamed.get(usual, usual)
@@ -466,7 +466,7 @@ def test_kueue_preempting_the_group_recreates_every_pod_uncounted() -> None:
         {"type": "TerminationTarget", "status": "True", "reason": "WorkloadEvictedDueToPreempted", "message": "Preempted to accommodate a workload"}]))
         for x in all_pods()]
     p = plan(exp=experiment(scheduling={"gang": "kueue", "queueName": "team-a"}), status=running_status(), pods=stopped)
-    assert sorted(p.create_pods) == sorted((a, r) for a in AGENTS for r in ("rollout", "learner"))
+    assert sorted(p.create_pods) == sorted((a, r, None) for a in AGENTS for r in ("rollout", "learner"))
     assert sorted(p.renamed.values()) == sorted(pod_name("quickstart", a, r) + "-r" for a in AGENTS for r in ("rollout", "learner"))
     assert [a.restarts for a in p.status.agent_progress] == [0, 0] and not [e for e in p.events if e.reason == "PodLost"]
 
@@ -499,7 +499,7 @@ NODE_PODS = [pod_name("quickstart", "llama-char", f"learner-{node}") for node in
 
 def test_the_pods_of_a_learner_over_two_nodes_are_created_together_and_show_as_one_learner() -> None:
     p = plan(exp=two_node_experiment())
-    assert sorted(p.create_pods) == sorted((a, r) for a in AGENTS for r in ("rollout", "learner"))  # one slot: builders.pod_names expands it
+    assert sorted(p.create_pods) == sorted((a, r, None) for a in AGENTS for r in ("rollout", "learner"))  # one slot: builders.pod_names expands it
     one_running = plan(exp=two_node_experiment(), status=p.status, pods=others() + [node_pod(0), node_pod(1, "Pending")])
     assert not one_running.create_pods and one_running.status.agent_progress[0].learner_pod == "Pending"
     running = plan(exp=two_node_experiment(), status=one_running.status, pods=others() + [node_pod(0), node_pod(1)])
@@ -511,7 +511,7 @@ def test_one_failed_node_restarts_every_node_of_its_learner_counting_one_restart
     exp = two_node_experiment()
     failed = node_pod(1, "Failed", terminated={"exitCode": 1, "reason": "Error"})
     p = plan(exp=exp, status=running_status(), pods=others() + [node_pod(0), failed])
-    assert sorted(p.delete_pods) == sorted(NODE_PODS) and p.create_pods == [("llama-char", "learner")]
+    assert sorted(p.delete_pods) == sorted(NODE_PODS) and p.create_pods == [("llama-char", "learner", None)]
     assert [a.restarts for a in p.status.agent_progress] == [1, 0]
     (event,) = [e for e in p.events if e.reason == "PodFailed"]
     assert NODE_PODS[1] in event.message and "all 2 pods of the learner" in event.message
@@ -519,29 +519,155 @@ def test_one_failed_node_restarts_every_node_of_its_learner_counting_one_restart
     waiting = plan(exp=exp, status=p.status, pods=others() + [node_pod(0, terminating=True)])
     assert not waiting.create_pods and [a.restarts for a in waiting.status.agent_progress] == [1, 0]
     gone = plan(exp=exp, status=waiting.status, pods=others())
-    assert gone.create_pods == [("llama-char", "learner")] and [a.restarts for a in gone.status.agent_progress] == [1, 0]
+    assert gone.create_pods == [("llama-char", "learner", None)] and [a.restarts for a in gone.status.agent_progress] == [1, 0]
 
 
 def test_a_node_pod_lost_restarts_the_learner_and_one_never_created_is_just_created() -> None:
     exp = two_node_experiment()
     lost = plan(exp=exp, status=running_status(), pods=others() + [node_pod(0)])
-    assert lost.delete_pods == [NODE_PODS[0]] and lost.create_pods == [("llama-char", "learner")]
+    assert lost.delete_pods == [NODE_PODS[0]] and lost.create_pods == [("llama-char", "learner", None)]
     assert [a.restarts for a in lost.status.agent_progress] == [1, 0] and [e.reason for e in lost.events if e.reason == "PodLost"]
     status = running_status()
     status["agentProgress"][0]["learnerPod"] = "Restarting"  # being recreated: the other node's pod is on its way
     partial = plan(exp=exp, status=status, pods=others() + [node_pod(0, "Pending")])
-    assert not partial.delete_pods and partial.create_pods == [("llama-char", "learner")]
+    assert not partial.delete_pods and partial.create_pods == [("llama-char", "learner", None)]
     assert [a.restarts for a in partial.status.agent_progress] == [0, 0]
 
 
 def test_node_pods_that_no_longer_fit_the_spec_are_orphans() -> None:
     """learner.nodes changed from 2 to 1: the node pods go, the one-node pod comes."""
     p = plan(status=running_status(), pods=others() + [node_pod(0), node_pod(1)])
-    assert sorted(p.delete_pods) == sorted(NODE_PODS) and p.create_pods == [("llama-char", "learner")]
+    assert sorted(p.delete_pods) == sorted(NODE_PODS) and p.create_pods == [("llama-char", "learner", None)]
 
 
 def test_a_held_node_pod_is_replaced_under_the_other_name() -> None:
     status = running_status()
     status["agentProgress"][0]["learnerPod"] = "Restarting"
     p = plan(exp=two_node_experiment(), status=status, pods=others() + [held(node_pod(1, "Failed"))])
-    assert p.create_pods == [("llama-char", "learner")] and p.renamed == {NODE_PODS[1]: NODE_PODS[1] + "-r"}
+    assert p.create_pods == [("llama-char", "learner", None)] and p.renamed == {NODE_PODS[1]: NODE_PODS[1] + "-r"}
+
+
+# -- rollouts with several replicas (issue 15 item 2) --------------------------------------------
+
+
+def two_replica_experiment(replicas: int = 2, **spec_changes: Any):
+    """The quickstart with llama-char's rollout in ``replicas`` replicas."""
+    exp = experiment(**spec_changes)
+    exp.spec.agents[0].rollout.replicas = replicas
+    return exp
+
+
+REPLICA_PODS = [pod_name("quickstart", "llama-char", f"rollout-{replica}") for replica in range(3)]
+LLAMA_ROLLOUT = pod_name("quickstart", "llama-char", "rollout")
+
+
+def replica_pod(replica: int, phase: str = "Running", **kw: Any) -> dict[str, Any]:
+    manifest = pod("llama-char", "rollout", phase, **kw)
+    manifest["metadata"]["name"] = REPLICA_PODS[replica]
+    manifest["metadata"]["labels"]["hacrl.io/replica"] = str(replica)
+    return manifest
+
+
+def but_the_rollout() -> list[dict[str, Any]]:
+    """Every pod of the quickstart but llama-char's (one) rollout pod."""
+    return [p for p in all_pods() if p["metadata"]["name"] != LLAMA_ROLLOUT]
+
+
+def replicas_running(restarts: int = 0) -> dict[str, Any]:
+    status = running_status()
+    status["agentProgress"][0].update(rolloutPod="Running, Running", restarts=restarts)
+    return status
+
+
+def restarts(p) -> list[int]:
+    return [a.restarts for a in p.status.agent_progress]
+
+
+def test_each_replica_of_a_rollout_is_created_and_its_state_recorded_in_replica_order() -> None:
+    exp = two_replica_experiment()
+    p = plan(exp=exp)
+    assert sorted(p.create_pods) == sorted([("llama-char", "rollout", 0), ("llama-char", "rollout", 1), ("llama-char", "learner", None),
+                                            ("qwen-bpe", "rollout", None), ("qwen-bpe", "learner", None)])
+    assert p.status.agent_progress[0].rollout_pod == "Pending, Pending" and p.status.agent_progress[1].rollout_pod == "Pending"
+    one_pending = plan(exp=exp, status=p.status, pods=but_the_rollout() + [replica_pod(0), replica_pod(1, "Pending")])
+    assert not one_pending.create_pods and one_pending.status.agent_progress[0].rollout_pod == "Running, Pending"
+    assert cond(one_pending, "Ready").reason == "PodsPending" and f"replica 1 pod {REPLICA_PODS[1]}" in cond(one_pending, "Ready").message
+    running = plan(exp=exp, status=one_pending.status, pods=but_the_rollout() + [replica_pod(0), replica_pod(1)])
+    assert running.status.phase == "Running" and cond(running, "Ready").reason == "AllPodsRunning"
+    assert running.status.agent_progress[0].rollout_pod == "Running, Running" and not running.create_pods and not running.delete_pods
+
+
+def test_a_failed_replica_is_replaced_alone_counting_one_restart() -> None:
+    exp = two_replica_experiment()
+    failed = replica_pod(1, "Failed", terminated={"exitCode": 1, "reason": "Error"})
+    p = plan(exp=exp, status=replicas_running(), pods=but_the_rollout() + [replica_pod(0), failed])
+    assert p.delete_pods == [REPLICA_PODS[1]] and p.create_pods == [("llama-char", "rollout", 1)] and restarts(p) == [1, 0]
+    assert p.status.agent_progress[0].rollout_pod == "Running, Restarting" and p.status.phase == "Running"
+    (event,) = [e for e in p.events if e.reason == "PodFailed"]
+    assert f"agent llama-char rollout replica 1 pod {REPLICA_PODS[1]} failed" in event.message and "recreating it," in event.message
+    gone = plan(exp=exp, status=p.status, pods=but_the_rollout() + [replica_pod(0)])  # created again, not counted again
+    assert gone.create_pods == [("llama-char", "rollout", 1)] and restarts(gone) == [1, 0] and not gone.delete_pods
+    assert gone.status.agent_progress[0].rollout_pod == "Running, Restarting" and not [e for e in gone.events if e.reason == "PodLost"]
+
+
+def test_a_lost_replica_counts_a_restart_and_an_evicted_one_none() -> None:
+    exp = two_replica_experiment()
+    lost = plan(exp=exp, status=replicas_running(), pods=but_the_rollout() + [replica_pod(0)])
+    assert not lost.delete_pods and lost.create_pods == [("llama-char", "rollout", 1)] and restarts(lost) == [1, 0]
+    (event,) = [e for e in lost.events if e.reason == "PodLost"]
+    assert "agent llama-char rollout replica 1 pod disappeared (was Running)" in event.message
+
+    evicted = with_status(replica_pod(0, "Failed"), reason="Evicted", message="The node was low on resource: memory.")
+    p = plan(exp=exp, status=replicas_running(restarts=3), pods=but_the_rollout() + [evicted, replica_pod(1)])  # the limit is spent
+    assert p.delete_pods == [REPLICA_PODS[0]] and p.create_pods == [("llama-char", "rollout", 0)] and restarts(p) == [3, 0]
+    assert p.status.agent_progress[0].rollout_pod == "Disrupted, Running" and [e.reason for e in p.events] == ["PodDisrupted"]
+    gone = plan(exp=exp, status=p.status, pods=but_the_rollout() + [replica_pod(1)])
+    assert gone.create_pods == [("llama-char", "rollout", 0)] and restarts(gone) == [3, 0] and gone.status.phase == "Running"
+
+
+def test_replicas_failing_together_each_count_against_the_restart_limit() -> None:
+    exp = two_replica_experiment(restartLimit=2)
+    failed = [replica_pod(r, "Failed", terminated={"exitCode": 1, "reason": "Error"}) for r in (0, 1)]
+    p = plan(exp=exp, status=replicas_running(restarts=1), pods=but_the_rollout() + failed)
+    assert p.status.phase == "Failed" and not p.create_pods and not p.delete_pods
+    assert cond(p, "Failed").reason == "RestartLimitExceeded" and f"replica 1 pod {REPLICA_PODS[1]} failed" in cond(p, "Failed").message
+    assert p.status.agent_progress[0].rollout_pod == "Failed, Failed"
+
+
+def test_a_replica_unscheduled_past_the_pending_timeout_is_unschedulable() -> None:
+    p = plan(exp=two_replica_experiment(), status=replicas_running(), pods=but_the_rollout() + [replica_pod(0), replica_pod(1, "Pending", unschedulable=True)])
+    ready = cond(p, "Ready")
+    assert ready.reason == "Unschedulable" and f"replica 1 pod {REPLICA_PODS[1]} not scheduled since" in ready.message
+    assert "pendingTimeoutSeconds 600" in ready.message and p.status.agent_progress[0].rollout_pod == "Running, Unschedulable"
+    assert not p.create_pods and not p.delete_pods
+
+
+@pytest.mark.parametrize(("before", "after", "pods", "deleted", "created"), [
+    (2, 1, [replica_pod(0), replica_pod(1)], REPLICA_PODS[:2], [("llama-char", "rollout", None)]),
+    (1, 2, [pod("llama-char", "rollout")], [LLAMA_ROLLOUT], [("llama-char", "rollout", 0), ("llama-char", "rollout", 1)]),
+    (2, 3, [replica_pod(0), replica_pod(1)], [], [("llama-char", "rollout", 2)]),
+    (3, 2, [replica_pod(0), replica_pod(1), replica_pod(2)], [REPLICA_PODS[2]], []),
+], ids=["2-to-1", "1-to-2", "2-to-3", "3-to-2"])
+def test_a_changed_replica_count_deletes_the_pods_that_no_longer_fit_and_creates_the_new_ones_uncounted(
+        before: int, after: int, pods: list[dict[str, Any]], deleted: list[str], created: list[tuple[str, str, int | None]]) -> None:
+    """What a spec whose rollout.replicas changed gets where the CRD's rule (fixed once started)
+    does not run: a cluster without CEL, or a change before the pods were first created."""
+    status = running_status()
+    status["agentProgress"][0]["rolloutPod"] = ", ".join(["Running"] * before)
+    p = plan(exp=two_replica_experiment(after), status=status, pods=but_the_rollout() + pods)
+    assert sorted(p.delete_pods) == sorted(deleted) and sorted(p.create_pods) == sorted(created) and restarts(p) == [0, 0]
+    assert not [e for e in p.events if e.reason in ("PodLost", "PodFailed")]
+
+
+def test_a_held_replica_pod_is_replaced_under_the_other_name_and_suspend_deletes_every_replica() -> None:
+    exp = two_replica_experiment()
+    status = replicas_running()
+    status["agentProgress"][0]["rolloutPod"] = "Running, Restarting"
+    p = plan(exp=exp, status=status, pods=but_the_rollout() + [replica_pod(0), held(replica_pod(1, "Failed"))])
+    assert p.create_pods == [("llama-char", "rollout", 1)] and p.renamed == {REPLICA_PODS[1]: REPLICA_PODS[1] + "-r"}
+
+    suspended = plan(exp=two_replica_experiment(suspend=True), status=replicas_running(), pods=but_the_rollout() + [replica_pod(0), replica_pod(1)])
+    assert set(REPLICA_PODS[:2]) <= set(suspended.delete_pods) and len(suspended.delete_pods) == 5
+    assert suspended.status.agent_progress[0].rollout_pod is None
+    resumed = plan(exp=exp, status=suspended.status)
+    assert len(resumed.create_pods) == 5 and restarts(resumed) == [0, 0]

@@ -221,23 +221,26 @@ class Reconciler:
         for pod in plan.delete_pods:
             kube.delete_pod(namespace, pod)
         created: list[str] = []
-        for agent, role in plan.create_pods:
+        for slot in plan.create_pods:
+            agent, role, replica = slot
             if builders.node_count(experiment, agent, role) > 1:
                 self.ensure_rendezvous_service(experiment, agent, body, plan)
+            replicated = builders.replica_count(experiment, agent, role) > 1
             failed = False
-            for node, usual in enumerate(builders.pod_names(experiment, agent, role)):  # every node's pod of a learner over several
-                manifest = builders.build_pod(experiment, agent, role, body, self.config, plan.renamed.get(usual, usual), node)
+            for index, usual in slot.members(experiment):  # every node's pod of a learner over several, or one replica's
+                where = {"replica": index} if replicated else {"node": index}
+                manifest = builders.build_pod(experiment, agent, role, body, self.config, plan.renamed.get(usual, usual), **where)
                 name = manifest["metadata"]["name"]
                 try:
                     if kube.create(manifest):
                         created.append(name)
                         if not failed:
-                            plan.set_pod_state(agent, role, "Pending")
+                            plan.set_pod_state(agent, role, "Pending", replica)
                     else:
-                        self.check_pod_owner(kube, namespace, name, body, plan, agent, role)
+                        self.check_pod_owner(kube, namespace, name, body, plan, agent, role, replica)
                 except KubeError as error:
                     failed = True
-                    plan.set_pod_state(agent, role, "CreateFailed")
+                    plan.set_pod_state(agent, role, "CreateFailed", replica)
                     message = f"cannot create pod {name}: {error}"
                     plan.set_condition("Ready", False, "PodCreateFailed", message)
                     plan.events.append(Event("Warning", "PodCreateFailed", message))
@@ -261,7 +264,8 @@ class Reconciler:
                 plan.events.append(Event("Warning", "StoreUnreachable", message))
 
     @staticmethod
-    def check_pod_owner(kube, namespace: str, name: str, body: dict[str, Any], plan: Plan, agent: str, role: str) -> None:
+    def check_pod_owner(kube, namespace: str, name: str, body: dict[str, Any], plan: Plan, agent: str, role: str,
+                        replica: int | None = None) -> None:
         """A pod that exists already but is not ours (another experiment whose name and agent join
         to the same pod name, or anything else) would leave this experiment waiting forever: say so."""
         existing = kube.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
@@ -274,7 +278,7 @@ class Reconciler:
         holder = ", ".join(f"{o.get('kind')} {o.get('name')}" for o in owners) or "no owner"
         message = (f"cannot create pod {name}: a pod of that name already exists and belongs to {holder}; "
                    "rename this experiment or the agent so that experiment-agent-role names differ")
-        plan.set_pod_state(agent, role, "CreateFailed")
+        plan.set_pod_state(agent, role, "CreateFailed", replica)
         plan.set_condition("Ready", False, "PodNameTaken", message)
         plan.events.append(Event("Warning", "PodNameTaken", message))
         logger.warning("%s/%s: %s", namespace, body["metadata"].get("name"), message)

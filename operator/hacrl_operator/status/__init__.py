@@ -17,7 +17,8 @@ State kept between reconciles lives in the status itself, so the operator is sta
   missing while its last state says it existed (``Running``, ``Pending``...) was deleted by hand or
   evicted: it is recreated and counted as a restart. ``None`` (never created, or suspended) and
   ``Restarting`` (deleted by the operator after a failure, already counted) are recreated without
-  counting.
+  counting. A rollout with several replicas records each replica's state, in replica order
+  (``pods.join_states``, e.g. ``Running, Pending``), so that each replica is judged on its own.
 """
 
 from hacrl_operator.status.events import Event

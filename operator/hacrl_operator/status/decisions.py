@@ -13,6 +13,10 @@ The pods of a learner over several nodes are decided as one (``pods.group_view``
 form one process group, which cannot go on without any of them. When one fails (or is lost, or
 evicted), all are deleted and all recreated, counting one restart (none for an eviction); a node
 whose pod was never created, or is being recreated, just gets it.
+
+The replicas of a rollout with several (``pods.replica_view``) are independent: each is decided
+alone, as the one rollout pod of an agent is, against its own last state (``pods.split_states``),
+so a failed or lost replica is replaced alone and counts one restart of the agent.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from hacrl_core.status import AgentProgress
 from hacrl_operator.status.clock import rfc3339
 from hacrl_operator.status.events import Event
 from hacrl_operator.status.heartbeats import Heartbeat
-from hacrl_operator.status.pods import PodView
+from hacrl_operator.status.pods import PodView, join_states, split_states
 
 # Pod states after which a missing pod is recreated without counting a restart: never created
 # (or suspended), deleted by the operator after a failure (already counted), not created, or
@@ -43,12 +47,14 @@ class PodRules:
     now: dt.datetime | None = None
     where_to_look: str = ""  # appended to an Unschedulable message (the gang scheduler's object)
     roles: tuple[str, ...] = ("rollout", "learner")  # each agent's pods (builders.roles_of); the last one trains
+    replicas: Mapping[tuple[str, str], int] = dataclasses.field(default_factory=dict)  # (agent, role): replicas when several
 
 
 @dataclasses.dataclass(frozen=True)
 class PodDecision:
     role: str
     state: str | None  # the pod's state to record in agentProgress[].<role>Pod
+    replica: int | None = None  # the replica decided, of a rollout with several; None: the role's pod (or every node's)
     create: bool = False  # create the pod (again)
     delete: tuple[str, ...] = ()  # failed pods to delete first (with the other pods of a learner over several nodes)
     restart: Event | None = None  # a restart of the agent, with the event that says why
@@ -62,7 +68,14 @@ class AgentDecision:
     agent: str
     done: bool  # the agent's learner finished every step
     restarts: int  # the agent's restarts once its decisions are applied
-    pods: tuple[PodDecision, ...]
+    pods: tuple[PodDecision, ...]  # one per role, or per replica of a rollout with several
+
+    def states(self) -> dict[str, str | None]:
+        """The state to record of each role's pods: its pod's, or every replica's (``pods.join_states``)."""
+        by_role: dict[str, list[str | None]] = {}
+        for pod in self.pods:
+            by_role.setdefault(pod.role, []).append(pod.state)
+        return {role: join_states(states) for role, states in by_role.items()}
 
 
 def decide_agent(
@@ -77,10 +90,17 @@ def decide_agent(
     restarts = entry.restarts
     pods = []
     for role in rules.roles:
-        last = previous.pod_state(role) if previous is not None else None
-        decision = _decide_pod(f"agent {agent} {role} pod", role, views.get((agent, role)), last, done, restarts, rules)
-        restarts += decision.restart is not None
-        pods.append(decision)
+        count = rules.replicas.get((agent, role), 1)
+        view = views.get((agent, role))
+        members = (view,) if count == 1 else view.replicas if view is not None and view.replicas is not None else (None,) * count
+        lasts = split_states(previous.pod_state(role) if previous is not None else None, count)
+        for replica, (member, last) in enumerate(zip(members, lasts, strict=True)):
+            label = f"agent {agent} {role} pod" if count == 1 else f"agent {agent} {role} replica {replica} pod"
+            decision = _decide_pod(label, role, member, last, done, restarts, rules)
+            if count > 1:
+                decision = dataclasses.replace(decision, replica=replica)
+            restarts += decision.restart is not None
+            pods.append(decision)
     return AgentDecision(agent, done, restarts, tuple(pods))
 
 

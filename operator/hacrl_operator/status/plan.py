@@ -13,22 +13,44 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from hacrl_core.spec import Experiment, ExperimentSpec
 from hacrl_core.status import AgentProgress, ExperimentStatus, Phase
-from hacrl_operator.builders import ALL_ROLES, node_count, pod_names, replacement_pod_name, roles_of
+from hacrl_operator.builders import ALL_ROLES, node_count, pod_names, replacement_pod_name, replica_count, roles_of
 from hacrl_operator.status.clock import now_utc, parse_time, rfc3339
 from hacrl_operator.status.conditions import Conditions, most_actionable, store_deleted
 from hacrl_operator.status.decisions import AgentDecision, PodRules, decide_agent
 from hacrl_operator.status.events import Event, transition_events
 from hacrl_operator.status.heartbeats import Heartbeat, agent_progress, data_rows_condition
-from hacrl_operator.status.pods import PodView, index_pods, terminating_names
+from hacrl_operator.status.pods import STATE_SEPARATOR, PodView, index_pods, terminating_names, with_replica_state
 from hacrl_operator.status.wire import Status, read_status
 
 TERMINAL = ("Succeeded", "Failed")
 
 Views = Mapping[tuple[str, str], PodView]
+Counts = dict[tuple[str, str], int]
+
+
+class PodSlot(NamedTuple):
+    """Pods to create: ``agent``'s ``role`` pod, or every node's pod of a learner over several
+    nodes; with ``replica``, only that replica's pod of a rollout with several."""
+
+    agent: str
+    role: str
+    replica: int | None = None
+
+    def members(self, experiment: Experiment) -> list[tuple[int, str]]:
+        """(node rank or replica index, usual name) of each pod of the slot (``builders.pod_names``)."""
+        names = list(enumerate(pod_names(experiment, self.agent, self.role)))
+        return names if self.replica is None else [names[self.replica]]
+
+
+def pod_counts(experiment: Experiment) -> tuple[Counts, Counts]:
+    """(nodes, replicas) of each (agent, role) of the experiment (``builders.node_count``,
+    ``builders.replica_count``)."""
+    keys = [(agent.name, role) for agent in experiment.spec.agents for role in roles_of(experiment)]
+    return ({key: node_count(experiment, *key) for key in keys}, {key: replica_count(experiment, *key) for key in keys})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,8 +74,7 @@ class Observed:
 class Plan:
     status: ExperimentStatus
     conditions: Conditions
-    # (agent, role): its pod, or every node's pod of a learner over several nodes (builders.pod_names)
-    create_pods: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    create_pods: list[PodSlot] = dataclasses.field(default_factory=list)
     # usual name -> the name to create a pod under where its usual one is held by a pod being deleted.
     renamed: dict[str, str] = dataclasses.field(default_factory=dict)
     delete_pods: list[str] = dataclasses.field(default_factory=list)
@@ -72,10 +93,11 @@ class Plan:
         self.conditions.keep(type_)
         self.status.conditions = self.conditions.listed()
 
-    def set_pod_state(self, agent: str, role: str, state: str | None) -> None:
+    def set_pod_state(self, agent: str, role: str, state: str | None, replica: int | None = None) -> None:
+        """Record the state of ``agent``'s ``role`` pod(s), or of its replica ``replica`` alone."""
         for entry in self.status.agent_progress:
             if entry.name == agent:
-                entry.set_pod_state(role, state)
+                entry.set_pod_state(role, state if replica is None else with_replica_state(entry.pod_state(role), replica, state))
 
     def forget_pods(self) -> None:
         """No pod states: the pods are deleted on purpose (recreating them counts no restart)."""
@@ -124,8 +146,7 @@ def _plan_valid(observed: Observed, experiment: Experiment, old: ExperimentStatu
     names = [a.name for a in spec.agents]
     previous = {p.name: p for p in old.agent_progress}
     roles = roles_of(experiment)
-    nodes = {(name, role): node_count(experiment, name, role) for name in names for role in roles}
-    views, orphans = index_pods(observed.pods, names, roles, nodes)
+    views, orphans = index_pods(observed.pods, names, roles, *pod_counts(experiment))
     entries = [agent_progress(n, observed.progress.get(n), previous.get(n), steps) for n in names]
     for entry in entries:
         for role in roles:
@@ -168,7 +189,8 @@ def _plan_finished(plan: Plan, experiment: Experiment, views: Views, now: dt.dat
         plan.keep_condition(type_)
     for entry in status.agent_progress:
         for role in roles_of(experiment):
-            if (entry.name, role) not in views and entry.pod_state(role) not in ("Succeeded", "Failed"):
+            recorded = (entry.pod_state(role) or "").split(STATE_SEPARATOR)  # one pod's state, or each replica's
+            if (entry.name, role) not in views and not set(recorded) <= {"Succeeded", "Failed"}:
                 entry.set_pod_state(role, None)
     _apply_cleanup(plan, experiment, views, status.phase, old)
     ttl = experiment.spec.cleanup.ttl_seconds_after_finished
@@ -227,7 +249,8 @@ def _plan_active(plan: Plan, experiment: Experiment, views: Views, observed: Obs
     steps = spec.algorithm.steps
     previous = {p.name: p for p in old.agent_progress}
     entries = plan.status.agent_progress
-    rules = PodRules(steps, spec.restart_limit, spec.scheduling.pending_timeout_seconds, observed.now, _where_to_look(spec), roles_of(experiment))
+    rules = PodRules(steps, spec.restart_limit, spec.scheduling.pending_timeout_seconds, observed.now, _where_to_look(spec), roles_of(experiment),
+                     pod_counts(experiment)[1])
     decisions = [
         decide_agent(entry, observed.progress.get(entry.name) or {}, views, previous.get(entry.name), rules)
         for entry in entries
@@ -241,9 +264,9 @@ def _plan_active(plan: Plan, experiment: Experiment, views: Views, observed: Obs
     if failures:
         # Failed pods stay for their logs unless cleanup says otherwise; every pod keeps its observed state.
         for entry, decision in zip(entries, decisions, strict=True):
-            for pod in decision.pods:
-                view = views.get((entry.name, pod.role))
-                entry.set_pod_state(pod.role, view.state if view is not None else pod.state)
+            for role, state in decision.states().items():
+                view = views.get((entry.name, role))
+                entry.set_pod_state(role, view.state if view is not None else state)
         _finish(plan, experiment, views, old, "Failed", "RestartLimitExceeded", "RestartLimitExceeded", "; ".join(failures), observed.now)
         return
     _apply(plan, entries, decisions)
@@ -258,11 +281,12 @@ def _plan_active(plan: Plan, experiment: Experiment, views: Views, observed: Obs
 def _apply(plan: Plan, entries: list[AgentProgress], decisions: list[AgentDecision]) -> None:
     for entry, decision in zip(entries, decisions, strict=True):
         entry.restarts = decision.restarts
+        for role, state in decision.states().items():
+            entry.set_pod_state(role, state)
         for pod in decision.pods:
-            entry.set_pod_state(pod.role, pod.state)
             plan.delete_pods.extend(pod.delete)
             if pod.create:
-                plan.create_pods.append((decision.agent, pod.role))
+                plan.create_pods.append(PodSlot(decision.agent, pod.role, pod.replica))
             if pod.restart:
                 plan.events.append(pod.restart)
             if pod.notice:
@@ -276,10 +300,10 @@ def _name_replacements(plan: Plan, experiment: Experiment, pods: Iterable[Mappin
     if not held:
         return
     taken = {str((pod.get("metadata") or {}).get("name")) for pod in pods}
-    for agent, role in list(plan.create_pods):
-        renames = {usual: replacement_pod_name(usual) for usual in pod_names(experiment, agent, role) if usual in held}
+    for slot in list(plan.create_pods):
+        renames = {usual: replacement_pod_name(usual) for _, usual in slot.members(experiment) if usual in held}
         if any(other in taken for other in renames.values()):
-            plan.create_pods.remove((agent, role))
+            plan.create_pods.remove(slot)
         else:
             plan.renamed.update(renames)
 

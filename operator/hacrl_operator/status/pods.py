@@ -1,14 +1,15 @@
-"""Worker pods as the planner sees them: a ``PodView`` of each pod manifest, and one ``PodView``
-for all the pods of a learner over several nodes (``group_view``): the planner decides them as one."""
+"""Worker pods as the planner sees them: a ``PodView`` of each pod manifest, one ``PodView`` for all
+the pods of a learner over several nodes (``group_view``: the planner decides them as one), and one
+holding the views of a rollout's replicas (``replica_view``: the planner decides each alone)."""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from hacrl_operator.builders import ALL_ROLES, LABEL_AGENT, LABEL_NODE, LABEL_ROLE
+from hacrl_operator.builders import ALL_ROLES, LABEL_AGENT, LABEL_NODE, LABEL_REPLICA, LABEL_ROLE
 from hacrl_operator.status.clock import parse_time
 
 # Why a pod is not running, as condition reasons, most actionable first.
@@ -56,18 +57,66 @@ class PodView:
     nodes: int = 1
     group: tuple[str, ...] | None = None
     missing: str | None = None
+    replica: int | None = None  # the replica index of a pod of a rollout with several (label hacrl.io/replica)
+    # A view of the pods of a rollout with several replicas (``replica_view``): each replica's view
+    # by index, None where the replica has no pod.
+    replicas: tuple[PodView | None, ...] | None = None
 
     @property
     def state(self) -> str:
-        """The pod's state in ``agentProgress[].<role>Pod``: its reason when it has one, else its phase."""
+        """The pod's state in ``agentProgress[].<role>Pod``: its reason when it has one, else its
+        phase; the replicas' states (``join_states``) for a view of several replicas."""
+        if self.replicas is not None:
+            return str(join_states([view.state if view is not None else None for view in self.replicas]))
         return self.reason or self.phase
 
     @property
     def alive(self) -> tuple[str, ...]:
         """The pods this view stands for that are not being deleted (what deleting it deletes)."""
+        if self.replicas is not None:
+            return tuple(name for view in self.replicas if view is not None for name in view.alive)
         if self.group is not None:
             return self.group
         return () if self.terminating else (self.name,)
+
+
+# The state of each replica of a rollout with several, in ``agentProgress[].rolloutPod``: in
+# replica order, joined by STATE_SEPARATOR, ABSENT where a replica has no pod (e.g. "Running,
+# Pending"). It is also each replica's last state for the next reconcile (``split_states``).
+STATE_SEPARATOR = ", "
+ABSENT = "Absent"
+
+
+def join_states(states: Sequence[str | None]) -> str | None:
+    """The recorded state of a role's pods: the one pod's state, or every replica's in order
+    (``ABSENT`` for None); None when there is no state at all."""
+    if len(states) == 1:
+        return states[0]
+    if all(state is None for state in states):
+        return None
+    return STATE_SEPARATOR.join(state or ABSENT for state in states)
+
+
+def split_states(recorded: str | None, count: int) -> list[str | None]:
+    """Each of ``count`` pods' last state from a recorded one (``join_states``). A record of another
+    number of pods (``rollout.replicas`` changed) says nothing of these: all None (not created
+    yet), so that no pod of the new set counts as lost."""
+    if recorded is None:
+        return [None] * count
+    states = recorded.split(STATE_SEPARATOR)
+    if len(states) != count:
+        return [None] * count
+    return [None if state == ABSENT else state for state in states]
+
+
+def with_replica_state(recorded: str | None, replica: int, state: str | None) -> str | None:
+    """``recorded`` (the states of a rollout's replicas, ``join_states``) with replica ``replica``'s
+    state replaced; unchanged when it records no such replica."""
+    states = (recorded or "").split(STATE_SEPARATOR)
+    if not 0 <= replica < len(states) or len(states) == 1:
+        return recorded
+    states[replica] = state or ABSENT
+    return join_states([None if s == ABSENT else s for s in states])
 
 
 def summarize_pod(pod: Mapping[str, Any]) -> PodView | None:
@@ -94,9 +143,10 @@ def summarize_pod(pod: Mapping[str, Any]) -> PodView | None:
         since = parse_time((scheduled or {}).get("lastTransitionTime")) or parse_time(metadata.get("creationTimestamp"))
         if scheduled is None and reason == "PodsPending":
             message = message or f"no scheduler has placed it yet (schedulerName {(pod.get('spec') or {}).get('schedulerName') or 'default-scheduler'})"
-    node = labels.get(LABEL_NODE)
+    node, replica = labels.get(LABEL_NODE), labels.get(LABEL_REPLICA)
     return PodView(
         node=int(node) if node is not None and node.isdigit() else None,
+        replica=int(replica) if replica is not None and replica.isdigit() else None,
         name=metadata.get("name", ""),
         agent=agent,
         role=role,
@@ -164,33 +214,48 @@ def _failure(status: Mapping[str, Any]) -> str | None:
 
 def index_pods(
     pods: Iterable[Mapping[str, Any]], agents: Iterable[str], roles: Iterable[str], nodes: Mapping[tuple[str, str], int] | None = None,
+    replicas: Mapping[tuple[str, str], int] | None = None,
 ) -> tuple[dict[tuple[str, str], PodView], list[str]]:
     """Our worker pods by (agent, role): the first live one of each, else the first terminating
     one (a replacement may run while the pod it replaces is still held by a finalizer); for a
     role of ``nodes[(agent, role)]`` > 1 pods (a learner over several nodes), the same per node,
-    then one ``group_view`` of them. And the names of the live pods of agents that are no longer
-    in the spec, of roles the experiment no longer runs (``spec.colocate`` changed), or of nodes
-    it no longer has (``learner.nodes`` changed), to delete."""
-    wanted, wanted_roles, counts = set(agents), set(roles), nodes or {}
+    then one ``group_view`` of them; for a role of ``replicas[(agent, role)]`` > 1 pods (a
+    rollout with several replicas), the same per replica, then one ``replica_view`` of them. And
+    the names of the live pods of agents that are no longer in the spec, of roles the experiment
+    no longer runs (``spec.colocate`` changed), or of nodes or replicas it no longer has
+    (``learner.nodes`` or ``rollout.replicas`` changed), to delete."""
+    wanted, wanted_roles, node_counts, replica_counts = set(agents), set(roles), nodes or {}, replicas or {}
     found: dict[tuple[str, str], dict[int, PodView]] = {}
     orphans: list[str] = []
     for pod in pods:
         view = summarize_pod(pod)
         if view is None:
             continue
-        count = counts.get((view.agent, view.role), 1)
-        # One node: pods without a node label; several: pods labelled with one of their node ranks.
-        fits = view.node is None if count == 1 else (view.node is not None and view.node < count)
+        key = (view.agent, view.role)
+        index, count = (view.replica, replica_counts[key]) if replica_counts.get(key, 1) > 1 else (view.node, node_counts.get(key, 1))
+        # One pod: pods without a node or replica label; several: pods labelled with one of their indices.
+        fits = view.node is None and view.replica is None if count == 1 else (index is not None and index < count)
         if view.agent in wanted and view.role in wanted_roles and fits:
-            slot = found.setdefault((view.agent, view.role), {})
-            index = view.node or 0
-            known = slot.get(index)
+            slot = found.setdefault(key, {})
+            known = slot.get(index or 0)
             if known is None or (known.terminating and not view.terminating):
-                slot[index] = view
+                slot[index or 0] = view
         elif not view.terminating:
             orphans.append(view.name)
-    views = {key: members[0] if counts.get(key, 1) == 1 else group_view(members, counts[key]) for key, members in found.items()}
+    views = {}
+    for key, members in found.items():
+        if replica_counts.get(key, 1) > 1:
+            views[key] = replica_view(members, replica_counts[key])
+        else:
+            views[key] = members[0] if node_counts.get(key, 1) == 1 else group_view(members, node_counts[key])
     return views, orphans
+
+
+def replica_view(members: Mapping[int, PodView], replicas: int) -> PodView:
+    """One view of the pods (by replica index) of a rollout with ``replicas`` replicas, holding each
+    replica's view (``PodView.replicas``); the replicas run independently, so the planner decides
+    each alone. Its own fields are those of the first present replica."""
+    return dataclasses.replace(members[min(members)], replicas=tuple(members.get(r) for r in range(replicas)))
 
 
 def group_view(members: Mapping[int, PodView], nodes: int) -> PodView:
