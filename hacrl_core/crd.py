@@ -43,12 +43,21 @@ def _unchanged(path: str) -> str:
     return f"(has(self.{path}) == has(oldSelf.{path})) && (!has(self.{path}) || self.{path} == oldSelf.{path})"
 
 
+def _replicas(agent: str) -> str:
+    return f"(has({agent}.rollout) && has({agent}.rollout.replicas) ? {agent}.rollout.replicas : 1)"
+
+
 # What must not change once the pods were first created (status.startTime): a different team,
-# algorithm or data would mix two experiments in one store prefix. Before that, everything may be
-# fixed in place (an invalid spec, a typo); resources, scheduling and pod templates may always change.
+# algorithm or data would mix two experiments in one store prefix; a different rollout.replicas
+# would slice a step's prompts one way in the parts already written and another in the rest.
+# Before that, everything may be fixed in place (an invalid spec, a typo); resources, scheduling
+# and pod templates may always change.
 IMMUTABLE_RULES = [
     {"rule": f"{_STARTED} || self.spec.agents.map(a, [a.name, a.model]) == oldSelf.spec.agents.map(a, [a.name, a.model])",
      "message": "spec.agents (names and models) cannot change once the experiment started; create a new experiment"},
+    {"rule": f"{_STARTED} || self.spec.agents.map(a, {_replicas('a')}) == oldSelf.spec.agents.map(a, {_replicas('a')})",
+     "message": "spec.agents[].rollout.replicas cannot change once the experiment started (each step's prompts are sliced by it, "
+                "and the parts already written were sliced by the old count); create a new experiment"},
     {"rule": f"{_STARTED} || ({_unchanged('spec.algorithm')})",
      "message": "spec.algorithm cannot change once the experiment started; create a new experiment"},
     {"rule": f"{_STARTED} || self.spec.data == oldSelf.spec.data",

@@ -174,6 +174,20 @@ def test_agents_algorithm_and_data_are_immutable_once_started(field: str, value:
     assert violations(changed(field, value, pending), old=pending) == []
 
 
+def test_rollout_replicas_are_fixed_once_started() -> None:
+    """A step's prompts are sliced by rollout.replicas: changing it mid-run (even over a suspend)
+    would mix parts sliced two ways in one step."""
+    message = "spec.agents[].rollout.replicas cannot change once the experiment started"
+    old = started(QUICKSTART)
+    for replicas, before in ((2, old), (1, changed("spec.agents.0.rollout.replicas", 3, old))):
+        assert any(message in m for m in violations(changed("spec.agents.0.rollout.replicas", replicas, before), old=before))
+    assert violations(changed("spec.agents.0.rollout.replicas", 1, old), old=old) == []  # 1 is the default: no change
+    suspended = changed("spec.suspend", True, old)
+    assert any(message in m for m in violations(changed("spec.agents.1.rollout.replicas", 2, suspended), old=suspended))
+    pending = copy.deepcopy(QUICKSTART)  # before the pods were first created, it may be set in place
+    assert violations(changed("spec.agents.0.rollout.replicas", 4, pending), old=pending) == []
+
+
 def test_resources_scheduling_and_suspend_may_change_while_running() -> None:
     old = started(QUICKSTART)
     new = changed("spec.agents.0.resources", {"learner": {"limits": {"memory": "32Gi"}}}, old)
