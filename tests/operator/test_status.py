@@ -671,3 +671,14 @@ def test_a_held_replica_pod_is_replaced_under_the_other_name_and_suspend_deletes
     assert suspended.status.agent_progress[0].rollout_pod is None
     resumed = plan(exp=exp, status=suspended.status)
     assert len(resumed.create_pods) == 5 and restarts(resumed) == [0, 0]
+
+
+def test_a_replica_whose_pod_could_not_be_created_is_recorded_alone_and_tried_again_uncounted() -> None:
+    """The reconcile records what creating each pod did (``Plan.set_pod_state`` of one replica)."""
+    exp = two_replica_experiment()
+    p = plan(exp=exp)
+    p.set_pod_state("llama-char", "rollout", "CreateFailed", 1)
+    assert p.status.agent_progress[0].rollout_pod == "Pending, CreateFailed"
+    again = plan(exp=exp, status=p.status, pods=but_the_rollout() + [replica_pod(0)])
+    assert again.create_pods == [("llama-char", "rollout", 1)] and restarts(again) == [0, 0]
+    assert again.status.agent_progress[0].rollout_pod == "Running, Pending" and cond(again, "Ready").reason == "PodsPending"

@@ -91,10 +91,8 @@ def decide_agent(
     pods = []
     for role in rules.roles:
         count = rules.replicas.get((agent, role), 1)
-        view = views.get((agent, role))
-        members = (view,) if count == 1 else view.replicas if view is not None and view.replicas is not None else (None,) * count
         lasts = split_states(previous.pod_state(role) if previous is not None else None, count)
-        for replica, (member, last) in enumerate(zip(members, lasts, strict=True)):
+        for replica, (member, last) in enumerate(zip(_members(views.get((agent, role)), count), lasts, strict=True)):
             label = f"agent {agent} {role} pod" if count == 1 else f"agent {agent} {role} replica {replica} pod"
             decision = _decide_pod(label, role, member, last, done, restarts, rules)
             if count > 1:
@@ -102,6 +100,13 @@ def decide_agent(
             restarts += decision.restart is not None
             pods.append(decision)
     return AgentDecision(agent, done, restarts, tuple(pods))
+
+
+def _members(view: PodView | None, count: int) -> tuple[PodView | None, ...]:
+    """What to decide one by one: the role's view, or the view of each of its ``count`` replicas."""
+    if count == 1:
+        return (view,)
+    return view.replicas if view is not None and view.replicas is not None else (None,) * count
 
 
 def _decide_pod(label: str, role: str, view: PodView | None, last: str | None, done: bool, restarts: int, rules: PodRules) -> PodDecision:

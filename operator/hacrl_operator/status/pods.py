@@ -67,7 +67,7 @@ class PodView:
         """The pod's state in ``agentProgress[].<role>Pod``: its reason when it has one, else its
         phase; the replicas' states (``join_states``) for a view of several replicas."""
         if self.replicas is not None:
-            return str(join_states([view.state if view is not None else None for view in self.replicas]))
+            return join_states([view.state if view is not None else None for view in self.replicas]) or ABSENT
         return self.reason or self.phase
 
     @property
@@ -113,10 +113,10 @@ def with_replica_state(recorded: str | None, replica: int, state: str | None) ->
     """``recorded`` (the states of a rollout's replicas, ``join_states``) with replica ``replica``'s
     state replaced; unchanged when it records no such replica."""
     states = (recorded or "").split(STATE_SEPARATOR)
-    if not 0 <= replica < len(states) or len(states) == 1:
+    if len(states) == 1 or not 0 <= replica < len(states):
         return recorded
     states[replica] = state or ABSENT
-    return join_states([None if s == ABSENT else s for s in states])
+    return STATE_SEPARATOR.join(states)
 
 
 def summarize_pod(pod: Mapping[str, Any]) -> PodView | None:
@@ -242,7 +242,7 @@ def index_pods(
                 slot[index or 0] = view
         elif not view.terminating:
             orphans.append(view.name)
-    views = {}
+    views: dict[tuple[str, str], PodView] = {}
     for key, members in found.items():
         if replica_counts.get(key, 1) > 1:
             views[key] = replica_view(members, replica_counts[key])
