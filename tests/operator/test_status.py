@@ -682,3 +682,16 @@ def test_a_replica_whose_pod_could_not_be_created_is_recorded_alone_and_tried_ag
     again = plan(exp=exp, status=p.status, pods=but_the_rollout() + [replica_pod(0)])
     assert again.create_pods == [("llama-char", "rollout", 1)] and restarts(again) == [0, 0]
     assert again.status.agent_progress[0].rollout_pod == "Running, Pending" and cond(again, "Ready").reason == "PodsPending"
+
+
+@pytest.mark.parametrize(("exp", "pods"), [
+    (experiment(), others() + [node_pod(0), node_pod(1)]),  # learner.nodes 2 -> 1
+    (two_node_experiment(), all_pods()),  # learner.nodes 1 -> 2
+], ids=["nodes-2-to-1", "nodes-1-to-2"])
+def test_a_changed_node_count_creates_the_new_learner_pods_without_counting_a_restart(exp, pods: list[dict[str, Any]]) -> None:
+    """Regression: the learner's pods of the old count were orphans and the new set, missing while
+    the learner's last state said Running, counted as lost (a PodLost restart; with restartLimit 0
+    the experiment failed)."""
+    p = plan(exp=exp, status=running_status(), pods=pods)
+    assert p.create_pods == [("llama-char", "learner", None)] and p.delete_pods and restarts(p) == [0, 0]
+    assert not [e for e in p.events if e.reason in ("PodLost", "PodFailed")] and p.status.phase == "Running"

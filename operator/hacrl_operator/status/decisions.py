@@ -48,6 +48,9 @@ class PodRules:
     where_to_look: str = ""  # appended to an Unschedulable message (the gang scheduler's object)
     roles: tuple[str, ...] = ("rollout", "learner")  # each agent's pods (builders.roles_of); the last one trains
     replicas: Mapping[tuple[str, str], int] = dataclasses.field(default_factory=dict)  # (agent, role): replicas when several
+    # (agent, role) whose pods are of another count than the spec's (learner.nodes or
+    # rollout.replicas changed): the pods of the new count are created, none counted as lost.
+    resized: frozenset[tuple[str, str]] = frozenset()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +94,8 @@ def decide_agent(
     pods = []
     for role in rules.roles:
         count = rules.replicas.get((agent, role), 1)
-        lasts = split_states(previous.pod_state(role) if previous is not None else None, count)
+        recorded = previous.pod_state(role) if previous is not None and (agent, role) not in rules.resized else None
+        lasts = split_states(recorded, count)
         for replica, (member, last) in enumerate(zip(_members(views.get((agent, role)), count), lasts, strict=True)):
             label = f"agent {agent} {role} pod" if count == 1 else f"agent {agent} {role} replica {replica} pod"
             decision = _decide_pod(label, role, member, last, done, restarts, rules)

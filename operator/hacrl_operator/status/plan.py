@@ -146,7 +146,7 @@ def _plan_valid(observed: Observed, experiment: Experiment, old: ExperimentStatu
     names = [a.name for a in spec.agents]
     previous = {p.name: p for p in old.agent_progress}
     roles = roles_of(experiment)
-    views, orphans = index_pods(observed.pods, names, roles, *pod_counts(experiment))
+    views, orphans, resized = index_pods(observed.pods, names, roles, *pod_counts(experiment))
     entries = [agent_progress(n, observed.progress.get(n), previous.get(n), steps) for n in names]
     for entry in entries:
         for role in roles:
@@ -175,7 +175,7 @@ def _plan_valid(observed: Observed, experiment: Experiment, old: ExperimentStatu
     elif observed.blocked:
         _plan_blocked(plan, observed.blocked)
     else:
-        _plan_active(plan, experiment, views, observed, old)
+        _plan_active(plan, experiment, views, observed, old, frozenset(resized))
     status.step = min((e.step for e in status.agent_progress), default=0)
     if status.phase == "Running":
         status.message = f"step {status.step} of {steps}"
@@ -242,15 +242,17 @@ def _plan_blocked(plan: Plan, blocked: list[tuple[str, str]]) -> None:
     plan.status.message = "waiting: " + message
 
 
-def _plan_active(plan: Plan, experiment: Experiment, views: Views, observed: Observed, old: ExperimentStatus) -> None:
+def _plan_active(plan: Plan, experiment: Experiment, views: Views, observed: Observed, old: ExperimentStatus,
+                 resized: frozenset[tuple[str, str]] = frozenset()) -> None:
     """Decide every (agent, role) pod, then apply: fail the experiment when an agent's restart
-    limit is spent (no restart then), succeed when every agent is done, else restart and create."""
+    limit is spent (no restart then), succeed when every agent is done, else restart and create.
+    ``resized``: the (agent, role) keys whose pods are of another count than the spec's now."""
     spec = experiment.spec
     steps = spec.algorithm.steps
     previous = {p.name: p for p in old.agent_progress}
     entries = plan.status.agent_progress
     rules = PodRules(steps, spec.restart_limit, spec.scheduling.pending_timeout_seconds, observed.now, _where_to_look(spec), roles_of(experiment),
-                     pod_counts(experiment)[1])
+                     pod_counts(experiment)[1], resized)
     decisions = [
         decide_agent(entry, observed.progress.get(entry.name) or {}, views, previous.get(entry.name), rules)
         for entry in entries

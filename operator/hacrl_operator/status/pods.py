@@ -215,7 +215,7 @@ def _failure(status: Mapping[str, Any]) -> str | None:
 def index_pods(
     pods: Iterable[Mapping[str, Any]], agents: Iterable[str], roles: Iterable[str], nodes: Mapping[tuple[str, str], int] | None = None,
     replicas: Mapping[tuple[str, str], int] | None = None,
-) -> tuple[dict[tuple[str, str], PodView], list[str]]:
+) -> tuple[dict[tuple[str, str], PodView], list[str], set[tuple[str, str]]]:
     """Our worker pods by (agent, role): the first live one of each, else the first terminating
     one (a replacement may run while the pod it replaces is still held by a finalizer); for a
     role of ``nodes[(agent, role)]`` > 1 pods (a learner over several nodes), the same per node,
@@ -223,10 +223,12 @@ def index_pods(
     rollout with several replicas), the same per replica, then one ``replica_view`` of them. And
     the names of the live pods of agents that are no longer in the spec, of roles the experiment
     no longer runs (``spec.colocate`` changed), or of nodes or replicas it no longer has
-    (``learner.nodes`` or ``rollout.replicas`` changed), to delete."""
+    (``learner.nodes`` or ``rollout.replicas`` changed), to delete. And the (agent, role) keys
+    with such a pod of another count: their pods are a new set, none of which was lost."""
     wanted, wanted_roles, node_counts, replica_counts = set(agents), set(roles), nodes or {}, replicas or {}
     found: dict[tuple[str, str], dict[int, PodView]] = {}
     orphans: list[str] = []
+    resized: set[tuple[str, str]] = set()
     for pod in pods:
         view = summarize_pod(pod)
         if view is None:
@@ -240,7 +242,10 @@ def index_pods(
             known = slot.get(index or 0)
             if known is None or (known.terminating and not view.terminating):
                 slot[index or 0] = view
-        elif not view.terminating:
+            continue
+        if view.agent in wanted and view.role in wanted_roles:
+            resized.add(key)
+        if not view.terminating:
             orphans.append(view.name)
     views: dict[tuple[str, str], PodView] = {}
     for key, members in found.items():
@@ -248,7 +253,7 @@ def index_pods(
             views[key] = replica_view(members, replica_counts[key])
         else:
             views[key] = members[0] if node_counts.get(key, 1) == 1 else group_view(members, node_counts[key])
-    return views, orphans
+    return views, orphans, resized
 
 
 def replica_view(members: Mapping[int, PodView], replicas: int) -> PodView:
