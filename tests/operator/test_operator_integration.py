@@ -864,6 +864,25 @@ def test_metrics_and_liveness_endpoints(cluster: EmulatedCluster, op: OperatorHa
     assert "hacrl_operator_errors_total" in text or "hacrl_operator_errors" in text
 
 
+def test_pods_the_operator_created_trigger_no_reconcile_until_they_change(cluster: EmulatedCluster) -> None:
+    """A new pod's ADDED event carries nothing its creator did not plan with; its changes do."""
+    create_namespace(cluster)
+    with run_operator(cluster, HACRL_RECONCILE_INTERVAL="3600") as handle:  # no ticks: only events reconcile
+
+        def pod_event_reconciles() -> float:
+            registry = handle.reconciler.metrics.registry
+            return sum(registry.get_sample_value("hacrl_operator_reconciles_total", {"trigger": "pod-event", "outcome": outcome}) or 0
+                       for outcome in ("ok", "coalesced", "gone", "invalid"))
+
+        apply(cluster, quickstart())
+        pods = wait_for(lambda: len(pods_of(cluster)) == 4 and pods_of(cluster), what="4 pods")
+        first = sorted(pods)[0]
+        cluster.set_pod_phase(first, NS, "Running")  # after the 4 ADDED events in the watch stream
+        wait_for(lambda: pod_event_reconciles() >= 1, what="a reconcile on the pod's change")
+        time.sleep(1.0)  # time for any late ADDED event to be handled (it would count here)
+        assert pod_event_reconciles() == 1
+
+
 def test_watch_namespaces_limits_the_scope(cluster: EmulatedCluster) -> None:
     create_namespace(cluster, "watched")
     create_namespace(cluster, "ignored")
