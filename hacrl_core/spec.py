@@ -626,6 +626,13 @@ class ExperimentSpec(SpecModel):
             names.add(var.name)
         if self.colocate:
             self._check_colocatable()
+        for index, agent in enumerate(self.agents):  # each replica samples a slice of every step's prompts
+            if agent.rollout.replicas > self.algorithm.prompts_per_step:
+                raise ValueError(
+                    f"agents[{index}].rollout.replicas: {agent.rollout.replicas} replicas for {self.algorithm.prompts_per_step} "
+                    "prompts per step (algorithm.promptsPerStep) would leave a replica without a prompt; use at most "
+                    f"{self.algorithm.prompts_per_step} replicas or more prompts per step"
+                )
         if self.algorithm.name in SHARED_ROW_ALGORITHMS and len(self.agents) < 2:
             raise ValueError(
                 f"algorithm {self.algorithm.name!r} shares rollouts between agents and needs at least 2 agents, "
