@@ -83,6 +83,8 @@ class WorkerContext:
     store: TrajectoryStore
     wait_seconds: float = DEFAULT_WAIT_SECONDS
     work_dir: Path = field(default_factory=lambda: cache_root() / "work")
+    #: A rollout worker's replica of ``agent.rollout.replicas`` (hacrl_core/rollout/replicas.py).
+    replica: int = 0
     _sources: dict[str, PromptSource] = field(default_factory=dict, init=False, repr=False)
 
     @classmethod

@@ -25,9 +25,11 @@ def prometheus_name(key: str) -> str:
 class WorkerMetrics:
     """Gauges of one worker process; the HTTP endpoint is optional (port 0 disables it)."""
 
-    def __init__(self, experiment: str, agent: str, role: str) -> None:
+    def __init__(self, experiment: str, agent: str, role: str, *, replica: int | None = None) -> None:
         self.registry = CollectorRegistry()
         self.labels = {"experiment": experiment, "agent": agent, "role": role}
+        if replica is not None:  # one of several rollout replicas: each its own series
+            self.labels["replica"] = str(replica)
         self._gauges: dict[str, Gauge] = {}
         self.port: int | None = None
 

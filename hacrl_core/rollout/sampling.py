@@ -24,14 +24,22 @@ def sampling_seed(base_seed: int, step: int, agent_index: int) -> int:
     return (base_seed * 1_000_003 + step * 7919 + agent_index * 104_729) % (2**31)
 
 
-def sampling_params(settings, *, group_size: int, seed: int, step: int, agent_index: int) -> SamplingParams:
-    """G samples per prompt with the agent's rollout settings, seeded by (seed, step, agent)."""
+def sampling_params(settings, *, group_size: int, seed: int, step: int, agent_index: int, first_prompt: int = 0) -> SamplingParams:
+    """G samples per prompt with the agent's rollout settings, seeded by (seed, step, agent).
+
+    ``first_prompt``: the index in the step of the first prompt sampled with these parameters (a
+    rollout replica's slice starts there). Its seed moves by ``first_prompt * G`` so that an
+    engine that seeds each prompt of a call (vllm: prompt i gets ``seed + i * G``) gives every
+    prompt of the step the same samples however the step is split among replicas. The hf engine
+    draws one batch's samples from one torch generator, so its samples of a prompt depend on the
+    batch it shares and differ between splits (still reproducible for a given split).
+    """
     return SamplingParams(
         n=group_size,
         temperature=settings.temperature,
         top_p=settings.top_p,
         max_new_tokens=settings.max_new_tokens,
-        seed=sampling_seed(seed, step, agent_index),
+        seed=sampling_seed(seed, step, agent_index) + first_prompt * group_size,
     )
 
 

@@ -4,6 +4,11 @@ For each step t: wait for the agent's weights version t - maxStaleness (0 and be
 checkpoint, which is what version 0 holds), sample G responses for each of the step's prompts
 with the agent's own chat template, score the response text, write the shard.
 A restarted worker continues at the first step whose shard is missing.
+
+With several rollout replicas (``rollout.replicas``, rollout/replicas.py) the worker is replica
+``context.replica``: it samples its slice of each step's prompts and writes its own part of the
+step's rollouts, and a restarted replica continues at the first step whose part *it* has not
+committed, so it rewrites nothing another replica or its own earlier incarnation wrote.
 """
 
 from __future__ import annotations
@@ -14,25 +19,30 @@ import time
 from hacrl_core.context import WorkerContext, log
 from hacrl_core.metrics import WorkerMetrics
 from hacrl_core.rollout.engine import RolloutEngine, engine_for
+from hacrl_core.rollout.replicas import check_replica_prompts, replica_slice
 from hacrl_core.rollout.sampling import rollout_metrics, rollout_rows, sample_step, sampling_params, sampling_version
+from hacrl_core.store import TrajectoryStore
 
 
-def first_missing_step(context: WorkerContext) -> int:
+def first_missing_step(store: TrajectoryStore, agent: str, steps: int, replica: int = 0) -> int:
+    """The first step whose rollouts (replica ``replica``'s part of them) are not committed."""
     step = 0
-    while step < context.spec.algorithm.steps and context.store.rollouts_ready(step, context.agent_name):
+    while step < steps and store.rollout_part_ready(step, agent, replica):
         step += 1
     return step
 
 
 def sample_rollouts(context: WorkerContext, engine: RolloutEngine, step: int, version: int) -> tuple[list[dict], dict[str, float]]:
-    """Sample, score and write the agent's rollouts of ``step`` with the policy ``engine`` holds
-    (weights ``version``); returns the rows and the seconds of each stage."""
+    """Sample, score and write the agent's rollouts of ``step`` (this replica's slice of the step's
+    prompts and its part of the rollouts) with the policy ``engine`` holds (weights ``version``);
+    returns the rows and the seconds of each stage."""
     spec, agent = context.spec, context.agent
     seconds: dict[str, float] = {}
     began = time.perf_counter()
-    problems = context.step_problems(step)
+    share = replica_slice(spec.algorithm.prompts_per_step, agent.rollout.replicas, context.replica)
+    problems = context.step_problems(step)[share]
     params = sampling_params(agent.rollout, group_size=spec.algorithm.group_size, seed=spec.algorithm.seed, step=step,
-                             agent_index=context.agent_index)
+                             agent_index=context.agent_index, first_prompt=share.start)
     prompts, samples = sample_step(engine, problems, spec.data.template, params)
     seconds["generate"] = time.perf_counter() - began
 
@@ -42,22 +52,26 @@ def sample_rollouts(context: WorkerContext, engine: RolloutEngine, step: int, ve
     seconds["reward"] = time.perf_counter() - began
 
     began = time.perf_counter()
-    context.store.write_rollouts(step, agent.name, rows)
+    context.store.write_rollouts(step, agent.name, rows, replica=context.replica)
     seconds["write"] = time.perf_counter() - began
     return rows, seconds
 
 
 def run_rollout_worker(context: WorkerContext) -> None:
     spec, agent = context.spec, context.agent
-    metrics = WorkerMetrics(context.experiment.name, agent.name, "rollout")
+    replicas = agent.rollout.replicas
+    check_replica_prompts(spec.algorithm.prompts_per_step, replicas, f"spec.agents[{context.agent_index}].rollout.replicas")
+    name = agent.name if replicas == 1 else f"{agent.name} replica {context.replica}/{replicas}"
+    metrics = WorkerMetrics(context.experiment.name, agent.name, "rollout", replica=context.replica if replicas > 1 else None)
     metrics.serve(spec.metrics.port, spec.metrics.bind_address)
     for report in context.dataset_reports(include_eval=False):  # logs what the reader skipped
         metrics.publish(report.metrics())
     engine = engine_for(agent.rollout)
-    start = first_missing_step(context)
+    start = first_missing_step(context.store, agent.name, spec.algorithm.steps, context.replica)
     if start:
-        log.info("rollout %s: steps 0..%d already written, resuming at %d", agent.name, start - 1, start)
-    weights_root = context.work_dir / "rollout-weights"
+        log.info("rollout %s: steps 0..%d already written, resuming at %d", name, start - 1, start)
+    # Replicas of one agent may share a machine (`hacrl run`): each fetches and prunes its own copy.
+    weights_root = context.work_dir / ("rollout-weights" if replicas == 1 else f"rollout-weights-{context.replica}")
     loaded: int | None = None
     for step in range(start, spec.algorithm.steps):
         seconds: dict[str, float] = {}
@@ -82,5 +96,5 @@ def run_rollout_worker(context: WorkerContext) -> None:
         seconds.update(sampled)
         values = rollout_metrics(rows, step, seconds)
         metrics.publish(values)
-        log.info("rollout %s step %d: reward %.3f, %d tokens", agent.name, step, values["rollout/reward_mean"],
+        log.info("rollout %s step %d: reward %.3f, %d tokens", name, step, values["rollout/reward_mean"],
                  sum(len(r["token_ids"]) for r in rows))

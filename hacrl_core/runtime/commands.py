@@ -30,11 +30,22 @@ def cmd_worker(args: argparse.Namespace) -> int:
     launched = launch_learner_ranks(context, args.role, ["worker", args.role, "--spec", args.spec, "--agent", args.agent])
     if launched is not None:
         return launched
+    replica = None
+    if args.role == "rollout" and context.agent.rollout.replicas > 1:
+        from hacrl_core.rollout.replicas import rollout_replica
+
+        where = f"spec.agents[{context.agent_index}].rollout.replicas"
+        try:
+            replica = context.replica = rollout_replica(context.agent.rollout.replicas, where)
+        except ValueError as error:
+            logging.getLogger("hacrl.worker").error("%s", error)
+            return 2
     try:
         generation = os.environ.get("HACRL_FENCE_GENERATION")  # set by `hacrl run`; pods take the next one
         # A colocated worker does both jobs, so it holds both leases: it fences out a rollout or
         # learner worker of an older run of the agent, and a newer one of either fences it out.
-        leases = [Lease.acquire(context.store, args.agent, role, int(generation) if generation else None)
+        # Each rollout replica holds its own lease: replicas write disjoint parts.
+        leases = [Lease.acquire(context.store, args.agent, role, int(generation) if generation else None, replica=replica)
                   for role in (("rollout", "learner") if args.role == "colocated" else (args.role,))
                   if ranks_from_env().writer]  # of several learner ranks only rank 0 writes, so only it holds leases
         context.store.fence = lambda: [lease.check() for lease in leases]  # every later write checks them

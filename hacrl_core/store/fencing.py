@@ -1,4 +1,4 @@
-"""Fencing: at most one live writer per (experiment, agent, role).
+"""Fencing: at most one live writer per (experiment, agent, role), and per rollout replica.
 
 Two workers for the same agent and role can both be alive: a force-deleted pod whose process
 still runs next to its replacement, or two `hacrl run --resume` of one spec. Without a fence they
@@ -6,6 +6,10 @@ interleave on a shard (a permanent ``CorruptObject``) and one prunes the checkpo
 restoring. So each worker claims a lease when it starts:
 
     <experiment>/leases/<agent>.<role>.json   {generation, token, holder, claimedAt}
+
+(a rollout with several replicas: one lease per replica, ``<agent>.rollout-<r>.json``; replicas
+write disjoint parts of a step, so they must not fence each other, but a restarted replica
+fences its own older incarnation as any worker does.)
 
 The newest claim wins: a worker writes its generation with a random token, and before every
 write to the store (``TrajectoryStore.fence``) re-reads the lease; when the token is no longer
@@ -69,27 +73,36 @@ class Lease:
     role: str
     generation: int
     token: str
+    replica: int | None = None  # a rollout replica of several: its own lease
 
     @property
     def key(self) -> str:
-        return layout.lease_key(self.store.experiment, self.agent, self.role)
+        return layout.lease_key(self.store.experiment, self.agent, self.role, self.replica)
+
+    @property
+    def worker(self) -> str:
+        """The worker in messages: ``rollout``, or ``rollout replica 1``."""
+        return self.role if self.replica is None else f"{self.role} replica {self.replica}"
 
     @classmethod
-    def acquire(cls, store: TrajectoryStore, agent: str, role: str, generation: int | None = None) -> Lease:
-        """Claim ``generation`` (default: the next one) for ``agent``'s ``role`` worker and install
-        the fence; ``FencedOut`` when a newer generation holds it already."""
-        key = layout.lease_key(store.experiment, agent, role)
+    def acquire(cls, store: TrajectoryStore, agent: str, role: str, generation: int | None = None, *,
+                replica: int | None = None) -> Lease:
+        """Claim ``generation`` (default: the next one) for ``agent``'s ``role`` worker (``replica``:
+        that rollout replica's own lease, with several) and install the fence; ``FencedOut`` when a
+        newer generation holds it already."""
+        key = layout.lease_key(store.experiment, agent, role, replica)
         previous = _read(store, key) or {}
         current = int(previous.get("generation", 0))
+        worker = role if replica is None else f"{role} replica {replica}"
         if generation is None:
             generation = current + 1
         elif generation < current:
             raise FencedOut(
-                f"the {role} worker of agent {agent!r} (generation {generation}) started after a newer one took over: "
+                f"the {worker} worker of agent {agent!r} (generation {generation}) started after a newer one took over: "
                 f"{previous.get('holder', 'another worker')} holds generation {current} since {previous.get('claimedAt', '?')}; "
                 "it stops without writing"
             )
-        lease = cls(store, agent, role, generation, uuid.uuid4().hex)
+        lease = cls(store, agent, role, generation, uuid.uuid4().hex, replica)
         record = {"generation": generation, "token": lease.token, "holder": _holder(),
                   "claimedAt": utc_timestamp()}
         store.objects.put(key, json.dumps(record, sort_keys=True).encode())
@@ -102,7 +115,7 @@ class Lease:
         current = _read(self.store, self.key) or {}
         if current.get("token") != self.token:
             raise FencedOut(
-                f"the {self.role} worker of agent {self.agent!r} was superseded by {current.get('holder', 'another worker')} "
+                f"the {self.worker} worker of agent {self.agent!r} was superseded by {current.get('holder', 'another worker')} "
                 f"(generation {current.get('generation', '?')}, claimed {current.get('claimedAt', '?')}); this one "
                 f"(generation {self.generation}) stops and writes nothing further"
             )

@@ -3,6 +3,7 @@
 ```
 <experiment>/spec.yaml
 <experiment>/steps/<t:06d>/rollouts/<agent>.parquet
+<experiment>/steps/<t:06d>/rollouts/<agent>/part-<r:02d>-of-<R:02d>.parquet   (rollout.replicas R > 1)
 <experiment>/steps/<t:06d>/scores/<agent>.parquet
 <experiment>/steps/<t:06d>/metrics/<agent>.json
 <experiment>/weights/<agent>/<version:06d>/          (committed directory)
@@ -10,9 +11,20 @@
 <experiment>/progress/<agent>.json
 <experiment>/owner.json                              (who owns the prefix: ownership.py)
 <experiment>/leases/<agent>.<role>.json              (fencing.py; leases/run.json for `hacrl run`)
+<experiment>/leases/<agent>.rollout-<r>.json          (rollout replica r of R > 1)
 ```
 Pure functions: every key of the store is built here and nowhere else. Directory prefixes are
 returned without the trailing ``/``.
+
+Rollout parts: an agent whose rollout has R > 1 replicas (``rollout.replicas``) writes each
+step's rollouts as R parts, replica r the rows of its slice of the step's prompts, each a
+committed object of its own. A step's rollouts are the R parts in replica order, and exist only
+once all R are committed. The parts live in a folder named after the agent (agent names may hold
+``.``, so ``<agent>.part-...`` could be another agent's shard), and each key names R, so that
+parts written under another replica count are never mistaken for a part of this one. R = 1 is
+exactly the single shard ``<agent>.parquet`` (stores written before replicas read unchanged).
+Each replica holds its own lease (``rollout-<r>``), so that replicas never fence each other
+while a restarted replica still fences its own older incarnation.
 """
 
 from __future__ import annotations
@@ -64,6 +76,30 @@ def rollouts_key(experiment: str, step: int, agent: str) -> str:
     return f"{step_prefix(experiment, step)}/rollouts/{check_name('agent', agent)}.parquet"
 
 
+def check_replica(replica: int, replicas: int) -> int:
+    """Replica ``replica`` (0-based) of ``replicas``: 0 <= replica < replicas <= 64."""
+    check_index("replicas", replicas)
+    if not 1 <= replicas <= 64:
+        raise ValueError(f"replicas must be 1..64, got {replicas}")
+    if isinstance(replica, bool) or not isinstance(replica, int) or not 0 <= replica < replicas:
+        raise ValueError(f"replica must be an int in 0..{replicas - 1} (of {replicas} replicas), got {replica!r}")
+    return replica
+
+
+def rollouts_part_key(experiment: str, step: int, agent: str, replica: int, replicas: int) -> str:
+    """Replica ``replica``'s part of the step's rollouts; with one replica, the whole shard."""
+    check_replica(replica, replicas)
+    if replicas == 1:
+        return rollouts_key(experiment, step, agent)
+    return f"{step_prefix(experiment, step)}/rollouts/{check_name('agent', agent)}/part-{replica:02d}-of-{replicas:02d}.parquet"
+
+
+def rollouts_part_keys(experiment: str, step: int, agent: str, replicas: int) -> list[str]:
+    """Every part of the step's rollouts, in replica order (the order readers concatenate them)."""
+    check_replica(0, replicas)
+    return [rollouts_part_key(experiment, step, agent, r, replicas) for r in range(replicas)]
+
+
 def scores_key(experiment: str, step: int, agent: str) -> str:
     return f"{step_prefix(experiment, step)}/scores/{check_name('agent', agent)}.parquet"
 
@@ -100,8 +136,10 @@ def leases_prefix(experiment: str) -> str:
     return f"{experiment_prefix(experiment)}/leases"
 
 
-def lease_key(experiment: str, agent: str, role: str) -> str:
-    return f"{leases_prefix(experiment)}/{check_name('agent', agent)}.{role}.json"
+def lease_key(experiment: str, agent: str, role: str, replica: int | None = None) -> str:
+    """The lease of ``agent``'s ``role`` worker; ``replica``: of one rollout replica of several."""
+    suffix = "" if replica is None else f"-{check_index('replica', replica)}"
+    return f"{leases_prefix(experiment)}/{check_name('agent', agent)}.{role}{suffix}.json"
 
 
 def run_lease_key(experiment: str) -> str:

@@ -5,12 +5,19 @@ committed directories (``commit.py``), so a reader never sees a partial write, a
 same shard again replaces it: there is never a second copy. Readers take ``wait=`` seconds and
 raise TimeoutError naming the experiment, step and agent. Progress heartbeats are overwritten
 every step with a plain atomic put.
+
+An agent with several rollout replicas (``rollout_replicas``, from the spec's
+``agents[].rollout.replicas``) writes each step's rollouts as one part per replica
+(``layout.rollouts_part_key``); ``read_rollouts*`` and ``rollouts_ready`` see a step's rollouts
+only once every part is committed, concatenated in replica order, so every reader (the agent's
+learner, its peers, evaluation of rows) is unchanged by the replica count.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -41,9 +48,11 @@ def trajectories() -> Any:
 class TrajectoryStore:
     """Reads and writes experiment ``experiment`` in ``objects``."""
 
-    def __init__(self, objects: ObjectStore, experiment: str) -> None:
+    def __init__(self, objects: ObjectStore, experiment: str, *, rollout_replicas: Mapping[str, int] | None = None) -> None:
         self.objects = objects
         self.experiment = layout.check_name("experiment", experiment)
+        # Rollout replicas per agent (spec agents[].rollout.replicas); an agent not named has 1.
+        self.rollout_replicas: dict[str, int] = dict(rollout_replicas or {})
         # Called before every write; a worker's lease installs its check here (fencing.py).
         self.fence: Callable[[], None] | None = None
 
@@ -109,29 +118,59 @@ class TrajectoryStore:
         what = f"{what} of step {step} from agent {agent!r}"
         return self._waiting(what, lambda: get_committed(self.objects, key, wait=wait))
 
-    def write_rollouts(self, step: int, agent: str, rows: list[dict[str, Any]]) -> str:
-        return self.write_rollouts_columns(step, agent, trajectories().rollouts_table(rows))
+    def rollout_parts(self, agent: str) -> int:
+        """How many parts each step's rollouts of ``agent`` have: its rollout replica count."""
+        return self.rollout_replicas.get(agent, 1)
 
-    def write_rollouts_columns(self, step: int, agent: str, table: Any) -> str:
+    def _rollout_part_key(self, step: int, agent: str, replica: int) -> str:
+        parts = self.rollout_parts(agent)
+        try:
+            return layout.rollouts_part_key(self.experiment, step, agent, replica, parts)
+        except ValueError as error:
+            raise ValueError(f"rollouts of agent {agent!r} (rollout.replicas {parts}): {error}") from None
+
+    def _get_parts(self, step: int, agent: str, wait: float) -> list[bytes]:
+        """Every committed part of the step's rollouts in replica order, all within ``wait`` s."""
+        deadline = time.monotonic() + wait
+        keys = layout.rollouts_part_keys(self.experiment, step, agent, self.rollout_parts(agent))
+        what = "rollouts" if len(keys) == 1 else f"rollouts (part {{}} of {len(keys)})"
+        return [self._get_shard(key, what.format(r), step, agent, max(0.0, deadline - time.monotonic()))
+                for r, key in enumerate(keys)]
+
+    def write_rollouts(self, step: int, agent: str, rows: list[dict[str, Any]], *, replica: int = 0) -> str:
+        """The agent's rollouts of ``step``, or with several rollout replicas replica ``replica``'s
+        part of them."""
+        return self.write_rollouts_columns(step, agent, trajectories().rollouts_table(rows), replica=replica)
+
+    def write_rollouts_columns(self, step: int, agent: str, table: Any, *, replica: int = 0) -> str:
         """``write_rollouts`` of a pyarrow Table with ``ROLLOUT_SCHEMA``'s columns."""
-        key = layout.rollouts_key(self.experiment, step, agent)
+        key = self._rollout_part_key(step, agent, replica)
         return self._put_table(key, table, step, agent, trajectories().rollouts_table_to_parquet)
 
     def read_rollouts(self, step: int, agent: str, *, wait: float = 0.0) -> list[dict[str, Any]]:
-        key = layout.rollouts_key(self.experiment, step, agent)
-        data = self._get_shard(key, "rollouts", step, agent, wait)
-        return trajectories().rollouts_from_parquet(data)
+        codec = trajectories()
+        return [row for data in self._get_parts(step, agent, wait) for row in codec.rollouts_from_parquet(data)]
 
     def read_rollouts_columns(self, step: int, agent: str, *, wait: float = 0.0) -> Any:
         """``read_rollouts`` as a pyarrow Table with ``ROLLOUT_SCHEMA``, without a Python object
         per value: ``table.column("token_ids")`` stays one Arrow list array (its flat ``values``
         and ``offsets`` give numpy arrays, and from them tensors, without Python lists)."""
-        key = layout.rollouts_key(self.experiment, step, agent)
-        data = self._get_shard(key, "rollouts", step, agent, wait)
-        return trajectories().rollouts_table_from_parquet(data)
+        codec = trajectories()
+        tables = [codec.rollouts_table_from_parquet(data) for data in self._get_parts(step, agent, wait)]
+        if len(tables) == 1:
+            return tables[0]
+        import pyarrow as pa
+
+        return pa.concat_tables(tables)
 
     def rollouts_ready(self, step: int, agent: str) -> bool:
-        return is_committed(self.objects, layout.rollouts_key(self.experiment, step, agent))
+        """Whether the step's rollouts of ``agent`` are complete: every part committed."""
+        keys = layout.rollouts_part_keys(self.experiment, step, agent, self.rollout_parts(agent))
+        return all(is_committed(self.objects, key) for key in keys)
+
+    def rollout_part_ready(self, step: int, agent: str, replica: int) -> bool:
+        """Whether replica ``replica``'s part of the step's rollouts is committed."""
+        return is_committed(self.objects, self._rollout_part_key(step, agent, replica))
 
     def write_scores(self, step: int, agent: str, rows: list[dict[str, Any]]) -> str:
         return self.write_scores_columns(step, agent, trajectories().scores_table(rows))
@@ -259,10 +298,18 @@ def _latest(names: list[str]) -> int | None:
 
 
 def open_trajectory_store(
-    uri: str, experiment: str, *, endpoint: str | None = None, region: str | None = None
+    uri: str, experiment: str, *, endpoint: str | None = None, region: str | None = None,
+    rollout_replicas: Mapping[str, int] | None = None,
 ) -> TrajectoryStore:
-    """``TrajectoryStore`` of ``experiment`` in the store ``uri`` (see ``open_object_store``)."""
-    return TrajectoryStore(open_object_store(uri, endpoint=endpoint, region=region), experiment)
+    """``TrajectoryStore`` of ``experiment`` in the store ``uri`` (see ``open_object_store``);
+    ``rollout_replicas``: agent -> rollout replica count, for agents with more than one."""
+    objects = open_object_store(uri, endpoint=endpoint, region=region)
+    return TrajectoryStore(objects, experiment, rollout_replicas=rollout_replicas)
+
+
+def rollout_replicas(experiment: Any) -> dict[str, int]:
+    """Each agent's rollout replica count, from an ``Experiment``'s spec (hacrl_core.spec)."""
+    return {agent.name: agent.rollout.replicas for agent in experiment.spec.agents}
 
 
 def experiment_root(uri: str, namespace: str | None) -> str:
@@ -272,10 +319,12 @@ def experiment_root(uri: str, namespace: str | None) -> str:
 
 
 def open_experiment_store(experiment: Any) -> TrajectoryStore:
-    """``TrajectoryStore`` of an ``Experiment`` (hacrl_core.spec): keyed by namespace and name."""
+    """``TrajectoryStore`` of an ``Experiment`` (hacrl_core.spec): keyed by namespace and name, reading
+    each agent's rollouts in as many parts as its rollout has replicas."""
     spec = experiment.spec.store
     root = experiment_root(spec.uri, experiment.metadata.namespace)
-    return open_trajectory_store(root, experiment.name, endpoint=spec.endpoint, region=spec.region)
+    return open_trajectory_store(root, experiment.name, endpoint=spec.endpoint, region=spec.region,
+                                 rollout_replicas=rollout_replicas(experiment))
 
 
 def describe_prefix(experiment: Any) -> str:
