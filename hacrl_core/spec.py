@@ -71,7 +71,8 @@ class RolloutSettings(SpecModel):
         "Rollout workers of this agent (pods on Kubernetes, processes under `hacrl run`), each with the agent's rollout "
         "resources: replica r samples its contiguous slice of every step's prompts and writes its own part of the step's "
         "rollouts, and the learners read all parts in replica order. Separate rollout and learner workers only (a colocated "
-        "worker samples with the model it trains). Default 1."))
+        "worker samples with the model it trains). Fixed once the experiment started (the parts already written are "
+        "sliced by it). Default 1."))
 
     @model_validator(mode="after")
     def _engine_specific(self) -> "RolloutSettings":
