@@ -78,6 +78,21 @@ def _fmt(value) -> str:
     return "–" if value is None else f"{value:.3f}"
 
 
+def rollout_replicas(run, agent) -> str:
+    """``running/R`` of an agent's rollout replicas ("–" with one replica: its row says enough)."""
+    replicas = agent.rollout.replicas
+    if replicas == 1 or run is None:
+        return "–"
+    mine = [w for w in run.workers if w.agent == agent.name and w.replica is not None]
+    if mine and all(w.finished for w in mine):
+        return "done"
+    return f"{sum(w.poll() is None for w in mine)}/{replicas}"
+
+
+def _has_replicas(experiment) -> bool:
+    return any(agent.rollout.replicas > 1 for agent in experiment.spec.agents)
+
+
 class LiveDisplay(_Progress):
     def __init__(self, experiment) -> None:
         super().__init__(experiment)
@@ -103,14 +118,18 @@ class LiveDisplay(_Progress):
 
     def _table(self, run) -> Table:
         table = Table(title=f"{self.experiment.name} — {self.experiment.spec.algorithm.name} — ETA {self.eta()}")
+        replicas = _has_replicas(self.experiment)
         for column in ("agent", "step", "reward", "accuracy", "capability", "shared rows used", "checkpoint", "restarts"):
             table.add_column(column)
+        if replicas:
+            table.add_column("rollout replicas running")
         for agent in self.experiment.spec.agents:
             p = self.last.get(agent.name, {})
             restarts = run.restarts.get(agent.name, 0) if run else 0
             table.add_row(
                 agent.name, f"{p.get('step', 0)}/{self.steps}", _fmt(p.get("reward")), _fmt(p.get("accuracy")),
                 _fmt(p.get("capability")), format_share(p.get("shared_rows_used")), str(p.get("last_checkpoint") or "–"), str(restarts),
+                *([rollout_replicas(run, agent)] if replicas else []),
             )
         return table
 
@@ -131,9 +150,11 @@ class LineDisplay(_Progress):
     def update(self, run) -> None:
         if not self.poll(run):
             return
+        agents = {agent.name: agent for agent in self.experiment.spec.agents}
         parts = [
             f"{name} {p.get('step', 0)}/{self.steps} reward {_fmt(p.get('reward'))} acc {_fmt(p.get('accuracy'))}"
             + (f" shared {format_share(p['shared_rows_used'])}" if p.get("shared_rows_used") is not None else "")
+            + (f" rollouts {rollout_replicas(run, agents[name])}" if agents[name].rollout.replicas > 1 else "")
             for name, p in self.last.items()
         ]
         print(f"[{time.monotonic() - self.started:6.0f}s] " + " | ".join(parts) + f" | ETA {self.eta()}", flush=True)

@@ -4,6 +4,11 @@ Starts every agent's rollout and learner worker as separate processes running th
 commands the pods run (`hacrl worker rollout|learner`), shows live progress, restarts a worker
 that dies (it resumes from its checkpoint) up to `spec.restartLimit` times per agent, stops
 cleanly on Ctrl-C leaving a resumable run, and writes the report folder.
+
+An agent with ``rollout.replicas`` R > 1 gets R rollout processes, each with HACRL_ROLLOUT_REPLICA
+set to its index (what the operator sets on each replica's pod), its own metrics port and log
+(``<agent>-rollout-<r>.log``); each is restarted alone when it dies, counting one restart of the
+agent, as a pod of the agent's would.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from pathlib import Path
 from hacrl_core.data.report import DatasetReport, read_datasets
 from hacrl_core.context import unsupported_settings
 from hacrl_core.runtime.cpus import THREADS_ENV, available_cpus, worker_threads
-from hacrl_core.spec import Experiment, SpecError, dump_experiment, load_experiment
+from hacrl_core.spec import ROLLOUT_REPLICA_ENV, Experiment, SpecError, dump_experiment, load_experiment
 from hacrl_core.store import TrajectoryStore, describe_prefix, open_experiment_store
 from hacrl_core.store.fencing import FENCED_EXIT_CODE, claim_run_generation
 from hacrl_core.store.ownership import Owner, StoreOwnedByAnother, claim
@@ -46,6 +51,17 @@ class WorkerProcess:
     process: subprocess.Popen | None = None
     finished: bool = False
     port: int = 0
+    replica: int | None = None  # one rollout replica of several (rollout.replicas > 1)
+
+    @property
+    def name(self) -> str:
+        """``llama.rollout``, or ``llama.rollout-1`` for a replica."""
+        return f"{self.agent}.{self.role}" + ("" if self.replica is None else f"-{self.replica}")
+
+    @property
+    def title(self) -> str:
+        """For messages: ``rollout worker of llama``, ``rollout replica 1 of llama``."""
+        return f"{self.role} worker of {self.agent}" if self.replica is None else f"{self.role} replica {self.replica} of {self.agent}"
 
     def start(self) -> None:
         handle = open(self.log_path, "ab")
@@ -166,42 +182,60 @@ def build_models(run: LocalRun, say) -> None:
         say(f"  ready in {time.perf_counter() - began:.1f}s: {path}")
 
 
+def worker_slots(run: LocalRun) -> list[tuple[str, str, int | None]]:
+    """(agent, role, replica) of every worker process, agent by agent: one per role, and one per
+    rollout replica where ``rollout.replicas`` > 1 (replica None: the role's only process)."""
+    slots = []
+    for agent in run.experiment.spec.agents:
+        for role in run.roles:
+            replicas = agent.rollout.replicas if role == "rollout" else 1
+            slots += [(agent.name, role, None if replicas == 1 else replica) for replica in range(replicas)]
+    return slots
+
+
 def start_workers(run: LocalRun) -> None:
     spec = run.experiment.spec
-    per_agent = len(run.roles)
-    ports = free_ports(spec.metrics.port, per_agent * len(spec.agents), spec.metrics.bind_address)
-    threads = os.environ.get(THREADS_ENV) or str(worker_threads(available_cpus(), len(spec.agents), spec.algorithm.max_staleness))
-    for index, agent in enumerate(spec.agents):
-        run.restarts[agent.name] = 0
-        for offset, role in enumerate(run.roles):
-            port = ports[per_agent * index + offset] if ports else 0
-            env = dict(os.environ)
-            env.update(
-                HACRL_METRICS_PORT=str(port),
-                HACRL_METRICS_BIND=spec.metrics.bind_address,
-                OMP_NUM_THREADS=threads,
-                **{THREADS_ENV: threads},
-                HACRL_FENCE_GENERATION=str(run.generation),
-            )
-            # Four workers share a few cores: OpenMP threads spinning while they wait for work
-            # steal the cores the other workers need (tiny-model steps got several times slower).
-            env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-            worker = WorkerProcess(
-                agent=agent.name,
-                role=role,
-                command=[sys.executable, "-m", "hacrl_core.cli", "worker", role, "--spec", str(run.spec_path), "--agent", agent.name],
-                env=env,
-                log_path=run.workdir / "logs" / f"{agent.name}-{role}.log",
-                port=port,
-            )
-            worker.start()
-            run.workers.append(worker)
+    slots = worker_slots(run)
+    ports = free_ports(spec.metrics.port, len(slots), spec.metrics.bind_address)
+    chosen = os.environ.get(THREADS_ENV)
+    threads = chosen or str(worker_threads(available_cpus(), len(spec.agents), spec.algorithm.max_staleness))
+    run.restarts.update({agent.name: 0 for agent in spec.agents})
+    for index, (agent, role, replica) in enumerate(slots):
+        port = ports[index] if ports else 0
+        # An agent's replicas sample at the same time: they share the threads its one rollout worker would have.
+        share = threads if chosen or replica is None else str(max(1, int(threads) // spec.agent(agent).rollout.replicas))
+        env = dict(os.environ)
+        env.pop(ROLLOUT_REPLICA_ENV, None)  # set below for a replica only, never inherited
+        env.update(
+            HACRL_METRICS_PORT=str(port),
+            HACRL_METRICS_BIND=spec.metrics.bind_address,
+            OMP_NUM_THREADS=share,
+            **{THREADS_ENV: share},
+            HACRL_FENCE_GENERATION=str(run.generation),
+        )
+        if replica is not None:
+            env[ROLLOUT_REPLICA_ENV] = str(replica)
+        # Four workers share a few cores: OpenMP threads spinning while they wait for work
+        # steal the cores the other workers need (tiny-model steps got several times slower).
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        worker = WorkerProcess(
+            agent=agent,
+            role=role,
+            command=[sys.executable, "-m", "hacrl_core.cli", "worker", role, "--spec", str(run.spec_path), "--agent", agent],
+            env=env,
+            log_path=run.workdir / "logs" / f"{agent}-{role}{'' if replica is None else f'-{replica}'}.log",
+            port=port,
+            replica=replica,
+        )
+        worker.start()
+        run.workers.append(worker)
 
 
 def write_worker_table(run: LocalRun) -> None:
     """`workers.json` in the workdir: who runs where (pid, metrics port, log), for people and tools."""
     table = [
-        {"agent": w.agent, "role": w.role, "pid": w.process.pid if w.process else None, "metrics_port": w.port, "log": str(w.log_path)}
+        {"agent": w.agent, "role": w.role, **({} if w.replica is None else {"replica": w.replica}),
+         "pid": w.process.pid if w.process else None, "metrics_port": w.port, "log": str(w.log_path)}
         for w in run.workers
     ]
     (run.workdir / "workers.json").write_text(json.dumps(table, indent=2))
@@ -222,17 +256,17 @@ def supervise(run: LocalRun, display) -> None:
                 continue
             if code == FENCED_EXIT_CODE:  # restarting it would fence the newer worker in turn
                 raise RunError(
-                    f"another run took over experiment {run.experiment.name!r}: the {worker.role} worker of agent "
-                    f"{worker.agent!r} was superseded by a newer one and stopped ({worker.log_path}: {worker.log_tail(1)}); "
+                    f"another run took over experiment {run.experiment.name!r}: the {worker.title} "
+                    f"was superseded by a newer one and stopped ({worker.log_path}: {worker.log_tail(1)}); "
                     "this `hacrl run` stops, the other one continues"
                 )
             run.restarts[worker.agent] += 1
             if run.restarts[worker.agent] > limit:
                 raise RunError(
-                    f"{worker.role} worker of agent {worker.agent!r} failed with exit code {code} and the agent used up its "
+                    f"{worker.title} failed with exit code {code} and the agent used up its "
                     f"restartLimit ({limit}); last log lines ({worker.log_path}):\n{worker.log_tail()}"
                 )
-            display.note(f"{worker.role} worker of {worker.agent} exited with code {code}; restarting ({run.restarts[worker.agent]}/{limit})")
+            display.note(f"{worker.title} exited with code {code}; restarting ({run.restarts[worker.agent]}/{limit})")
             worker.start()
             write_worker_table(run)
         display.update(run)
@@ -278,7 +312,7 @@ def run_local(spec_path: str | Path, *, resume: bool = False, workdir: str | Pat
     build_models(run, display.note)
     start_workers(run)
     write_worker_table(run)
-    ports = ", ".join(f"{w.agent}/{w.role}:{w.port}" for w in run.workers if w.port)
+    ports = ", ".join(f"{w.name}:{w.port}" for w in run.workers if w.port)
     display.note(f"started {len(run.workers)} workers; logs in {run.workdir / 'logs'}" + (f"; metrics on {ports}" if ports else ""))
     try:
         with display:

@@ -48,6 +48,15 @@ def learner_ranks(launcher: int) -> dict[int, int]:
     return ranks
 
 
+def kill_rank_1(workdir: Path, agent: str) -> None:
+    """SIGKILL rank 1 of ``agent``'s two-rank learner alone, and wait until its launcher has stopped
+    rank 0 in turn (the launcher then ends as rank 1 did, and `hacrl run` restarts the learner)."""
+    launcher = next(w for w in worker_table(workdir) if (w["agent"], w["role"]) == (agent, "learner"))["pid"]
+    ranks = wait_for(lambda: (found := learner_ranks(launcher)) and len(found) == 2 and found, 120, f"{agent}'s two ranks")
+    os.kill(ranks[1], signal.SIGKILL)
+    wait_for(lambda: not pid_alive(ranks[0]), 60, "the launcher to stop rank 0 once rank 1 died")
+
+
 def assert_trained_with_two_ranks(workdir: Path, role: str) -> None:
     log = (workdir / "logs" / f"llama-{role}.log").read_text()
     assert "learner: started 2 local ranks" in log and "learner rank 1 of 2 joined (gloo, cpu)" in log, log[-3000:]
@@ -90,10 +99,7 @@ def test_sigkilled_rank_restarts_the_whole_learner_with_no_lost_or_repeated_step
     held = hold_worker(workdir, "qwen", "learner")
     try:
         wait_for(lambda: (store.read_progress("llama") or {}).get("step", 0) >= 1, 300, "llama to finish a step")
-        launcher = next(w for w in worker_table(workdir) if (w["agent"], w["role"]) == ("llama", "learner"))["pid"]
-        ranks = wait_for(lambda: (found := learner_ranks(launcher)) and len(found) == 2 and found, 60, "llama's two ranks")
-        os.kill(ranks[1], signal.SIGKILL)
-        wait_for(lambda: not pid_alive(ranks[0]), 60, "the launcher to stop rank 0 once rank 1 died")
+        kill_rank_1(workdir, "llama")
     finally:
         release(held)
     output, _ = process.communicate(timeout=900)

@@ -23,6 +23,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from hacrl_core.store import layout
 from tests.support.seaweed import SeaweedS3, _wait_ready
 
 ROLES = ("rollout", "learner")
@@ -216,7 +217,8 @@ def all_keys(store: Any) -> list[str]:
 
 
 def assert_every_step_shard_exactly_once(store: Any, steps: int, agents: list[str], max_staleness: int = 0) -> None:
-    """Every step's rollouts, scores and metrics of every agent committed, nothing else under
+    """Every step's rollouts (every part, with several rollout replicas: ``store.rollout_replicas``),
+    scores and metrics of every agent committed, nothing else under
     steps/, no data without its marker and no marker without its data, each row once, and every
     rollout row sampled with the weights the step is owed: those of step ``max(0, step -
     max_staleness)`` (``algorithm.maxStaleness``'s fixed lag; counted in ``LEDGER.runs_verified``)."""
@@ -225,8 +227,10 @@ def assert_every_step_shard_exactly_once(store: Any, steps: int, agents: list[st
     lost_steps = set()
     for step in range(steps):
         for agent in agents:
-            for kind, suffix in (("rollouts", "parquet"), ("scores", "parquet"), ("metrics", "json")):
-                key = f"{store.experiment}/steps/{step:06d}/{kind}/{agent}.{suffix}"
+            # Rollouts: one part per rollout replica (the store's counts; one shard with one replica).
+            shards = layout.rollouts_part_keys(store.experiment, step, agent, store.rollout_parts(agent))
+            shards += [layout.scores_key(store.experiment, step, agent), layout.metrics_key(store.experiment, step, agent)]
+            for key in shards:
                 expected |= {key, key + ".commit.json"}
                 if key not in keys or key + ".commit.json" not in keys:
                     lost_steps.add(step)

@@ -40,3 +40,18 @@ def test_a_replica_seeds_its_first_prompt_where_the_whole_step_would() -> None:
     whole = sampling_params(RolloutSettings(), group_size=4, seed=7, step=3, agent_index=1)
     second_half = sampling_params(RolloutSettings(), group_size=4, seed=7, step=3, agent_index=1, first_prompt=5)
     assert second_half.seed == whole.seed + 5 * 4
+
+
+def test_hacrl_run_starts_a_process_per_rollout_replica() -> None:
+    from pathlib import Path
+
+    from hacrl_core.runtime.local import LocalRun, worker_slots
+    from hacrl_core.spec import parse_experiment
+
+    document = {"apiVersion": "hacrl.io/v1alpha1", "kind": "HACRLExperiment", "metadata": {"name": "slots"},
+                "spec": {"agents": [{"name": "a", "model": "tiny://llama-char", "rollout": {"replicas": 3}},
+                                    {"name": "b", "model": "tiny://qwen2-bpe"}],
+                         "data": {"train": {"source": "builtin://arithmetic"}}}}
+    run = LocalRun(parse_experiment(document), Path("spec.yaml"), Path("work"), store=None)
+    assert worker_slots(run) == [("a", "rollout", 0), ("a", "rollout", 1), ("a", "rollout", 2), ("a", "learner", None),
+                                 ("b", "rollout", None), ("b", "learner", None)]
