@@ -263,6 +263,8 @@ import json, pathlib, sys
 root = pathlib.Path(sys.argv[1])
 stage = "experiment-metrics" if sys.argv[2] == "device-check" else f"{sys.argv[2]}-metrics"
 for path in sorted(root.glob("steps/*/metrics/*.json")):
+    if path.name.endswith(".commit.json"):  # the store's commit markers beside each shard
+        continue
     values = json.loads(path.read_text())
     keep = {k: round(v, 3) for k, v in values.items() if isinstance(v, (int, float)) and ("seconds" in k or "tokens_per_second" in k or k.endswith("reward_mean"))}
     print(json.dumps({"stage": stage, "step": path.parts[-3], "agent": path.stem, **keep}))
