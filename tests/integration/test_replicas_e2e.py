@@ -6,13 +6,16 @@ committed part written again."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from hacrl_core.context import step_problems
 from hacrl_core.data.report import open_dataset
-from hacrl_core.spec import parse_experiment
+from hacrl_core.spec import ROLLOUT_REPLICA_ENV, parse_experiment
 from hacrl_core.store import open_trajectory_store
 from tests.integration.runs import run_env, start_run, tiny_spec, wait_for, write_spec
 from tests.integration.test_multirank_e2e import assert_trained_with_two_ranks, kill_rank_1
@@ -134,3 +137,18 @@ def test_sigkilled_replica_and_learner_rank_lose_no_step_and_rewrite_no_part(tmp
         assert store.read_progress(agent)["step"] == 4
         assert [store.read_metrics(step, agent)["step"] for step in range(4)] == [0, 1, 2, 3]
         assert store.list_checkpoints(agent) == [3, 4]
+
+
+def test_a_replica_worker_without_its_index_refuses_to_start_naming_the_variable_and_field(tmp_path):
+    """The operator's pods and `hacrl run` set HACRL_ROLLOUT_REPLICA; a worker started without it
+    (or outside 0..R-1) stops before it claims a lease or writes anything."""
+    store_dir = tmp_path / "store"
+    spec = write_spec(tmp_path, replicas_spec("e2e-replica-env", store_dir.as_uri(), steps=1))
+    env = {k: v for k, v in os.environ.items() if k != ROLLOUT_REPLICA_ENV}
+    for value, message in ((None, f"{ROLLOUT_REPLICA_ENV} is not set, but spec.agents[1].rollout.replicas is 2"),
+                           ("2", f"{ROLLOUT_REPLICA_ENV}='2' is not a replica of spec.agents[1].rollout.replicas 2: use 0..1")):
+        done = subprocess.run([sys.executable, "-m", "hacrl_core.cli", "worker", "rollout", "--spec", str(spec), "--agent", "qwen"],
+                              env={**env, **({ROLLOUT_REPLICA_ENV: value} if value else {})}, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 2 and message in done.stderr, done.stderr[-3000:]
+    assert not list(store_dir.rglob("*.json"))  # no lease, no owner record, nothing
