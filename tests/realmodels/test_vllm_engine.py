@@ -54,3 +54,6 @@ def test_vllm_engine_reloads_weights_in_place(venv_python: Path, tmp_path: Path)
     # prompt to differ on a near-tie between CPU kernels).
     assert result["hf_agree"] >= result["prompts"] - 1, result
     assert result["hf_agree_reloaded"] >= result["prompts"] - 1, result
+    # Rollout replicas: each prompt's G samples are the same whichever replica samples it (vLLM
+    # seeds every prompt of a call; sampling_params moves a slice's seed to its first prompt).
+    assert result["replicas_agree"] == result["prompts"], result

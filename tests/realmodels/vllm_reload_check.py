@@ -3,7 +3,9 @@
 Builds a tiny:// model, serves it with the `vllm` engine, reloads different weights in place and
 checks that (1) samples follow the Sample contract, (2) greedy outputs change with the new
 weights, (3) reloading the first weights gives the first outputs back, (4) greedy vLLM agrees
-with the `hf` engine on the same weights. Prints one JSON line with the findings.
+with the `hf` engine on the same weights, (5) a step's prompts sampled in two slices (as two rollout
+replicas do, each seeded with ``sampling_params(..., first_prompt=...)``) give the samples of the
+whole step. Prints one JSON line with the findings.
 
     python tests/realmodels/vllm_reload_check.py WORK_DIR
 """
@@ -25,6 +27,8 @@ def main(work: Path) -> None:
     from hacrl_core.models.loading import load_policy, save_policy
     from hacrl_core.models.tiny import build_tiny_model
     from hacrl_core.rollout.engine import SamplingParams, available_engines, create_engine, engine_module
+    from hacrl_core.rollout.replicas import replica_slice
+    from hacrl_core.rollout.sampling import sampling_params
     from hacrl_core.spec import RolloutSettings
 
     assert "vllm" in available_engines(), available_engines()
@@ -54,6 +58,14 @@ def main(work: Path) -> None:
     engine_id = id(engine.llm)
     out_a = engine.generate(prompts, greedy)
     samples = engine.generate(prompts, sampled)
+    # The step's six prompts as one worker samples them and as replicas 0 and 1 of 2 do (3 each).
+    step_settings = RolloutSettings(engine="vllm", max_new_tokens=24)
+    whole_step = engine.generate(prompts, sampling_params(step_settings, group_size=4, seed=7, step=2, agent_index=1))
+    by_replicas = []
+    for replica in range(2):
+        share = replica_slice(len(prompts), 2, replica)
+        params = sampling_params(step_settings, group_size=4, seed=7, step=2, agent_index=1, first_prompt=share.start)
+        by_replicas += engine.generate(prompts[share], params)
     began = time.perf_counter()
     engine.load(second)
     timings["reload"] = time.perf_counter() - began
@@ -89,6 +101,7 @@ def main(work: Path) -> None:
                 "hf_agree": sum(a == b for a, b in zip(ids(out_a), ids(hf_a))),
                 "hf_agree_reloaded": sum(a == b for a, b in zip(ids(out_b), ids(hf_b))),
                 "prompts": len(prompts),
+                "replicas_agree": sum(a == b for a, b in zip(ids(whole_step), ids(by_replicas))),
                 "example": out_a[0][0].text,
                 "timings": timings,
             }
