@@ -86,7 +86,7 @@ def rollout_replicas(run, agent) -> str:
     mine = [w for w in run.workers if w.agent == agent.name and w.replica is not None]
     if mine and all(w.finished for w in mine):
         return "done"
-    return f"{sum(w.poll() is None for w in mine)}/{replicas}"
+    return f"{sum(w.process is not None and w.poll() is None for w in mine)}/{replicas}"
 
 
 def _has_replicas(experiment) -> bool:

@@ -55,3 +55,38 @@ def test_hacrl_run_starts_a_process_per_rollout_replica() -> None:
     run = LocalRun(parse_experiment(document), Path("spec.yaml"), Path("work"), store=None)
     assert worker_slots(run) == [("a", "rollout", 0), ("a", "rollout", 1), ("a", "rollout", 2), ("a", "learner", None),
                                  ("b", "rollout", None), ("b", "learner", None)]
+
+
+def test_the_progress_table_shows_each_agents_replicas_running(tmp_path) -> None:
+    """Real processes: one replica alive, one exited (being restarted), then both finished."""
+    from rich.console import Console
+
+    from hacrl_core.runtime.display import LiveDisplay, rollout_replicas
+    from hacrl_core.runtime.local import LocalRun, WorkerProcess
+    from hacrl_core.spec import parse_experiment
+
+    document = {"apiVersion": "hacrl.io/v1alpha1", "kind": "HACRLExperiment", "metadata": {"name": "shown"},
+                "spec": {"agents": [{"name": "a", "model": "tiny://llama-char", "rollout": {"replicas": 2}},
+                                    {"name": "b", "model": "tiny://qwen2-bpe"}],
+                         "data": {"train": {"source": "builtin://arithmetic"}}}}
+    experiment = parse_experiment(document)
+    run = LocalRun(experiment, tmp_path / "spec.yaml", tmp_path, store=None)
+    run.workers = [WorkerProcess("a", "rollout", [command], {}, tmp_path / f"{replica}.log", replica=replica)
+                   for replica, command in ((0, "sleep"), (1, "true"))]
+    run.workers[0].command.append("30")
+    for worker in run.workers:
+        worker.start()
+    try:
+        run.workers[1].process.wait(10)
+        a, b = experiment.spec.agents
+        assert (rollout_replicas(run, a), rollout_replicas(run, b)) == ("1/2", "–")
+        console = Console(width=200, record=True)
+        console.print(LiveDisplay(experiment)._table(run))
+        shown = console.export_text()
+        assert "rollout replicas running" in shown and "1/2" in shown
+    finally:
+        run.workers[0].stop()
+        run.workers[0].process.wait(10)
+    for worker in run.workers:
+        worker.finished = True
+    assert rollout_replicas(run, a) == "done"
