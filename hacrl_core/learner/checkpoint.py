@@ -65,7 +65,10 @@ def restore_checkpoint(store, agent: str, completed_steps: int, work_dir: Path, 
     shutil.rmtree(local, ignore_errors=True)
     store.load_checkpoint(agent, completed_steps, local)
     model, tokenizer = load_policy(local / "model", dtype=dtype, device=device)
-    optimizer_state = load_tensor_state(local / OPTIMIZER_FILE, map_location=device, safe_globals=optimizer_globals)
+    # Into host memory: the optimizer moves each state to its parameter's device as it loads it,
+    # so only this rank's share reaches the GPU (a multi-rank DeepSpeed checkpoint holds every
+    # rank's shard: mapped to the GPU, the whole list would be there at once on every rank).
+    optimizer_state = load_tensor_state(local / OPTIMIZER_FILE, map_location="cpu", safe_globals=optimizer_globals)
     rng = load_tensor_state(local / RNG_FILE)
     torch.set_rng_state(rng["torch"])
     random.setstate(rng["python"])

@@ -38,8 +38,12 @@ What the learner's contract asks and how DeepSpeed is configured to meet it:
   the rounded bf16 ones. At stage 0 in fp32 the optimizer is the plain ``torch.optim.AdamW`` and
   the state is its ``state_dict()`` (the torch backend's format). Checkpoints are therefore
   resumable with the same backend, stage and dtype; changing those across a resume raises. With
-  several ranks, rank 0 gathers every rank's shard and saves the list (one checkpoint, one
-  commit); it restores at the same number of ranks only (the check above says so).
+  several ranks, rank 0 gathers every rank's shard into its host memory (never through a GPU:
+  ``distributed.gather_on_host``) and saves the list (one checkpoint, one commit); it restores at
+  the same number of ranks only (the check above says so). A restore reads the list into host
+  memory on every rank (``restore_checkpoint`` maps it to the CPU) and the ZeRO optimizer copies
+  its own shard to the GPU; each rank still holds the whole list in host memory for that moment
+  (docs/scaling.md sizes it).
 - **ZeRO-3** partitions the parameters themselves; ``gathered_weights()`` is the context in
   which ``unwrapped_model()`` holds full tensors (saving weights needs it; see docs/real-models.md).
 
@@ -174,10 +178,9 @@ class DeepSpeedBackend:
         state = self.optimizer.state_dict()
         if self.zero_stage > 0 or self.dtype == "bfloat16":
             state.setdefault("ds_version", deepspeed.__version__)
-        if self.world_size > 1:  # every rank's shard, to rank 0 (a collective)
-            shards: list[Any] = [None] * self.world_size if distributed.is_writer() else None
-            torch.distributed.gather_object(state, shards, dst=0)
-            if not distributed.is_writer():
+        if self.world_size > 1:  # every rank's shard, to rank 0's host memory (a collective)
+            shards = distributed.gather_on_host(state)
+            if shards is None:
                 return {}
             state = shards
         return {

@@ -159,6 +159,48 @@ def gather_lists(values: dict[str, list[float]]) -> dict[str, list[float]]:
     return merged
 
 
+def gather_on_host(mine: Any) -> list[Any] | None:
+    """Every rank's ``mine`` on rank 0, in rank order, through host memory; None on the other ranks.
+
+    For large objects such as optimizer shards: ``mine``'s tensors are copied to the CPU first and
+    the gather runs over a gloo group, because over NCCL ``gather_object`` stages every rank's
+    pickled object in rank 0's GPU memory (12 bytes per parameter for a ZeRO optimizer state:
+    more than an 80 GB GPU holds for a 4B model, docs/scaling.md). A collective: every rank calls it.
+    """
+    rank, size = world()
+    on_host = _to_host(mine)
+    if size == 1:
+        return [on_host]
+    parts: list[Any] | None = [None] * size if rank == 0 else None
+    dist.gather_object(on_host, parts, dst=0, group=_host_group())
+    return parts
+
+
+_HOST_GROUP: Any = None
+
+
+def _host_group() -> Any:
+    """The default group if it is gloo already, else a gloo group over the same ranks, created on
+    first use (creating a group is a collective: every rank reaches it in the same call)."""
+    global _HOST_GROUP
+    if dist.get_backend() == "gloo":
+        return None
+    if _HOST_GROUP is None:
+        _HOST_GROUP = dist.new_group(backend="gloo")
+    return _HOST_GROUP
+
+
+def _to_host(value: Any) -> Any:
+    """``value`` with every tensor inside (dicts, lists, tuples) on the CPU."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {key: _to_host(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_host(item) for item in value)
+    return value
+
+
 def all_agree(flag: bool) -> bool:
     """True on every rank when ``flag`` is true on every rank (a skipped update is skipped by all)."""
     if not multi_rank():
