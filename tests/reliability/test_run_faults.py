@@ -51,6 +51,8 @@ MODES = {
     "split": {"colocate": False, "roles": ("rollout", "learner")},
     "split-stale1": {"colocate": False, "extra_algorithm": {"maxStaleness": 1}, "roles": ("rollout", "learner")},
     "colocated": {"colocate": True, "roles": ("colocated",)},
+    # Two rollout replicas per agent: a killed replica resumes at its own first missing part.
+    "split-replicas": {"colocate": False, "replicas": 2, "roles": ("rollout", "learner")},
 }
 
 
@@ -60,12 +62,23 @@ def staleness_of(mode: str) -> int:
 
 #: The uninterrupted run each mode is compared with: colocated workers compute exactly what split
 #: on-policy workers do (same sampled responses, metrics and final weights), so they share its baseline.
-BASELINE_OF = {"split": "split", "colocated": "split", "split-stale1": "split-stale1"}
+BASELINE_OF = {"split": "split", "colocated": "split", "split-stale1": "split-stale1", "split-replicas": "split-replicas"}
+
+
+def replicas_of(mode: str) -> dict[str, int]:
+    """Rollout replicas per agent in ``mode`` (the store reads each step's rollouts in as many parts)."""
+    return {agent: MODES[mode].get("replicas", 1) for agent in AGENTS}
+
+
+def open_run_store(uri: str, name: str, mode: str):
+    return open_trajectory_store(uri, name, rollout_replicas=replicas_of(mode))
 
 
 def spec_file(directory: Path, name: str, store_uri: str, *, endpoint: str | None = None, restart_limit: int = 20, mode: str = "split") -> Path:
-    options = {k: v for k, v in MODES[mode].items() if k != "roles"}
+    options = {k: v for k, v in MODES[mode].items() if k not in ("roles", "replicas")}
     document = tiny_spec(name, store_uri, steps=STEPS, endpoint=endpoint, **options)
+    for agent in document["spec"]["agents"]:
+        agent["rollout"]["replicas"] = replicas_of(mode)[agent["name"]]
     document["spec"]["restartLimit"] = restart_limit
     return write_spec(directory, document)
 
@@ -82,7 +95,7 @@ def finish(process: subprocess.Popen, what: str) -> str:
 
 
 def restarts_in(output: str) -> list[str]:
-    return re.findall(r"(\w+) worker of (\S+) exited with code (-?\d+); restarting", output)
+    return re.findall(r"(\w+)(?: worker| replica \d+) of (\S+) exited with code (-?\d+); restarting", output)
 
 
 def outcome(store: Any) -> dict[str, Any]:
@@ -108,7 +121,7 @@ def uninterrupted(directory: Path, model_cache: Path, mode: str) -> dict[str, An
     spec = spec_file(directory, f"rel-baseline-{mode}", uri, mode=mode)
     began = time.monotonic()
     finish(start_run(spec, directory, run_env(model_cache), "--quiet"), f"the uninterrupted {mode} run")
-    store = open_trajectory_store(uri, f"rel-baseline-{mode}")
+    store = open_run_store(uri, f"rel-baseline-{mode}", mode)
     assert_every_step_shard_exactly_once(store, STEPS, AGENTS, max_staleness=staleness_of(mode))
     result = outcome(store)
     # The comparison is not vacuous: training changed the weights.
@@ -147,14 +160,15 @@ def kill_plan(seed: int, kills: int, roles: tuple[str, ...]) -> list[tuple[int, 
     return [(s, rng.choice(AGENTS), rng.choice(sorted(roles)), rng.uniform(0.0, 0.8)) for s in steps]
 
 
-@pytest.mark.parametrize(("seed", "mode"), [(3, "split"), (5, "colocated"), (7, "split-stale1")])
+@pytest.mark.parametrize(("seed", "mode"), [(3, "split"), (5, "colocated"), (7, "split-stale1"), (14, "split-replicas")])
 def test_sigkilled_workers_at_random_points_resume_to_the_uninterrupted_result(tmp_path: Path, model_cache: Path, baselines, seed: int, mode: str) -> None:
     """Each seed: two SIGKILLs, each at a random moment of a random step, of a random worker; in
-    each worker placement (split on-policy, colocated, split one step off-policy)."""
+    each worker placement (split on-policy, colocated, split one step off-policy, split with two
+    rollout replicas per agent: the step decides which replica a rollout kill strikes)."""
     name = f"rel-kill-{seed}"
     uri = (tmp_path / "store").as_uri()
     spec = spec_file(tmp_path, name, uri, mode=mode)
-    store = open_trajectory_store(uri, name)
+    store = open_run_store(uri, name, mode)
     process = start_run(spec, tmp_path, run_env(model_cache))
     plan = kill_plan(seed, 2, MODES[mode]["roles"])
     monkey = ChaosMonkey(tmp_path / "work", store, AGENTS, seed=seed, kills=0)  # samples checkpoints only
@@ -165,7 +179,8 @@ def test_sigkilled_workers_at_random_points_resume_to_the_uninterrupted_result(t
             wait_for(lambda step=step: min((store.read_progress(a) or {}).get("step", 0) for a in AGENTS) >= step or process.poll() is not None,
                      RUN_TIMEOUT, f"every learner past step {step}")
             time.sleep(delay)
-            entry = next(w for w in worker_table(tmp_path / "work") if w["agent"] == agent and w["role"] == role)
+            entries = [w for w in worker_table(tmp_path / "work") if w["agent"] == agent and w["role"] == role]
+            entry = entries[step % len(entries)]  # one of several rollout replicas
             assert sigkill(entry["pid"]), f"the {role} worker of {agent} had exited before its planned SIGKILL at step {step}"
             killed.append((step, agent, role, round(delay, 2)))
         output = finish(process, f"the run with SIGKILLs {plan}")
