@@ -8,6 +8,8 @@ with the experiment and agent, so the JSON, the report and Prometheus use the sa
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -15,6 +17,7 @@ from collections.abc import Mapping
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 _INVALID = re.compile(r"[^a-zA-Z0-9_]")
+log = logging.getLogger(__name__)
 
 
 def prometheus_name(key: str) -> str:
@@ -39,7 +42,17 @@ class WorkerMetrics:
         bind_address = os.environ.get("HACRL_METRICS_BIND", bind_address)
         if port <= 0:
             return None
-        start_http_server(port, addr=bind_address, registry=self.registry)
+        try:
+            start_http_server(port, addr=bind_address, registry=self.registry)
+        except OSError as error:
+            if error.errno != errno.EADDRINUSE:
+                raise
+            # `hacrl run` picks ports that were free when it started; a second run started at the
+            # same moment can pick the same ones. A worker that cannot start over its metrics
+            # endpoint would be restarted into the same conflict until the run fails.
+            server, _ = start_http_server(0, addr=bind_address, registry=self.registry)
+            log.warning("metrics port %d is taken (by another run?): serving /metrics on port %d instead", port, server.server_port)
+            port = server.server_port
         self.port = port
         return port
 
