@@ -32,6 +32,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         if "store" not in spec.model_fields_set:
             print(f"  no spec.store: `hacrl run` uses {spec.store.uri}; the operator fills in its install's default store "
                   "(refused where the install has none: then add spec.store)")
+        for line in spec.warnings():
+            print(f"  warning: spec.{line}")
         if args.data and not check_data(path, spec):
             failed += 1
     return 1 if failed else 0

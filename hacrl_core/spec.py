@@ -658,6 +658,15 @@ class ExperimentSpec(SpecModel):
         if blockers:
             raise ValueError("colocate: cannot be true with " + "; ".join(blockers) + "; or set colocate: false")
 
+    def warnings(self) -> list[str]:
+        """Settings that are valid but probably not what the user wants, each naming its field."""
+        return [
+            f"agents[{i}].learner: backend torch with dtype bfloat16 keeps no fp32 master weights, so AdamW steps smaller "
+            f"than about |w|/256 round away (at lr {a.learner.lr:g} most do); use backend: deepspeed (fp32 master "
+            "weights) or dtype: float32"
+            for i, a in enumerate(self.agents) if a.learner.backend == "torch" and a.learner.dtype == "bfloat16"
+        ]
+
     def runs_colocated(self, *, by_default: bool) -> bool:
         """Whether the agents run as one colocated worker each: ``colocate`` when set, else
         ``by_default`` where the experiment allows it (`hacrl run` passes True, the operator False)."""

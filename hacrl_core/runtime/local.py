@@ -308,6 +308,8 @@ def run_local(spec_path: str | Path, *, resume: bool = False, workdir: str | Pat
     colocated = spec.runs_colocated(by_default=True) if colocate is None else colocate
     run.roles = COLOCATED_ROLES if colocated else ROLES
     display = display or make_display(run.experiment)
+    for line in spec.warnings():
+        display.warn(f"spec.{line}")
     check_datasets(run, display)
     build_models(run, display.note)
     start_workers(run)

@@ -53,13 +53,11 @@ def test_gpu_example_runs_today_and_asks_for_gpus():
     assert experiment.spec.scheduling.tolerations and experiment.spec.scheduling.node_selector
 
 
-def test_no_example_trains_in_pure_bf16():
-    """The torch backend in bfloat16 keeps no fp32 master weights: at the paper's lr 1e-6 most
-    updates round away (docs/scaling.md 3.2). bf16 examples train with DeepSpeed, which keeps them."""
+def test_no_example_draws_a_warning():
+    """E.g. the torch backend in bfloat16, which keeps no fp32 master weights: at the paper's lr 1e-6
+    most updates round away (docs/scaling.md 3.2). bf16 examples train with DeepSpeed, which keeps them."""
     for path in EXAMPLES:
-        for agent in load_experiment(path).spec.agents:
-            if agent.learner.dtype == "bfloat16":
-                assert agent.learner.backend == "deepspeed", f"{path.name}: {agent.name} trains in pure bf16"
+        assert load_experiment(path).spec.warnings() == [], path.name
 
 
 def test_kind_example_is_cpu_and_takes_the_default_store():

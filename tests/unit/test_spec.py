@@ -208,3 +208,15 @@ def test_where_agents_run_colocated(colocate, staleness, engine, local, operator
     spec = parse_experiment(document, "demo.yaml").spec
     assert spec.runs_colocated(by_default=True) is local
     assert spec.runs_colocated(by_default=False) is operator
+
+
+def test_pure_bf16_torch_learners_are_warned_about_naming_the_field(tmp_path):
+    document = with_change("spec.agents.1.learner", {"backend": "torch", "dtype": "bfloat16", "lr": 1e-6})
+    assert parse_experiment(document).spec.warnings() == [
+        "agents[1].learner: backend torch with dtype bfloat16 keeps no fp32 master weights, so AdamW steps smaller than "
+        "about |w|/256 round away (at lr 1e-06 most do); use backend: deepspeed (fp32 master weights) or dtype: float32"]
+    assert parse_experiment(with_change("spec.agents.1.learner", {"backend": "torch", "dtype": "float32"})).spec.warnings() == []
+    path = tmp_path / "bf16.yaml"
+    path.write_text(yaml.safe_dump(document))
+    result = subprocess.run([sys.executable, "-m", "hacrl_core.cli", "validate", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0 and "warning: spec.agents[1].learner: backend torch with dtype bfloat16" in result.stdout
