@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import pickle
 import random
+import re
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,17 +28,52 @@ from hacrl_core.models.loading import load_policy, save_policy
 STATE_FILE = "learner_state.json"
 OPTIMIZER_FILE = "optimizer.pt"
 RNG_FILE = "rng.pt"
+#: An optimizer state sharded over learner ranks (DeepSpeed ZeRO) puts the list of every rank's
+#: shard under this key. The checkpoint stores each shard in its own file (``SHARD_FILE``, the
+#: count in ``OPTIMIZER_FILE``), and a restoring rank downloads and reads only its own: a rank
+#: never holds the whole optimizer state (12 bytes per parameter), on disk or in memory.
+RANK_SHARDS = "rank_shards"
+SHARD_FILE = "optimizer-rank-{:05d}.pt"
+_SHARD_FILE = re.compile(r"^optimizer-rank-(\d{5})\.pt$")
 
 
 def save_checkpoint(store, agent: str, completed_steps: int, model, tokenizer, optimizer_state: dict, tracker: CapabilityTracker, work_dir: Path) -> None:
     local = work_dir / f"checkpoint-{completed_steps:06d}"
     shutil.rmtree(local, ignore_errors=True)
     save_policy(model, tokenizer, local / "model")
-    torch.save(optimizer_state, local / OPTIMIZER_FILE)
+    shards = optimizer_state.get(RANK_SHARDS)
+    if shards is None:
+        torch.save(optimizer_state, local / OPTIMIZER_FILE)
+    else:
+        torch.save({**optimizer_state, RANK_SHARDS: len(shards)}, local / OPTIMIZER_FILE)
+        for rank, shard in enumerate(shards):
+            torch.save(shard, local / SHARD_FILE.format(rank))
     torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, local / RNG_FILE)
     (local / STATE_FILE).write_text(json.dumps({"completed_steps": completed_steps, "capability": tracker.state_dict()}))
     store.save_checkpoint(agent, completed_steps, local)
     shutil.rmtree(local, ignore_errors=True)
+
+
+def shard_rank(path: str) -> int | None:
+    """The rank whose optimizer shard the checkpoint file ``path`` is, or None for other files."""
+    found = _SHARD_FILE.match(path)
+    return int(found.group(1)) if found else None
+
+
+def read_optimizer_state(local: Path, rank: int, optimizer_globals: Sequence[type] = ()) -> Any:
+    """The optimizer state of a downloaded checkpoint, with only ``rank``'s shard when it is sharded.
+
+    Read into host memory: the optimizer moves each state to its parameter's device as it loads
+    it, so only this rank's share reaches the GPU.
+    """
+    state = load_tensor_state(local / OPTIMIZER_FILE, map_location="cpu", safe_globals=optimizer_globals)
+    count = state.get(RANK_SHARDS) if isinstance(state, dict) else None
+    if not isinstance(count, int):
+        return state
+    shards: list[Any] = [None] * count
+    if rank < count:  # a rank beyond the saved count is refused by the backend, naming both counts
+        shards[rank] = load_tensor_state(local / SHARD_FILE.format(rank), map_location="cpu", safe_globals=optimizer_globals)
+    return {**state, RANK_SHARDS: shards}
 
 
 class UnsafeCheckpointError(RuntimeError):
@@ -57,18 +93,18 @@ def load_tensor_state(path: Path, map_location: str | torch.device | None = None
         ) from None
 
 
-def restore_checkpoint(store, agent: str, completed_steps: int, work_dir: Path, device: str, dtype, optimizer_globals: Sequence[type] = ()):
+def restore_checkpoint(store, agent: str, completed_steps: int, work_dir: Path, device: str, dtype,
+                       optimizer_globals: Sequence[type] = (), rank: int = 0):
     """(model, tokenizer, optimizer_state, capability_state, local_dir) of checkpoint
-    ``completed_steps``; ``optimizer_globals``: the training backend's ``checkpoint_globals``.
-    The caller deletes ``local_dir`` (the downloaded files) once the backend holds the state."""
+    ``completed_steps`` as learner rank ``rank`` needs it: of a sharded optimizer state
+    (``RANK_SHARDS``) only that rank's shard is downloaded and read, the others are None.
+    ``optimizer_globals``: the training backend's ``checkpoint_globals``. The caller deletes
+    ``local_dir`` (the downloaded files) once the backend holds the state."""
     local = work_dir / f"restore-{completed_steps:06d}"
     shutil.rmtree(local, ignore_errors=True)
-    store.load_checkpoint(agent, completed_steps, local)
+    store.load_checkpoint(agent, completed_steps, local, skip=lambda path: shard_rank(path) not in (None, rank))
     model, tokenizer = load_policy(local / "model", dtype=dtype, device=device)
-    # Into host memory: the optimizer moves each state to its parameter's device as it loads it,
-    # so only this rank's share reaches the GPU (a multi-rank DeepSpeed checkpoint holds every
-    # rank's shard: mapped to the GPU, the whole list would be there at once on every rank).
-    optimizer_state = load_tensor_state(local / OPTIMIZER_FILE, map_location="cpu", safe_globals=optimizer_globals)
+    optimizer_state = read_optimizer_state(local, rank, optimizer_globals)
     rng = load_tensor_state(local / RNG_FILE)
     torch.set_rng_state(rng["torch"])
     random.setstate(rng["python"])

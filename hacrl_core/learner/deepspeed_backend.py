@@ -39,11 +39,10 @@ What the learner's contract asks and how DeepSpeed is configured to meet it:
   the state is its ``state_dict()`` (the torch backend's format). Checkpoints are therefore
   resumable with the same backend, stage and dtype; changing those across a resume raises. With
   several ranks, rank 0 gathers every rank's shard into its host memory (never through a GPU:
-  ``distributed.gather_on_host``) and saves the list (one checkpoint, one commit); it restores at
-  the same number of ranks only (the check above says so). A restore reads the list into host
-  memory on every rank (``restore_checkpoint`` maps it to the CPU) and the ZeRO optimizer copies
-  its own shard to the GPU; each rank still holds the whole list in host memory for that moment
-  (docs/scaling.md sizes it).
+  ``distributed.gather_on_host``) and the checkpoint stores each shard in its own file (one
+  checkpoint, one commit; ``checkpoint.RANK_SHARDS``); it restores at the same number of ranks
+  only (the check above says so). A restoring rank downloads and reads only its own shard, into
+  host memory, and the ZeRO optimizer copies it to the GPU (docs/scaling.md sizes each moment).
 - **ZeRO-3** partitions the parameters themselves; ``gathered_weights()`` is the context in
   which ``unwrapped_model()`` holds full tensors (saving weights needs it; see docs/real-models.md).
 
@@ -78,6 +77,7 @@ from deepspeed.utils.tensor_fragment import fragment_address  # noqa: E402
 
 from hacrl_core.learner import distributed  # noqa: E402
 from hacrl_core.learner.backends import register_backend  # noqa: E402
+from hacrl_core.learner.checkpoint import RANK_SHARDS  # noqa: E402
 
 log = logging.getLogger("hacrl")
 
@@ -114,7 +114,9 @@ def deepspeed_config(settings, zero_stage: int) -> dict[str, Any]:
         "managed_gradient_accumulation": False,
         "gradient_clipping": settings.grad_clip,
         "bf16": {"enabled": bf16},
-        "zero_optimization": {"stage": zero_stage},
+        # Rigid checkpoints (the default, said here because restores depend on it): each rank's
+        # shard is loaded by that rank alone, so a rank reads only its own file (checkpoint.py).
+        "zero_optimization": {"stage": zero_stage, "elastic_checkpoint": False},
         "zero_allow_untested_optimizer": True,  # the client torch AdamW
         "steps_per_print": 2**62,
         "wall_clock_breakdown": False,
@@ -178,19 +180,17 @@ class DeepSpeedBackend:
         state = self.optimizer.state_dict()
         if self.zero_stage > 0 or self.dtype == "bfloat16":
             state.setdefault("ds_version", deepspeed.__version__)
-        if self.world_size > 1:  # every rank's shard, to rank 0's host memory (a collective)
-            shards = distributed.gather_on_host(state)
-            if shards is None:
-                return {}
-            state = shards
-        return {
+        header = {
             "format": STATE_FORMAT,
             "zero_stage": self.zero_stage,
             "dtype": self.dtype,
             "world_size": self.engine.world_size,
             "deepspeed": deepspeed.__version__,
-            "state": state,
         }
+        if self.world_size == 1:
+            return header | {"state": state}
+        shards = distributed.gather_on_host(state)  # every rank's shard, to rank 0's host memory (a collective)
+        return (header | {RANK_SHARDS: shards}) if shards is not None else {}
 
     def load_optimizer_state(self, state: dict[str, Any]) -> None:
         if state.get("format") != STATE_FORMAT:
@@ -205,7 +205,10 @@ class DeepSpeedBackend:
                 f"optimizer state of zeroStage/dtype/world size {saved} cannot be loaded into {here}: "
                 "resume with the settings the checkpoint was written with"
             )
-        shards = state["state"] if self.world_size > 1 else [state["state"]]  # one per rank, in rank order
+        # One per rank, in rank order; a restoring rank gets its own (``checkpoint.RANK_SHARDS``, the
+        # others None: a rigid ZeRO checkpoint reads only its rank's). Checkpoints written before
+        # per-rank files hold every shard under "state".
+        shards = state.get(RANK_SHARDS) or (state["state"] if self.world_size > 1 else [state["state"]])
         if self.zero_stage > 0 or self.dtype == "bfloat16":  # a ZeRO optimizer takes its rank's shard from the list
             self.optimizer.load_state_dict(shards, load_optimizer_states=True, load_from_fp32_weights=True)
         else:

@@ -67,7 +67,8 @@ def initialize(context: WorkerContext, device: str | None = None) -> LearnerStat
     else:  # restores the RNG state too, so nothing random may happen before this
         factory = backend_factory(settings.backend)
         model, tokenizer, optimizer_state, capability_state, local = restore_checkpoint(
-            context.store, context.agent_name, latest, context.work_dir, device, dtype, factory.checkpoint_globals
+            context.store, context.agent_name, latest, context.work_dir, device, dtype, factory.checkpoint_globals,
+            rank=distributed.world()[0],
         )
         backend = factory(model, settings)
         backend.load_optimizer_state(optimizer_state)

@@ -176,8 +176,12 @@ def get_dir(
     *,
     wait: float = 0.0,
     poll: float = 0.05,
+    skip: Callable[[str], bool] | None = None,
 ) -> dict[str, Any]:
     """Download the committed directory ``prefix`` into ``local_dir``; returns its manifest.
+
+    ``skip``: files (by their path in the directory) not to download, e.g. the optimizer shards of
+    other learner ranks; the manifest returned still lists every file.
 
     Waits up to ``wait`` seconds for the manifest (then TimeoutError naming the prefix). Each
     file is downloaded beside its destination, verified, and only then renamed into place;
@@ -197,6 +201,8 @@ def get_dir(
             raise CorruptObject(f"manifest {key!r} has no 'files' list")
         for entry in entries:
             rel = check_key(str(entry.get("path", "")))
+            if skip is not None and skip(rel):
+                continue
             expected = _expected_digest(entry, key)
             dest = local.joinpath(*rel.split("/"))
             staging = dest.with_name(f".{dest.name}.download{TMP_SUFFIX}")

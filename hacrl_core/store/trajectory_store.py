@@ -242,11 +242,12 @@ class TrajectoryStore:
         return prefix
 
     def load_checkpoint(
-        self, agent: str, step: int, local_dir: Path | str, *, wait: float = 0.0
+        self, agent: str, step: int, local_dir: Path | str, *, wait: float = 0.0, skip: Callable[[str], bool] | None = None
     ) -> dict[str, Any]:
+        """Download a checkpoint; ``skip``: its files (by path) not to download."""
         prefix = layout.checkpoint_prefix(self.experiment, agent, step)
         what = f"checkpoint of step {step} of agent {agent!r}"
-        return self._waiting(what, lambda: get_dir(self.objects, prefix, local_dir, wait=wait))
+        return self._waiting(what, lambda: get_dir(self.objects, prefix, local_dir, wait=wait, skip=skip))
 
     def latest_checkpoint(self, agent: str) -> int | None:
         return _latest(

@@ -154,10 +154,30 @@ def test_deepspeed_ranks_take_the_one_rank_update_and_resume_at_their_rank_count
     assert two["metrics"]["0"]["learner/grad_norm"] == pytest.approx(one["metrics"]["0"]["learner/grad_norm"], rel=1e-4)
     if zero == 0:
         return  # ZeRO 0 keeps the whole optimizer on every rank: the resume below is ZeRO 3's question
+    assert_one_file_per_rank_shard(tmp_path / "s2", tmp_path / "restore-check")
     resumed_one = learner(1, model, tmp_path / "s1", tmp_path / "w11", tmp_path / "c.st", [1], zero=zero, uneven=uneven)
     resumed_two = learner(2, model, tmp_path / "s2", tmp_path / "w22", tmp_path / "d.st", [1], zero=zero, uneven=uneven)
     assert_same_update(resumed_two["weights"], resumed_one["weights"], one["weights"])
     learner(1, model, tmp_path / "s2", tmp_path / "w21", tmp_path / "e.st", [1], zero=zero, fails_with="cannot be loaded")
+
+
+def assert_one_file_per_rank_shard(store_path: Path, work: Path) -> None:
+    """The 2-rank checkpoint stores each rank's optimizer shard in its own file, and rank 1's
+    restore downloads and reads only its own (the other rank's shard is never on its disk)."""
+    from hacrl_core.learner.backends import backend_factory
+    from hacrl_core.learner.checkpoint import OPTIMIZER_FILE, RANK_SHARDS, SHARD_FILE, read_optimizer_state, shard_rank
+
+    allowed = backend_factory("deepspeed").checkpoint_globals
+    store = open_trajectory_store(store_path.as_uri(), "ranks")
+    manifest = store.load_checkpoint("solo", 1, work / "all")
+    paths = {entry["path"] for entry in manifest["files"]}
+    assert {SHARD_FILE.format(0), SHARD_FILE.format(1), OPTIMIZER_FILE} <= paths
+    store.load_checkpoint("solo", 1, work / "rank1", skip=lambda path: shard_rank(path) not in (None, 1))
+    assert not (work / "rank1" / SHARD_FILE.format(0)).exists() and (work / "rank1" / SHARD_FILE.format(1)).exists()
+    state = read_optimizer_state(work / "rank1", 1, allowed)
+    assert state["world_size"] == 2 and state[RANK_SHARDS][0] is None and state[RANK_SHARDS][1]
+    whole = read_optimizer_state(work / "all", 0, allowed)[RANK_SHARDS]
+    assert whole[0] and whole[1] is None and whole[0].keys() == state[RANK_SHARDS][1].keys()
 
 
 RANK_SCRIPT = """
