@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from hacrl_core.data.templates import render_prompt
-from hacrl_core.models.encoding import collate, encode_prompt, encode_row_for
+from hacrl_core.models.encoding import assemble_row, collate, encode_prompts, encode_texts
 from hacrl_core.models.logprobs import sequence_logprobs
 
 
@@ -28,27 +29,42 @@ class TrainRow:
     logp_old_tokens: torch.Tensor | None = None  # per-token pi_old of own rows (token-level losses)
 
 
-def encode_rows(
-    rows: Sequence[dict], *, source: int, is_own: bool, tokenizer, template: str
-) -> list[TrainRow]:
-    """Own rows keep their stored ids; cross rows are re-encoded after the learner's own prompt.
-    Each distinct prompt is rendered and encoded once (the G rows of a prompt share it)."""
+def rollout_columns(rollouts: Any, names: Sequence[str]) -> dict[str, list]:
+    """The named columns of a rollouts (or scores) shard as Python lists, one list per column.
+
+    ``rollouts`` is the store's Arrow table (``read_rollouts_columns``: each column converted in
+    one call, no row dict built) or a sequence of row dicts (``read_rollouts``; rows sampled in
+    memory by the examples and benchmarks).
+    """
+    if hasattr(rollouts, "column_names"):
+        return {name: rollouts.column(name).to_pylist() for name in names}
+    return {name: [row[name] for row in rollouts] for name in names}
+
+
+def encode_rows(rollouts: Any, *, source: int, is_own: bool, tokenizer, template: str) -> list[TrainRow]:
+    """The training rows of a rollouts shard (``rollout_columns``: a table or row dicts).
+
+    Own rows keep their stored ids; cross rows are re-encoded after the learner's own prompt.
+    Tokenizer calls are batched: each distinct prompt is rendered once, the distinct prompts are
+    encoded in one call and a peer's responses in another (``encode_prompts``, ``encode_texts``:
+    the ids of one call per text); ``assemble_row`` then builds each row.
+    """
+    names = ["prompt_uid", "reward", "finish_reason"] + (["prompt", "token_ids"] if is_own else ["extra", "response"])
+    columns = rollout_columns(rollouts, names)
+    if is_own:
+        prompts = columns["prompt"]
+        responses = columns["token_ids"]
+    else:
+        questions = {text: json.loads(text)["question"] for text in dict.fromkeys(columns["extra"])}
+        rendered = {question: render_prompt(tokenizer, question, template) for question in dict.fromkeys(questions.values())}
+        prompts = [rendered[questions[text]] for text in columns["extra"]]
+        responses = encode_texts(tokenizer, columns["response"])
+    distinct = list(dict.fromkeys(prompts))
+    prompt_ids = dict(zip(distinct, encode_prompts(tokenizer, distinct)))
     encoded = []
-    rendered: dict[str, str] = {}
-    prompt_ids: dict[str, list[int]] = {}
-    for row in rows:
-        if is_own:
-            prompt = row["prompt"]
-        else:
-            question = json.loads(row["extra"])["question"]
-            prompt = rendered.get(question)
-            if prompt is None:
-                prompt = rendered[question] = render_prompt(tokenizer, question, template)
-        if prompt not in prompt_ids:
-            prompt_ids[prompt] = encode_prompt(tokenizer, prompt)
-        ids, mask = encode_row_for(tokenizer, prompt, row["response"], row["token_ids"] if is_own else None,
-                                   finish_reason=row["finish_reason"], prompt_ids=prompt_ids[prompt])
-        encoded.append(TrainRow(source, row["prompt_uid"], float(row["reward"]), ids, mask, is_own))
+    for uid, reward, finish, prompt, response in zip(columns["prompt_uid"], columns["reward"], columns["finish_reason"], prompts, responses):
+        ids, mask = assemble_row(tokenizer, prompt_ids[prompt], response, own=is_own, finish_reason=finish)
+        encoded.append(TrainRow(source, uid, float(reward), ids, mask, is_own))
     return encoded
 
 

@@ -16,13 +16,14 @@ import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from hacrl_core.algorithms import Algorithm, CapabilityTracker, PolicyLossInputs, group_advantages, kl_penalty
 from hacrl_core.learner import distributed
 from hacrl_core.learner.backends import TrainingBackend
-from hacrl_core.learner.batch import TrainRow, collate_rows, micro_batches, score_rows
+from hacrl_core.learner.batch import TrainRow, collate_rows, micro_batches, rollout_columns, score_rows
 from hacrl_core.learner.guards import is_finite
 from hacrl_core.models.logprobs import sequence_logprobs
 
@@ -103,28 +104,28 @@ def score_own_rows(state: LearnerState, rows: list[TrainRow], algorithm: Algorit
     return rows
 
 
-def scores_shard(rollouts: Sequence[Mapping], rows: Sequence[TrainRow], *, experiment: str, step: int, agent: str) -> list[dict]:
-    """The scores shard of a step: pi_old (sum and count over response tokens) of every own row."""
-    return [
-        {
-            "experiment": experiment,
-            "step": step,
-            "source_agent": agent,
-            "prompt_uid": rollout["prompt_uid"],
-            "sample_index": rollout["sample_index"],
-            "logp_sum": row.logp_old_mean * sum(row.response_mask),
-            "token_count": sum(row.response_mask),
-        }
-        for rollout, row in zip(rollouts, rows)
-    ]
+def scores_shard(rollouts: Any, rows: Sequence[TrainRow], *, experiment: str, step: int, agent: str) -> list[dict]:
+    """The scores shard of a step: pi_old (sum and count over response tokens) of every own row.
+    ``rollouts``: the own rollouts shard the rows were encoded from (``batch.rollout_columns``)."""
+    keys = rollout_columns(rollouts, ("prompt_uid", "sample_index"))
+    shard = []
+    for uid, sample, row in zip(keys["prompt_uid"], keys["sample_index"], rows):
+        count = sum(row.response_mask)
+        shard.append({"experiment": experiment, "step": step, "source_agent": agent, "prompt_uid": uid, "sample_index": sample,
+                      "logp_sum": row.logp_old_mean * count, "token_count": count})
+    return shard
 
 
-def set_source_logprobs(cross: list[TrainRow], rollouts: Sequence[Mapping], scores: Sequence[Mapping]) -> list[TrainRow]:
-    """pi_old of a peer's rows from the peer's own scores shard (importance sampling across policies)."""
-    by_key = {(s["prompt_uid"], s["sample_index"]): s for s in scores}
-    for row, rollout in zip(cross, rollouts):
-        score = by_key[(rollout["prompt_uid"], rollout["sample_index"])]
-        row.logp_old_mean = score["logp_sum"] / max(score["token_count"], 1)
+def set_source_logprobs(cross: list[TrainRow], rollouts: Any, scores: Any) -> list[TrainRow]:
+    """pi_old of a peer's rows from the peer's own scores shard (importance sampling across policies).
+    ``rollouts`` and ``scores``: the peer's shards, tables or row dicts (``batch.rollout_columns``)."""
+    keys = rollout_columns(rollouts, ("prompt_uid", "sample_index"))
+    scored = rollout_columns(scores, ("prompt_uid", "sample_index", "logp_sum", "token_count"))
+    by_key = {(uid, sample): (total, count) for uid, sample, total, count in
+              zip(scored["prompt_uid"], scored["sample_index"], scored["logp_sum"], scored["token_count"])}
+    for row, key in zip(cross, zip(keys["prompt_uid"], keys["sample_index"])):
+        total, count = by_key[key]
+        row.logp_old_mean = total / max(count, 1)
     return cross
 
 

@@ -24,7 +24,7 @@ from hacrl_core.context import WorkerContext
 from hacrl_core.evaluation import evaluate_policy
 from hacrl_core.learner import distributed
 from hacrl_core.learner.backends import backend_factory, create_backend
-from hacrl_core.learner.batch import TrainRow, encode_rows
+from hacrl_core.learner.batch import TrainRow, encode_rows, rollout_columns
 from hacrl_core.learner.checkpoint import restore_checkpoint, save_checkpoint
 from hacrl_core.learner.guards import ensure_finite_weights
 from hacrl_core.learner.stages import (
@@ -98,7 +98,7 @@ def publish_weights(context: WorkerContext, state: LearnerState, version: int) -
     shutil.rmtree(local, ignore_errors=True)
 
 
-def publish_own_scores(context: WorkerContext, step: int, own_rollouts: list[dict], own_rows: list[TrainRow]) -> None:
+def publish_own_scores(context: WorkerContext, step: int, own_rollouts, own_rows: list[TrainRow]) -> None:
     """The scores shard of ``step`` (pi_old of every own row), unless a previous attempt wrote it
     (rank 0 of several learner ranks; every rank has every row's pi_old)."""
     if not distributed.is_writer() or context.store.scores_ready(step, context.agent_name):
@@ -107,9 +107,10 @@ def publish_own_scores(context: WorkerContext, step: int, own_rollouts: list[dic
     context.store.write_scores(step, context.agent_name, shard)
 
 
-def read_own_rows(context: WorkerContext, state: LearnerState, step: int, algorithm: Algorithm) -> tuple[list[dict], list[TrainRow]]:
-    """The agent's rollouts of ``step`` and their training rows with pi_old (``score_own_rows``)."""
-    rollouts = context.store.read_rollouts(step, context.agent_name, wait=context.wait_seconds)
+def read_own_rows(context: WorkerContext, state: LearnerState, step: int, algorithm: Algorithm) -> tuple[object, list[TrainRow]]:
+    """The agent's rollouts of ``step`` (the store's Arrow table: ``read_rollouts_columns``) and
+    their training rows with pi_old (``score_own_rows``)."""
+    rollouts = context.store.read_rollouts_columns(step, context.agent_name, wait=context.wait_seconds)
     rows = encode_rows(rollouts, source=context.agent_index, is_own=True, tokenizer=state.tokenizer, template=context.spec.data.template)
     first_update = plan_updates(rows, context.spec.algorithm, step=step, agent_index=context.agent_index)[0]
     return rollouts, score_own_rows(state, rows, algorithm, first_update, context.agent.learner.micro_batch_size)
@@ -124,10 +125,10 @@ def read_peer_rows(context: WorkerContext, state: LearnerState, step: int, algor
     for index, name in enumerate(context.agent_names):
         if index == context.agent_index:
             continue
-        rollouts = context.store.read_rollouts(step, name, wait=context.wait_seconds)
+        rollouts = context.store.read_rollouts_columns(step, name, wait=context.wait_seconds)
         cross = encode_rows(rollouts, source=index, is_own=False, tokenizer=state.tokenizer, template=context.spec.data.template)
         if algorithm.cross_old_logprob == "source":
-            peers[index] = set_source_logprobs(cross, rollouts, context.store.read_scores(step, name, wait=context.wait_seconds))
+            peers[index] = set_source_logprobs(cross, rollouts, context.store.read_scores_columns(step, name, wait=context.wait_seconds))
         else:
             peers[index] = score_as_learner(state, cross, context.agent.learner.micro_batch_size)
     return peers
@@ -237,7 +238,8 @@ def train_step(context: WorkerContext, state: LearnerState, step: int, algorithm
     values.update(step_metrics(rows, advantages, mean_rewards, state.tracker, algorithm, context.agent_names, context.agent_index))
     values["learner/tokens_per_second"] = tokens * spec.algorithm.epochs / max(seconds_update, 1e-9)
     # The weights being trained are version ``step``; rows sampled with an older one (maxStaleness) lag it.
-    values["learner/policy_lag"] = step - sum(r["policy_version"] for r in own_rollouts) / max(len(own_rollouts), 1)
+    versions = rollout_columns(own_rollouts, ["policy_version"])["policy_version"]
+    values["learner/policy_lag"] = step - sum(versions) / max(len(versions), 1)
     return values, rows
 
 

@@ -14,6 +14,10 @@ rebuilds exactly the prompt ids its rollout worker generated from.
   tokenizer's EOS when the source finished with ``"stop"``.
 
 Prompt and response are encoded separately and concatenated, so no token spans the boundary.
+
+A shard's rows go through ``encode_prompts`` / ``encode_texts`` (one tokenizer call for many
+texts: the fast tokenizer's batch encode, the same ids as one call per text) and
+``assemble_row`` (EOS and truncation of one row); ``encode_row_for`` is the one-row form.
 """
 
 from __future__ import annotations
@@ -28,12 +32,28 @@ FINISH_REASONS = ("stop", "length")
 
 def encode_prompt(tokenizer: Any, prompt_text: str) -> list[int]:
     """Ids of a rendered prompt (``hacrl_core.data.templates.render_prompt``), no specials added."""
-    return list(tokenizer(prompt_text, add_special_tokens=False)["input_ids"])
+    return encode_prompts(tokenizer, [prompt_text])[0]
+
+
+def encode_prompts(tokenizer: Any, prompt_texts: Sequence[str]) -> list[list[int]]:
+    """``encode_prompt`` of every text, in one tokenizer call."""
+    return _encode_batch(tokenizer, prompt_texts, add_special_tokens=False)
 
 
 def encode_text(tokenizer: Any, text: str) -> list[int]:
     """Ids of free text with no special tokens added and special-token strings kept as text."""
-    return list(tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+    return encode_texts(tokenizer, [text])[0]
+
+
+def encode_texts(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
+    """``encode_text`` of every text, in one tokenizer call."""
+    return _encode_batch(tokenizer, texts, add_special_tokens=False, split_special_tokens=True)
+
+
+def _encode_batch(tokenizer: Any, texts: Sequence[str], **options: Any) -> list[list[int]]:
+    if not texts:
+        return []
+    return [list(ids) for ids in tokenizer(list(texts), **options)["input_ids"]]
 
 
 def encode_row_for(
@@ -65,20 +85,37 @@ def encode_row_for(
         ``input_ids`` (prompt then response) and ``response_mask`` (0 on prompt tokens, 1 on
         response tokens), both lists of the same length.
     """
+    prompt_ids = prompt_ids if prompt_ids is not None else encode_prompt(tokenizer, prompt_text)
+    if own_token_ids is not None:
+        return assemble_row(tokenizer, prompt_ids, own_token_ids, own=True, finish_reason=finish_reason)
+    return assemble_row(tokenizer, prompt_ids, encode_text(tokenizer, response_text), own=False, finish_reason=finish_reason,
+                        max_response_tokens=max_response_tokens)
+
+
+def assemble_row(
+    tokenizer: Any,
+    prompt_ids: Sequence[int],
+    response_ids: Sequence[int],
+    *,
+    own: bool,
+    finish_reason: str = "stop",
+    max_response_tokens: int | None = None,
+) -> tuple[list[int], list[int]]:
+    """``encode_row_for`` from ids already encoded: ``prompt_ids`` (``encode_prompt``) and
+    ``response_ids`` (an own row's stored ids, or ``encode_text`` of a cross row's response).
+    A cross row (``own`` False) gets this tokenizer's EOS when ``finish_reason`` is ``"stop"``
+    and is cut to ``max_response_tokens``; an own row's ids are kept exactly."""
     if finish_reason not in FINISH_REASONS:
         raise ValueError(f"finish_reason must be one of {', '.join(FINISH_REASONS)}, got {finish_reason!r}")
-    prompt_ids = list(prompt_ids) if prompt_ids is not None else encode_prompt(tokenizer, prompt_text)
-    if own_token_ids is not None:
-        response_ids = [int(token) for token in own_token_ids]
-    else:
-        response_ids = encode_text(tokenizer, response_text)
+    response_ids = [int(token) for token in response_ids] if own else list(response_ids)
+    if not own:
         if finish_reason == "stop":
             if tokenizer.eos_token_id is None:
                 raise ValueError("tokenizer has no eos_token_id; cannot mark a stopped cross row")
             response_ids.append(int(tokenizer.eos_token_id))
         if max_response_tokens is not None and len(response_ids) > max_response_tokens:
             response_ids = response_ids[:max_response_tokens]
-    return prompt_ids + response_ids, [0] * len(prompt_ids) + [1] * len(response_ids)
+    return list(prompt_ids) + response_ids, [0] * len(prompt_ids) + [1] * len(response_ids)
 
 
 def collate(rows: Sequence[tuple[Sequence[int], Sequence[int]]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
