@@ -564,6 +564,11 @@ class ExperimentSpec(SpecModel):
                  "self.algorithm.maxStaleness == 0) && self.agents.all(a, !has(a.rollout) || ((!has(a.rollout.engine) || a.rollout.engine == \"hf\") "
                  "&& (!has(a.rollout.replicas) || a.rollout.replicas == 1))))",
          "message": "colocate: true needs algorithm.maxStaleness 0 and every agent's rollout.engine hf and rollout.replicas 1; or set colocate: false"},
+        {"rule": "self.agents.all(a, !has(a.rollout) || !has(a.rollout.replicas) || a.rollout.replicas <= "
+                 "(has(self.algorithm) && has(self.algorithm.promptsPerStep) ? self.algorithm.promptsPerStep : "
+                 f"{AlgorithmSpec.model_fields['prompts_per_step'].default}))",
+         "message": "every agent's rollout.replicas must be at most algorithm.promptsPerStep (each replica samples a slice of "
+                    "the step's prompts); lower the replicas or raise promptsPerStep"},
     ]})
 
     # Bounded (as are the strings the CRD's CEL rules compare) so that the API server's cost

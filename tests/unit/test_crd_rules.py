@@ -116,6 +116,8 @@ def test_the_quickstart_passes_every_rule() -> None:
     ("colocate-stale", changed("spec.algorithm.maxStaleness", 1, changed("spec.colocate", True)), "colocate: true needs algorithm.maxStaleness 0"),
     ("colocate-vllm", changed("spec.agents.1.rollout.engine", "vllm", changed("spec.colocate", True)), "every agent's rollout.engine hf"),
     ("colocate-replicas", changed("spec.agents.1.rollout.replicas", 2, changed("spec.colocate", True)), "and rollout.replicas 1"),
+    ("replicas-above-prompts", changed("spec.agents.0.rollout.replicas", 9, changed("spec.algorithm.promptsPerStep", 8)),
+     "rollout.replicas must be at most algorithm.promptsPerStep"),
 ])
 def test_cross_field_rules_refuse_what_the_spec_refuses(case: str, document: dict[str, Any], message: str) -> None:
     found = violations(document)
