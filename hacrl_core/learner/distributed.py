@@ -268,9 +268,10 @@ class StoreWriteFromRank(RuntimeError):
 
 
 #: The ``TrajectoryStore`` methods that write; only rank 0 may call them.
+#: (tests/learner/test_multirank.py checks that it names every writing method of the store.)
 STORE_WRITES = frozenset({
-    "put_spec", "write_rollouts", "write_scores", "write_metrics", "publish_weights", "save_checkpoint",
-    "delete_checkpoint", "write_progress", "delete_experiment",
+    "put_spec", "write_rollouts", "write_rollouts_columns", "write_scores", "write_scores_columns", "write_metrics",
+    "publish_weights", "save_checkpoint", "delete_checkpoint", "write_progress", "delete_experiment",
 })
 
 

@@ -130,6 +130,20 @@ def test_a_rank_other_than_0_cannot_write_to_the_store(tmp_path: Path) -> None:
         store.save_checkpoint("solo", 1, tmp_path)
 
 
+def test_the_read_only_store_refuses_every_writing_method_of_the_store() -> None:
+    """A writing method added to the store later must be added to STORE_WRITES too."""
+    import inspect
+    import re
+
+    from hacrl_core.learner.distributed import STORE_WRITES
+    from hacrl_core.store.trajectory_store import TrajectoryStore
+
+    methods = dict(inspect.getmembers(TrajectoryStore, inspect.isfunction))
+    writing = {name for name, method in methods.items() if not name.startswith("_") and (
+        re.match(r"(write|put|publish|save|delete)_", name) or "self._before_write()" in inspect.getsource(method))}
+    assert writing == STORE_WRITES, f"missing: {sorted(writing - STORE_WRITES)}, not writes: {sorted(STORE_WRITES - writing)}"
+
+
 def test_rank_environment_is_torchruns_and_splits_the_workers_threads() -> None:
     env = rank_environment({"OMP_NUM_THREADS": "4", "HACRL_TORCH_THREADS": "4", "KEEP": "x"}, 1, 2, 29500)
     assert {k: env[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")} == {
