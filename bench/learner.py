@@ -4,9 +4,11 @@ A one-step ``hacrl run`` of the quickstart's two agents fills a file store with 
 and scores of step 0. Then, in this process, for each agent:
 
 - ``algo``: the learner's own stages on those shards, exactly as the worker runs them —
-  ``score_own_rows`` (no-grad re-scoring of own rows: pi_old), ``gather_rows`` (peer shards and
-  scores read, peer rows re-encoded with this learner's tokenizer), ``CapabilityTracker.update``,
-  ``assign_advantages``, ``run_updates`` (mini-batches, micro-batches, policy loss, AdamW);
+  ``score_own_rows`` (no-grad re-scoring of the own rows outside the first update: pi_old),
+  ``gather_rows`` (peer shards read, peer rows re-encoded with this learner's tokenizer),
+  ``CapabilityTracker.update``, ``assign_advantages``, ``run_updates`` (mini-batches,
+  micro-batches, policy loss, AdamW; after the first update's own rows the scores exchange:
+  own scores published, the peers' read);
 - ``plain``: a plain torch loop over exactly the same token batches (the same rows in the same
   mini-batches and micro-batches, collated the same way): forward, next-token cross-entropy on
   the response tokens, backward, grad clip and AdamW step per mini-batch.
@@ -111,25 +113,34 @@ def fresh_state(context, initial: dict[str, Any]):
 
 
 def algo_step(context, state, step: int = 0) -> tuple[dict[str, float], int, list]:
-    """The learner's stages of one step, timed one by one; returns (seconds per stage, trained tokens)."""
+    """The learner's stages of one step, timed one by one, as ``learner.worker.train_step`` runs
+    them; returns (seconds per stage, trained tokens, rows). The scores exchange inside the first
+    update (publish own scores, read the peers') counts to ``run_updates``."""
     from hacrl_core.algorithms import resolve_algorithm
     from hacrl_core.learner.stages import assign_advantages, gather_rows, plan_updates, run_updates, update_capability
-    from hacrl_core.learner.worker import publish_own_scores, read_own_rows, read_peer_rows
+    from hacrl_core.learner.worker import publish_own_scores, read_own_rows, read_peer_rows, read_peer_scores
 
     algorithm, settings = resolve_algorithm(context.spec.algorithm), context.spec.algorithm
     t = [time.perf_counter()]
     own_rollouts, own_rows = read_own_rows(context, state, step, algorithm)
     t.append(time.perf_counter())
-    by_agent = read_peer_rows(context, state, step, algorithm)
+    peer_rollouts, by_agent = read_peer_rows(context, state, step, algorithm)
     by_agent[context.agent_index] = own_rows
     rows, mean_rewards = gather_rows(by_agent, context.agent_index)
     t.append(time.perf_counter())
     update_capability(state.tracker, mean_rewards, algorithm)
     advantages, discrepancy = assign_advantages(rows, state.tracker, algorithm, context.agent_index, tuple(settings.ratio_bounds))
     t.append(time.perf_counter())
+
+    def exchange_scores() -> None:
+        publish_own_scores(context, step, own_rollouts, own_rows)
+        read_peer_scores(context, step, algorithm, peer_rollouts, by_agent)
+
     updates = plan_updates(rows, settings, step=step, agent_index=context.agent_index)
-    run_updates(state, rows, updates, advantages, discrepancy, algorithm, settings, context.agent.learner.micro_batch_size)
-    publish_own_scores(context, step, own_rollouts, own_rows)
+    run_updates(state, rows, updates, advantages, discrepancy, algorithm, settings, context.agent.learner.micro_batch_size,
+                after_own_rows=exchange_scores if algorithm.shares_rows else None)
+    if not algorithm.shares_rows:
+        publish_own_scores(context, step, own_rollouts, own_rows)
     t.append(time.perf_counter())
     stages = {"score_own_rows": t[1] - t[0], "gather_rows": t[2] - t[1], "assign_advantages": t[3] - t[2], "run_updates": t[4] - t[3]}
     stages["total"] = t[4] - t[0]
@@ -137,12 +148,15 @@ def algo_step(context, state, step: int = 0) -> tuple[dict[str, float], int, lis
 
 
 def plan_batches(context, rows) -> list[list[list[int]]]:
-    """The same mini-batches / micro-batches of row indices that ``run_updates`` forms."""
-    from hacrl_core.learner.stages import plan_updates
+    """The same mini-batches / micro-batches of row indices that ``run_updates`` forms (own and
+    peer rows in separate micro-batches when the algorithm shares rows: ``update_chunks``)."""
+    from hacrl_core.algorithms import resolve_algorithm
+    from hacrl_core.learner.stages import plan_updates, update_chunks
 
     size = context.agent.learner.micro_batch_size
+    own_first = resolve_algorithm(context.spec.algorithm).shares_rows
     updates = plan_updates(rows, context.spec.algorithm, step=0, agent_index=context.agent_index)
-    return [[members[s : s + size] for s in range(0, len(members), size)] for members in updates]
+    return [update_chunks(rows, members, size, own_first=own_first) for members in updates]
 
 
 def plain_step(context, state, rows, minis) -> float:

@@ -116,6 +116,9 @@ def hacpo_loss(
             "cross_lower_bound": low,
             "cross_weight_mean": _mean_where(discrepancy.to(ratio.dtype) * weighted_ratio, is_cross),
             "cross_grad_share": float(row_weight[is_cross].sum()) / total_weight if total_weight > 0 else 0.0,
+            # the sums behind cross_grad_share, so that a caller can form it over several calls
+            "grad_weight": total_weight,
+            "cross_grad_weight": float(row_weight[is_cross].sum()),
         }
     return loss, metrics
 

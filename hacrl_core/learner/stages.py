@@ -1,7 +1,8 @@
 """One learner step as stages on rows and tensors (DESIGN.md section 2, steps 4-8).
 
-    score_own_rows -> (peers' rows: set_source_logprobs | score_as_learner) -> gather_rows
-    -> update_capability -> assign_advantages -> run_updates -> step_metrics
+    score_own_rows -> (peers' rows: score_as_learner) -> gather_rows -> update_capability
+    -> assign_advantages -> run_updates (after the first update's own rows: the caller's
+    after_own_rows, e.g. scores out and set_source_logprobs) -> step_metrics
 
 Every stage takes what it needs as arguments and returns its result: no store, no files, no
 clock. The learner worker (``learner.worker``) reads the step's shards, calls these stages in
@@ -14,7 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,17 +84,21 @@ def plan_updates(rows: Sequence[TrainRow], settings, *, step: int, agent_index: 
 
 
 def score_own_rows(state: LearnerState, rows: list[TrainRow], algorithm: Algorithm, first_update: Sequence[int],
-                   micro_batch_size: int) -> list[TrainRow]:
+                   micro_batch_size: int, *, defer_shared: bool = False) -> list[TrainRow]:
     """pi_old of the agent's own rows: their log-probs under the weights that sampled them.
 
-    Algorithms that share rows score every row (peers need the scores before they can train).
-    Isolated ones skip the rows of the step's first update (``first_update``, row indices): the
-    weights have not moved when that update runs, so its own forward pass gives their pi_old
-    exactly (``run_updates`` fills it in) and one no-grad pass over those rows is saved. Several
-    learner ranks score every row (sliced between them): a deferred row's pi_old would be known
-    only to the rank that trained on it.
+    The rows of the step's first update (``first_update``, row indices) are skipped: the weights
+    have not moved when that update runs, so its own forward pass gives their pi_old exactly
+    (``run_updates`` fills it in) and one no-grad pass over those rows is saved. Isolated
+    algorithms always skip them. Algorithms that share rows skip them only with
+    ``defer_shared``: the peers need every own row's pi_old before they can train, so the caller
+    publishes the scores from ``run_updates``'s ``after_own_rows``, once the first update's own
+    micro-batches have run (``learner.worker.train_step``); without it every row is scored here.
+    Several learner ranks score every row (sliced between them): a deferred row's pi_old would be
+    known only to the rank that trained on it.
     """
-    deferred = set() if algorithm.shares_rows or distributed.multi_rank() else set(first_update)
+    defer = (defer_shared or not algorithm.shares_rows) and not distributed.multi_rank()
+    deferred = set(first_update) if defer else set()
     scored = [row for index, row in enumerate(rows) if index not in deferred]
     sums, counts, tokens = score_sliced(state, scored, micro_batch_size)
     for row, total, count, token_logps in zip(scored, sums, counts, tokens):
@@ -201,8 +206,21 @@ def assign_advantages(rows: Sequence[TrainRow], tracker: CapabilityTracker, algo
     return advantages, discrepancy
 
 
+def update_chunks(rows: Sequence[TrainRow], members: Sequence[int], micro_batch_size: int, *, own_first: bool = False) -> list[list[int]]:
+    """This rank's micro-batches (row indices) of one update's rows (``members``, from
+    ``plan_updates``): its slice (``distributed.rank_slice``) cut into ``micro_batch_size`` rows.
+    ``own_first``: the own rows' micro-batches first, then the peers' rows', never mixed (what
+    ``run_updates`` does when it is given ``after_own_rows``)."""
+    mine = distributed.rank_slice(members)
+    if not own_first:
+        return list(micro_batches(mine, micro_batch_size))
+    own = [i for i in mine if rows[i].is_own]
+    return list(micro_batches(own, micro_batch_size)) + list(micro_batches([i for i in mine if not rows[i].is_own], micro_batch_size))
+
+
 def run_updates(state: LearnerState, rows: list[TrainRow], updates: Sequence[Sequence[int]], advantages: torch.Tensor,
-                discrepancy: torch.Tensor, algorithm: Algorithm, settings, micro_batch_size: int, *, label: str = "learner") -> dict[str, float]:
+                discrepancy: torch.Tensor, algorithm: Algorithm, settings, micro_batch_size: int, *, label: str = "learner",
+                after_own_rows: Callable[[], None] | None = None) -> dict[str, float]:
     """The step's optimizer updates (``plan_updates``), each accumulated over micro-batches of rows.
 
     ``settings`` is the spec's ``algorithm`` section (the loss knobs and ``kl_coef``). Returns the
@@ -213,16 +231,27 @@ def run_updates(state: LearnerState, rows: list[TrainRow], updates: Sequence[Seq
     (``distributed.rank_slice``) with the loss still normalised over the whole update
     (``norm``), and the backend sums the gradients over the ranks: the one-rank update. The
     metrics then cover every rank's micro-batches.
+
+    ``after_own_rows`` is called once, in the first update, after its own rows' micro-batches and
+    before any peer row's (``update_chunks`` own_first): by then every own row has its pi_old
+    (the rows ``score_own_rows`` deferred got it from their forward pass here), and the callback
+    publishes the scores and gives the peer rows theirs. With several learner ranks (nothing
+    deferred, micro-batches as the lockstep backends count them) it is called before the first
+    update.
     """
     collected: dict[str, list[float]] = {}
     device = state.device
     advantages, discrepancy = advantages.to(device), discrepancy.to(device)
     skipped = 0
+    own_first = after_own_rows is not None and not distributed.multi_rank()
+    if after_own_rows is not None and not own_first:
+        after_own_rows()
+    pending = own_first
     for update_index, members in enumerate(updates):
         norm = algorithm.loss_weight([sum(rows[i].response_mask) for i in members])
         state.backend.zero_grad()
         finite_loss = True
-        chunks: list[list[int] | None] = list(micro_batches(distributed.rank_slice(members), micro_batch_size))
+        chunks: list[list[int] | None] = list(update_chunks(rows, members, micro_batch_size, own_first=own_first))
         if state.backend.lockstep:  # ZeRO 2/3 reduce in every backward: as many on every rank
             chunks += [None] * (distributed.lockstep_chunks(len(members), micro_batch_size) - len(chunks))
         for chunk in chunks:
@@ -230,12 +259,17 @@ def run_updates(state: LearnerState, rows: list[TrainRow], updates: Sequence[Seq
                 idle_pass(state, rows[members[0]], backward=True)
                 continue
             chunk_rows = [rows[i] for i in chunk]
+            if pending and not chunk_rows[0].is_own:  # the first peer rows: every own row has its pi_old now
+                after_own_rows()
+                pending = False
             input_ids, attention, response = collate_rows(chunk_rows, state.pad_id, device)
             logp_new = sequence_logprobs(state.backend.model, input_ids, attention, response)
             response_mask = response.to(logp_new.dtype)
             logp_old = torch.zeros_like(logp_new)
             for j, row in enumerate(chunk_rows):
                 if row.logp_old_mean is None:  # deferred by score_own_rows: pi_old is pi_new here
+                    if not row.is_own:
+                        raise RuntimeError("a peer's row without pi_old reached an update; give it the peer's scores (set_source_logprobs) first")
                     if update_index != 0:
                         raise RuntimeError("a row without pi_old reached a later update; score_own_rows deferred the wrong rows")
                     old = logp_new[j].detach()
@@ -267,7 +301,15 @@ def run_updates(state: LearnerState, rows: list[TrainRow], updates: Sequence[Seq
                 break
             state.backend.backward(total)
             for key, value in metrics.items():
+                kind = key.split("_", 1)[0]  # own_* / cross_*: averaged over the micro-batches that hold such rows
+                if kind in ("own", "cross") and metrics.get(f"{kind}_rows", 1) == 0:
+                    continue
                 collected.setdefault(key, []).append(value)
+        if pending:  # the first update has no peer rows, or a non-finite loss ended it early
+            unscored = [rows[i] for i in members if rows[i].logp_old_mean is None]
+            score_own_rows(state, unscored, algorithm, [], micro_batch_size)
+            after_own_rows()
+            pending = False
         finite_loss = distributed.all_agree(finite_loss)  # one rank's non-finite loss skips the update everywhere
         grad_norm = state.backend.step() if finite_loss else float("nan")  # backends skip a non-finite gradient
         if not is_finite(grad_norm):  # its gradients are dropped by the next update's zero_grad (or the last one)
@@ -277,6 +319,9 @@ def run_updates(state: LearnerState, rows: list[TrainRow], updates: Sequence[Seq
             collected.setdefault("grad_norm", []).append(grad_norm)
     state.backend.zero_grad()
     collected = distributed.gather_lists(collected)
+    total_weight, cross_weight = collected.pop("grad_weight", None), collected.pop("cross_grad_weight", None)
+    if total_weight:  # the cross rows' share of the whole step's gradient weight, not a mean of per-micro-batch shares
+        collected["cross_grad_share"] = [sum(cross_weight) / sum(total_weight) if sum(total_weight) > 0 else 0.0]
     summary = {f"learner/{key}": sum(values) / len(values) for key, values in collected.items()}
     summary["learner/updates"] = len(updates)
     summary["learner/skipped_updates"] = skipped

@@ -3,9 +3,14 @@
 The worker is the step's I/O: it reads the step's shards from the store, runs the stages of
 ``learner.stages`` on them, and writes what they return. One step:
 
-    read own rollouts -> score_own_rows -> [write scores] -> read peers' rollouts and scores
-    -> gather_rows -> update_capability -> assign_advantages -> run_updates
+    read own rollouts -> score_own_rows -> read peers' rollouts -> gather_rows
+    -> update_capability -> assign_advantages
+    -> run_updates (first update's own rows -> [write scores, read peers' scores] -> the rest)
     -> publish weights -> evaluate -> write metrics -> checkpoint -> write progress
+
+The own rows of the first update are not scored apart: the weights have not moved when that
+update runs, so its forward pass gives their pi_old, and the scores shard is written once those
+micro-batches have run (before any peer row is trained, which needs the peers' scores).
 
 A restarted learner restores its latest checkpoint (N completed steps) and runs step N next;
 shards already in the store are reused, never written twice.
@@ -109,29 +114,42 @@ def publish_own_scores(context: WorkerContext, step: int, own_rollouts, own_rows
 
 def read_own_rows(context: WorkerContext, state: LearnerState, step: int, algorithm: Algorithm) -> tuple[object, list[TrainRow]]:
     """The agent's rollouts of ``step`` (the store's Arrow table: ``read_rollouts_columns``) and
-    their training rows with pi_old (``score_own_rows``)."""
+    their training rows with pi_old (``score_own_rows``), but for the rows of the first update:
+    they get it from that update's forward pass (``run_updates``; ``train_step`` publishes the
+    scores from its ``after_own_rows``)."""
     rollouts = context.store.read_rollouts_columns(step, context.agent_name, wait=context.wait_seconds)
     rows = encode_rows(rollouts, source=context.agent_index, is_own=True, tokenizer=state.tokenizer, template=context.spec.data.template)
     first_update = plan_updates(rows, context.spec.algorithm, step=step, agent_index=context.agent_index)[0]
-    return rollouts, score_own_rows(state, rows, algorithm, first_update, context.agent.learner.micro_batch_size)
+    return rollouts, score_own_rows(state, rows, algorithm, first_update, context.agent.learner.micro_batch_size, defer_shared=True)
 
 
-def read_peer_rows(context: WorkerContext, state: LearnerState, step: int, algorithm: Algorithm) -> list[list[TrainRow] | None]:
-    """Every peer's rows of ``step`` in the learner's tokenizer, with their pi_old (None for the
-    agent itself, and for every peer when the algorithm does not share rows)."""
+def read_peer_rows(context: WorkerContext, state: LearnerState, step: int, algorithm: Algorithm) -> tuple[list, list[list[TrainRow] | None]]:
+    """Every peer's rollouts of ``step`` and its rows in the learner's tokenizer (None for the
+    agent itself, and for every peer when the algorithm does not share rows). Rows scored by the
+    learner (``cross_old_logprob`` "learner") have their pi_old; rows scored by their source get
+    it from ``read_peer_scores``, once the peers have published their scores."""
+    rollouts: list = [None] * len(context.agent_names)
     peers: list[list[TrainRow] | None] = [None] * len(context.agent_names)
     if not algorithm.shares_rows:
-        return peers
+        return rollouts, peers
     for index, name in enumerate(context.agent_names):
         if index == context.agent_index:
             continue
-        rollouts = context.store.read_rollouts_columns(step, name, wait=context.wait_seconds)
-        cross = encode_rows(rollouts, source=index, is_own=False, tokenizer=state.tokenizer, template=context.spec.data.template)
-        if algorithm.cross_old_logprob == "source":
-            peers[index] = set_source_logprobs(cross, rollouts, context.store.read_scores_columns(step, name, wait=context.wait_seconds))
-        else:
-            peers[index] = score_as_learner(state, cross, context.agent.learner.micro_batch_size)
-    return peers
+        rollouts[index] = context.store.read_rollouts_columns(step, name, wait=context.wait_seconds)
+        peers[index] = encode_rows(rollouts[index], source=index, is_own=False, tokenizer=state.tokenizer, template=context.spec.data.template)
+        if algorithm.cross_old_logprob != "source":
+            score_as_learner(state, peers[index], context.agent.learner.micro_batch_size)
+    return rollouts, peers
+
+
+def read_peer_scores(context: WorkerContext, step: int, algorithm: Algorithm, rollouts: list, peers: list[list[TrainRow] | None]) -> None:
+    """pi_old of the peers' rows from the peers' scores shards (``set_source_logprobs``), for
+    algorithms whose cross rows take their source's pi_old."""
+    if algorithm.cross_old_logprob != "source":
+        return
+    for index, name in enumerate(context.agent_names):
+        if index != context.agent_index and peers[index] is not None:
+            set_source_logprobs(peers[index], rollouts[index], context.store.read_scores_columns(step, name, wait=context.wait_seconds))
 
 
 def evaluate(context: WorkerContext, state: LearnerState, *, suffix: str = "") -> dict[str, float]:
@@ -219,18 +237,25 @@ def train_step(context: WorkerContext, state: LearnerState, step: int, algorithm
     """One step's training from the store's shards: the stages in order; returns the step's metrics."""
     spec = context.spec
     own_rollouts, own_rows = read_own_rows(context, state, step, algorithm)
-    if algorithm.shares_rows:  # peers wait for these scores before they can train
-        publish_own_scores(context, step, own_rollouts, own_rows)
     clock.lap("score")
-    peers = read_peer_rows(context, state, step, algorithm)
+    peer_rollouts, peers = read_peer_rows(context, state, step, algorithm)
     peers[context.agent_index] = own_rows
     rows, mean_rewards = gather_rows(peers, context.agent_index)
     clock.lap("wait_peers")
     update_capability(state.tracker, mean_rewards, algorithm)
     advantages, discrepancy = assign_advantages(rows, state.tracker, algorithm, context.agent_index, tuple(spec.algorithm.ratio_bounds))
     updates = plan_updates(rows, spec.algorithm, step=step, agent_index=context.agent_index)
+
+    def exchange_scores() -> None:
+        """Every own row has its pi_old: publish them (peers wait for them), take the peers'."""
+        clock.lap("update")
+        publish_own_scores(context, step, own_rollouts, own_rows)
+        clock.lap("score")
+        read_peer_scores(context, step, algorithm, peer_rollouts, peers)
+        clock.lap("wait_peers")
+
     values = run_updates(state, rows, updates, advantages, discrepancy, algorithm, spec.algorithm, context.agent.learner.micro_batch_size,
-                         label=f"learner {context.agent_name} step {step}")
+                         label=f"learner {context.agent_name} step {step}", after_own_rows=exchange_scores if algorithm.shares_rows else None)
     if not algorithm.shares_rows:  # deferred rows got their pi_old from the first update (score_own_rows)
         publish_own_scores(context, step, own_rollouts, own_rows)
     seconds_update = clock.lap("update")

@@ -90,6 +90,12 @@ def test_deferred_pi_old_gives_the_update_of_a_full_scoring_pass(tmp_path: Path,
 
     full_model = trained(model_dir, context, scored)
     deferred_model = trained(model_dir, context, deferred)
+    assert_same_update(model_dir, scored, deferred, full_model, deferred_model)
+
+
+def assert_same_update(model_dir: Path, scored: list[TrainRow], deferred: list[TrainRow], full_model: torch.nn.Module,
+                       deferred_model: torch.nn.Module) -> None:
+    """The deferred rows got the pi_old of a scoring pass, and the step the weights it gives."""
     for row, reference in zip(deferred, scored):  # filled in by the first update
         assert row.logp_old_mean == pytest.approx(reference.logp_old_mean, abs=1e-5)
         assert torch.allclose(row.logp_old_tokens, reference.logp_old_tokens, atol=1e-5)
@@ -97,6 +103,78 @@ def test_deferred_pi_old_gives_the_update_of_a_full_scoring_pass(tmp_path: Path,
     assert moved > 1e-4, "the updates must move the weights for the comparison to mean anything"
     for full, lazy in zip(full_model.parameters(), deferred_model.parameters()):
         assert torch.allclose(full, lazy, atol=1e-6)
+
+
+def hacpo_rows(tokenizer) -> tuple[list[TrainRow], list[TrainRow]]:
+    """``step_rows`` as the own rows of agent 0 and a copy as agent 1's (cross) rows."""
+    own = step_rows(tokenizer)
+    cross = [TrainRow(1, r.group, 1.0 - r.reward, list(r.input_ids), list(r.response_mask), False) for r in step_rows(tokenizer)]
+    return own, cross
+
+
+def test_hacpo_pi_old_from_the_first_update_gives_the_update_of_a_full_scoring_pass(tmp_path: Path, model_dir: Path) -> None:
+    """HACPO defers the first update's own rows too (``score_own_rows`` defer_shared): their pi_old
+    comes from that update's own micro-batches, which run before any peer row; ``after_own_rows``
+    then publishes the scores and gives the peer rows theirs. The weights must be those of a full
+    scoring pass, and the callback must see every own pi_old and no peer row trained yet."""
+    context = context_for(tmp_path, "hacpo")
+    algorithm = resolve_algorithm(context.spec.algorithm)
+    model, tokenizer = load_policy(model_dir)
+    own, cross = hacpo_rows(tokenizer)
+    sums, counts, tokens = score_rows(model, own, pad_id(tokenizer), 3)
+    for row, total, count, token_logps in zip(own, sums, counts, tokens):
+        row.logp_old_mean, row.logp_old_tokens = total / count, token_logps
+    source_pi_old = [row.logp_old_mean + 0.05 for row in own]  # a ratio of about 0.95: inside HACPO's window
+    for row, value in zip(cross, source_pi_old):
+        row.logp_old_mean = value
+    rows = own + cross
+    updates = updates_of(context, rows)
+    assert all(any(rows[i].is_own for i in u) and any(not rows[i].is_own for i in u) for u in updates)
+    advantages = torch.tensor([1.0 if r.reward else -1.0 for r in rows], dtype=torch.float64)
+    discrepancy = torch.tensor([1.0] * len(own) + [0.8] * len(cross), dtype=torch.float64)
+
+    def train(step_rows_: list[TrainRow], after_own_rows) -> torch.nn.Module:
+        torch.manual_seed(0)
+        state = initial_state(model_dir, context)
+        run_updates(state, step_rows_, updates, advantages, discrepancy, algorithm, context.spec.algorithm, 3, after_own_rows=after_own_rows)
+        return state.model
+
+    full_model = train(rows, lambda: None)
+
+    state = initial_state(model_dir, context)
+    lazy_own, lazy_cross = hacpo_rows(tokenizer)
+    lazy_cross[0].logp_old_mean = None
+    first_update = [i for i in updates[0] if i < len(own)]
+    score_own_rows(state, lazy_own, algorithm, first_update, 3)  # without defer_shared: every row scored
+    assert all(row.logp_old_mean is not None for row in lazy_own)
+    score_own_rows(state, lazy_own, algorithm, first_update, 3, defer_shared=True)
+    assert [i for i, row in enumerate(lazy_own) if row.logp_old_mean is None] == sorted(first_update)
+    for row in lazy_cross:
+        row.logp_old_mean = None
+    calls = []
+
+    def exchange() -> None:
+        assert all(row.logp_old_mean is not None for row in lazy_own), "every own row has its pi_old before the scores go out"
+        assert all(row.logp_old_mean is None for row in lazy_cross), "no peer row is trained before the exchange"
+        for row, value in zip(lazy_cross, source_pi_old):
+            row.logp_old_mean = value
+        calls.append(1)
+
+    lazy_model = train(lazy_own + lazy_cross, exchange)
+    assert calls == [1]
+    assert_same_update(model_dir, own, lazy_own, full_model, lazy_model)
+
+
+def test_a_peer_row_without_pi_old_is_an_error(tmp_path: Path, model_dir: Path) -> None:
+    context = context_for(tmp_path, "hacpo")
+    _, tokenizer = load_policy(model_dir)
+    own, cross = hacpo_rows(tokenizer)
+    cross[0].logp_old_mean = None
+    rows = own + cross
+    state = initial_state(model_dir, context)
+    with pytest.raises(RuntimeError, match="peer's row without pi_old"):
+        run_updates(state, rows, updates_of(context, rows), torch.ones(len(rows), dtype=torch.float64), torch.ones(len(rows), dtype=torch.float64),
+                    resolve_algorithm(context.spec.algorithm), context.spec.algorithm, 3)
 
 
 def test_a_row_without_pi_old_in_a_later_update_is_an_error(tmp_path: Path, model_dir: Path) -> None:
