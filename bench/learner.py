@@ -201,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     import os
 
     os.environ["HACRL_CACHE"] = str(args.cache.resolve())
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # as the learner worker sets it (learner.worker.SERIAL_TOKENIZER_ENV)
     import torch
 
     torch.set_num_threads(args.threads)

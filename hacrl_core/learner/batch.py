@@ -61,9 +61,10 @@ def encode_rows(rollouts: Any, *, source: int, is_own: bool, tokenizer, template
         responses = encode_texts(tokenizer, columns["response"])
     distinct = list(dict.fromkeys(prompts))
     prompt_ids = dict(zip(distinct, encode_prompts(tokenizer, distinct)))
+    eos = None if is_own else tokenizer.eos_token_id
     encoded = []
     for uid, reward, finish, prompt, response in zip(columns["prompt_uid"], columns["reward"], columns["finish_reason"], prompts, responses):
-        ids, mask = assemble_row(tokenizer, prompt_ids[prompt], response, own=is_own, finish_reason=finish)
+        ids, mask = assemble_row(prompt_ids[prompt], response, own=is_own, eos_token_id=eos, finish_reason=finish)
         encoded.append(TrainRow(source, uid, float(reward), ids, mask, is_own))
     return encoded
 
