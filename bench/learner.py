@@ -16,7 +16,9 @@ and scores of step 0. Then, in this process, for each agent:
 Both start from the same weights and optimizer state; repetitions are interleaved
 (plain, algo, plain, algo, ...) and the median is taken, so machine load hits both alike.
 Ratio = (trained tokens / algo seconds) / (trained tokens / plain seconds) = plain / algo;
-the limit is 1.0. A per-stage breakdown and a cProfile of one algo step show where the rest goes.
+the limit is 1.0, of the medians; "paired" is the median of each repetition's plain / algo, which
+load that drifts between repetitions moves less. A per-stage breakdown and a cProfile of one algo
+step show where the rest goes.
 
     python bench/learner.py            # both agents, hacpo and gspo, 5 repetitions
     python bench/learner.py --quick    # 16 prompts, 2 repetitions
@@ -225,22 +227,23 @@ def main(argv: list[str] | None = None) -> int:
             plain, algo = statistics.median(plain_s), statistics.median(algo_s)
             stage_median = {k: statistics.median(s[k] for s in stage_runs) for k in stage_runs[0]}
             ratio = plain / algo
+            paired = statistics.median(p / a for p, a in zip(plain_s, algo_s))  # each rep's plain / algo: robust to load drifting between reps
             update_ratio = plain / stage_median["run_updates"]
             key = f"{agent}/{algorithm}"
             results[key] = {
                 "tokens": tokens, "rows": len(rows), "cross_rows": sum(not r.is_own for r in rows),
                 "plain_seconds": plain_s, "algo_seconds": algo_s, "stages": stage_runs, "stage_median": stage_median,
-                "ratio": ratio, "ratio_updates_only": update_ratio,
+                "ratio": ratio, "ratio_paired": paired, "ratio_updates_only": update_ratio,
                 "plain_tokens_per_second": tokens / plain, "algo_tokens_per_second": tokens / algo,
             }
-            rows_out.append([agent, algorithm, len(rows), tokens, f"{tokens / plain:,.0f}", f"{tokens / algo:,.0f}", f"{ratio:.2f}",
+            rows_out.append([agent, algorithm, len(rows), tokens, f"{tokens / plain:,.0f}", f"{tokens / algo:,.0f}", f"{ratio:.2f}", f"{paired:.2f}",
                              f"{update_ratio:.2f}"] + [f"{stage_median[k] / algo:.0%}" for k in ("score_own_rows", "gather_rows", "assign_advantages", "run_updates")])
-            print(f"{key}: ratio {ratio:.2f} (updates only {update_ratio:.2f})", flush=True)
+            print(f"{key}: ratio {ratio:.2f} (paired {paired:.2f}, updates only {update_ratio:.2f})", flush=True)
     profiles = {}
     for agent in (LLAMA["name"],):
         context = contexts(spec_path, agent, "hacpo")
         profiles[f"{agent}/hacpo"] = profile_step(context, initial_weights(context))
-    text = table(["agent", "algorithm", "rows", "tokens", "plain tok/s", "algo tok/s", "ratio", "ratio (updates only)",
+    text = table(["agent", "algorithm", "rows", "tokens", "plain tok/s", "algo tok/s", "ratio", "ratio (paired)", "ratio (updates only)",
                   "score", "gather", "advantages", "updates"], rows_out)
     print(f"\nlearner throughput ({args.prompts} prompts x G {args.group_size}, torch threads {args.threads}, median of {args.reps} interleaved reps; "
           f"stage columns: share of the algo step)\n{text}")
