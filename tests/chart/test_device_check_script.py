@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 
-
 from tests.chart.rendering import ROOT
 
 SCRIPT = ROOT / "scripts" / "device-check.sh"
