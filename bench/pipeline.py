@@ -63,7 +63,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--prompts", type=int, default=64)
     p.add_argument("--reps", type=int, default=2)
-    p.add_argument("--modes", default="inproc,file,s3", help="inproc, file, s3; file-stale1 / s3-stale1: the same with algorithm.maxStaleness 1; file-colocated / s3-colocated: hacrl run --colocate")
+    p.add_argument("--modes", default="inproc,file,s3", help="inproc, file, s3; file-stale1 / s3-stale1: the same with algorithm.maxStaleness 1; file-colocated / s3-colocated: "
+                   "hacrl run --colocate; a -nofork suffix (file-colocated-nofork): every worker a fresh interpreter (HACRL_FORK_SERVER=0)")
     p.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--work", type=Path, default=Path("/tmp/hacrl-bench/pipeline"))
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
@@ -203,6 +204,15 @@ def multi_breakdown(store_uri: str, name: str, steps: int, workdir: Path, starte
     return out
 
 
+def parse_mode(mode: str) -> tuple[str, int, bool, bool]:
+    """``s3-stale1``, ``file-colocated-nofork``, ... -> (store kind, maxStaleness, colocated, fork server)."""
+    fork = not mode.endswith("-nofork")
+    mode = mode.removesuffix("-nofork")
+    colocate = mode.endswith("-colocated")
+    store_kind, _, stale = mode.removesuffix("-colocated").partition("-stale")
+    return store_kind, int(stale or 0), colocate, fork
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.child:
@@ -220,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     args.work.mkdir(parents=True)
     server = None
     s3_env: dict[str, str] = {}
-    if any(m.removesuffix("-colocated").partition("-stale")[0] == "s3" for m in modes):
+    if any(parse_mode(m)[0] == "s3" for m in modes):
         sys.path.insert(0, str(REPO))
         from tests.support.seaweed import start_seaweedfs
 
@@ -231,15 +241,14 @@ def main(argv: list[str] | None = None) -> int:
         for rep in range(args.reps):
             for mode in modes:
                 name = f"bench-pipe-{mode}-{rep}"
-                colocate = mode.endswith("-colocated")  # e.g. file-colocated: hacrl run --colocate
-                store_kind, _, stale = mode.removesuffix("-colocated").partition("-stale")  # e.g. file-stale1: maxStaleness 1
+                store_kind, stale, colocate, fork = parse_mode(mode)
                 if store_kind == "s3":
                     uri, endpoint, extra = f"s3://{server.bucket}/pipeline", server.endpoint, s3_env
                 else:
                     uri, endpoint, extra = f"file://{args.work / 'store'}", None, {}
-                doc = experiment(name, agents, {**algorithm, "maxStaleness": int(stale or 0)}, store_uri=uri, eval_prompts=0, endpoint=endpoint)
+                doc = experiment(name, agents, {**algorithm, "maxStaleness": stale}, store_uri=uri, eval_prompts=0, endpoint=endpoint)
                 spec_path = write_spec(doc, args.work / f"{name}.yaml")
-                env = bench_env(cache, extra)
+                env = bench_env(cache, {**extra, **({} if fork else {"HACRL_FORK_SERVER": "0"})})
                 if mode == "inproc":
                     t0 = time.perf_counter()
                     done = subprocess.run([sys.executable, __file__, "--child", str(spec_path)], env=env, capture_output=True, text=True, check=False)
@@ -273,13 +282,21 @@ def main(argv: list[str] | None = None) -> int:
     # Steady state: the step loop alone (multi-process: wall minus worker start-up and tail;
     # in-process: total minus model loading), which is what longer runs converge to.
     steady_base = med["inproc"]["inproc_total"] - med["inproc"]["inproc_setup"] if "inproc" in med else None
+    # Start-up (issue 17 item 2: at most 1.5x one process's): in-process, everything before its loop
+    # (interpreter, imports, setup); multi-process, run start to the learners' first step.
+    startup_base = med["inproc"]["wall"] - steady_base if steady_base is not None else None
     for row, mode in zip(rows, modes):
         m = med[mode]
         steady = m["inproc_total"] - m["inproc_setup"] if mode == "inproc" else m["wall"] - m.get("startup", 0.0) - m.get("tail", 0.0)
         m["steady"] = steady
+        startup = startup_base if mode == "inproc" else m.get("startup")
         row.insert(4, f"{steady:.1f}")
         row.insert(5, f"{steady / steady_base - 1:+.0%}" if steady_base else "-")
-    text = table(["mode", "wall s (median)", "overhead vs inproc", "ratio inproc/mode", "step loop s", "step-loop overhead", "target"], rows)
+        row.insert(6, "-" if startup is None else f"{startup:.1f}")
+        row.insert(7, f"{startup / startup_base:.2f}x" if startup is not None and startup_base else "-")
+        row.insert(8, f"{m['tail']:.1f}" if "tail" in m else "-")
+    text = table(["mode", "wall s (median)", "overhead vs inproc", "ratio inproc/mode", "step loop s", "step-loop overhead",
+                  "start-up s", "start-up vs inproc", "tail s", "target"], rows)
     keys = sorted({k for m in med.values() for k in m if k != "wall"})
     detail = table(["stage (seconds, median)"] + modes, [[k] + [f"{med[m][k]:.2f}" if k in med[m] else "" for m in modes] for k in keys])
     print(f"\npipeline ({args.steps} steps, {args.prompts} prompts x G 8, 2 agents, hacpo, no eval; median of {args.reps} interleaved reps)\n{text}\n\n{detail}")

@@ -14,11 +14,12 @@ agent, as a pod of the agent's would.
 from __future__ import annotations
 
 import json
+import multiprocessing.connection
 import os
 import signal
 import socket
 import subprocess
-import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from pathlib import Path
 from hacrl_core.data.report import DatasetReport, read_datasets
 from hacrl_core.context import unsupported_settings
 from hacrl_core.runtime.cpus import THREADS_ENV, available_cpus, worker_threads
+from hacrl_core.runtime.forkserver import ForkedProcess, ForkServer, cli_command, fork_server
 from hacrl_core.spec import ROLLOUT_REPLICA_ENV, Experiment, SpecError, dump_experiment, load_experiment
 from hacrl_core.store import TrajectoryStore, describe_prefix, open_experiment_store
 from hacrl_core.store.fencing import FENCED_EXIT_CODE, claim_run_generation
@@ -48,10 +50,11 @@ class WorkerProcess:
     command: list[str]
     env: dict[str, str]
     log_path: Path
-    process: subprocess.Popen | None = None
+    process: subprocess.Popen | ForkedProcess | None = None
     finished: bool = False
     port: int = 0
     replica: int | None = None  # one rollout replica of several (rollout.replicas > 1)
+    forks: ForkServer | None = None  # start as a fork of the run's pre-imported server (hacrl CLI commands only)
 
     @property
     def name(self) -> str:
@@ -64,6 +67,9 @@ class WorkerProcess:
         return f"{self.role} worker of {self.agent}" if self.replica is None else f"{self.role} replica {self.replica} of {self.agent}"
 
     def start(self) -> None:
+        if self.forks is not None and self.forks.runs(self.command):
+            self.process = self.forks.start(self.command, self.env, self.log_path)
+            return
         handle = open(self.log_path, "ab")
         self.process = subprocess.Popen(self.command, env=self.env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
         handle.close()
@@ -96,6 +102,7 @@ class LocalRun:
     datasets: list[DatasetReport] = field(default_factory=list)
     generation: int = 0  # fencing generation of this run's workers (store/fencing.py)
     roles: tuple[str, ...] = ROLES  # the workers of each agent
+    forks: ForkServer | None = None  # where the workers are forked from (None: fresh interpreters)
 
 
 def free_ports(first: int, count: int, host: str) -> list[int]:
@@ -221,11 +228,12 @@ def start_workers(run: LocalRun) -> None:
         worker = WorkerProcess(
             agent=agent,
             role=role,
-            command=[sys.executable, "-m", "hacrl_core.cli", "worker", role, "--spec", str(run.spec_path), "--agent", agent],
+            command=cli_command("worker", role, "--spec", str(run.spec_path), "--agent", agent),
             env=env,
             log_path=run.workdir / "logs" / f"{agent}-{role}{'' if replica is None else f'-{replica}'}.log",
             port=port,
             replica=replica,
+            forks=run.forks,
         )
         worker.start()
         run.workers.append(worker)
@@ -272,7 +280,17 @@ def supervise(run: LocalRun, display) -> None:
         display.update(run)
         if all(w.finished for w in run.workers):
             return
-        time.sleep(POLL_SECONDS)
+        wait_for_an_exit([w.process for w in run.workers if not w.finished], POLL_SECONDS)
+
+
+def wait_for_an_exit(processes: list, timeout: float) -> None:
+    """Sleep ``timeout`` seconds, or less if a forked worker ends meanwhile (its sentinel becomes
+    readable): the run's tail then does not wait out a poll interval."""
+    sentinels = [p.sentinel for p in processes if isinstance(p, ForkedProcess)]
+    if sentinels:
+        multiprocessing.connection.wait(sentinels, timeout)
+    else:
+        time.sleep(timeout)
 
 
 def stop_all(run: LocalRun, grace: float = 10.0) -> None:
@@ -296,7 +314,7 @@ def run_local(spec_path: str | Path, *, resume: bool = False, workdir: str | Pat
     it): one worker per agent that samples and trains (``hacrl worker colocated``) instead of a
     rollout and a learner worker."""
     from hacrl_core.runtime.display import make_display
-    from hacrl_core.runtime.report import write_report
+    from hacrl_core.runtime.report import load_plotting, write_report
 
     began = time.perf_counter()
     run = prepare(spec_path, resume=resume, workdir=workdir)
@@ -308,12 +326,16 @@ def run_local(spec_path: str | Path, *, resume: bool = False, workdir: str | Pat
     colocated = spec.runs_colocated(by_default=True) if colocate is None else colocate
     run.roles = COLOCATED_ROLES if colocated else ROLES
     display = display or make_display(run.experiment)
+    run.forks = fork_server()
+    if run.forks is not None:
+        run.forks.start_server()  # it imports torch and transformers while the datasets and models are prepared
     for line in spec.warnings():
         display.warn(f"spec.{line}")
     check_datasets(run, display)
     build_models(run, display.note)
     start_workers(run)
     write_worker_table(run)
+    threading.Thread(target=load_plotting, name="load-plotting", daemon=True).start()  # off the run's tail
     ports = ", ".join(f"{w.name}:{w.port}" for w in run.workers if w.port)
     display.note(f"started {len(run.workers)} workers; logs in {run.workdir / 'logs'}" + (f"; metrics on {ports}" if ports else ""))
     try:
