@@ -1,0 +1,32 @@
+"""The `hacrl` executable ends without Python's module teardown (hacrl_core.cli.console): what it
+must keep is the exit code, every line of output (even into a pipe, which is block-buffered) and
+the atexit handlers (the math-verify reward's cleanup is one)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+PROGRAM = """
+import atexit, sys
+atexit.register(lambda: print("atexit ran", flush=True))
+from hacrl_core.cli import console
+console(sys.argv[1:])
+print("never reached")
+"""
+
+
+def console(*arguments: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", PROGRAM, *arguments], cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
+def test_console_keeps_exit_code_output_and_atexit_handlers() -> None:
+    ok = console("validate", "examples/quickstart.yaml", "examples/worked-chain.yaml")
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.count(": ok") == 2 and ok.stdout.rstrip().endswith("atexit ran")
+    assert "never reached" not in ok.stdout
+
+    failed = console("validate", "examples/absent.yaml")
+    assert failed.returncode == 1
+    assert "absent.yaml" in failed.stderr and "atexit ran" in failed.stdout
