@@ -42,6 +42,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rows", default="512,8192")
     p.add_argument("--tokens", default="8,512", help="response lengths in tokens")
     p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--vocabulary", type=int, default=384, help="token ids drawn below this (384: tiny models; 151936: Qwen)")
     p.add_argument("--work", type=Path, default=Path("/tmp/hacrl-bench/store"))
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
@@ -50,13 +51,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def make_rows(experiment: str, step: int, agent: str, count: int, tokens: int, seed: int = 0) -> list[dict[str, Any]]:
-    """Rows like the rollout worker's: G=8 samples per prompt, arithmetic prompts, random responses."""
+def make_rows(experiment: str, step: int, agent: str, count: int, tokens: int, seed: int = 0,
+              vocabulary: int = 384) -> list[dict[str, Any]]:
+    """Rows like the rollout worker's: G=8 samples per prompt, arithmetic prompts, random responses
+    of token ids below ``vocabulary`` (384: the tiny models'; 151,936: Qwen's)."""
     rng = random.Random(seed)
     rows = []
     for i in range(count):
         a, b = rng.randint(0, 9), rng.randint(0, 9)
-        ids = [rng.randrange(384) for _ in range(tokens)]
+        ids = [rng.randrange(vocabulary) for _ in range(tokens)]
         rows.append({
             "experiment": experiment, "step": step, "source_agent": agent, "policy_version": step, "tokenizer_id": "bpe-384-abcdef",
             "prompt_uid": f"arith-{i // 8:06d}", "sample_index": i % 8,
@@ -161,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         step = 0
         for count in [int(x) for x in args.rows.split(",")]:
             for tokens in [int(x) for x in args.tokens.split(",")]:
-                rows = make_rows("bench-store", 0, "agent-a", count, tokens)
+                rows = make_rows("bench-store", 0, "agent-a", count, tokens, vocabulary=args.vocabulary)
                 for backend, (store, put, get) in backends.items():
                     case = run_case(store, put, get, rows, args.reps, step, "agent-a", "raw")
                     case.update(backend=backend, response_tokens=tokens)

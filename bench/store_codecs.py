@@ -81,8 +81,14 @@ def ipc_codec(compression: str | None) -> tuple[Callable[[pa.Table], bytes], Cal
     return encode, lambda data: pa.ipc.open_file(pa.BufferReader(data)).read_all()
 
 
+def store_codec() -> tuple[Callable[[pa.Table], bytes], Callable[[bytes], pa.Table]]:
+    """What the store writes (its own encoder, so that this row follows any change to it)."""
+    return (lambda t: trajectories._to_parquet(t, "rollouts")), (lambda data: pq.read_table(pa.BufferReader(data)))
+
+
 CODECS = {
-    "parquet zstd (the store's)": parquet_codec("zstd"),
+    "parquet zstd (the store's)": store_codec(),
+    "parquet zstd, default dictionary limit": parquet_codec("zstd"),
     "parquet lz4": parquet_codec("lz4"),
     "parquet snappy": parquet_codec("snappy"),
     "parquet none": parquet_codec("none"),
