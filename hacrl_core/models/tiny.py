@@ -42,7 +42,7 @@ from urllib.parse import urlparse
 import torch
 from filelock import FileLock
 
-from hacrl_core.data.arithmetic import ArithmeticTask
+from hacrl_core.data.arithmetic import ANSWER_MARKER, ArithmeticTask
 from hacrl_core.data.base import Problem
 from hacrl_core.data.datasets import parse_range
 from hacrl_core.data.templates import ARITHMETIC_TEMPLATE, render_prompt
@@ -78,6 +78,10 @@ class TinyPreset:
     batch_size: int = 64
     bpe_vocab_size: int = 384
     max_position_embeddings: int = 512
+    #: Share of worked warm-start solutions that end with the rewarded ``#### <answer>``; the
+    #: rest end with ``(<n> steps)`` instead (``marked_solution``). 1.0 (the default) leaves the
+    #: data and the cache key as they were.
+    marker: float = 1.0
 
 
 PRESETS: dict[str, TinyPreset] = {
@@ -101,7 +105,7 @@ PRESETS: dict[str, TinyPreset] = {
 }
 
 #: Query parameters a ``tiny://`` URI may carry.
-URI_PARAMS = ("seed", "warmup_steps", "difficulty", "data_seed", "format", "hidden", "layers", "tokenizer")
+URI_PARAMS = ("seed", "warmup_steps", "difficulty", "data_seed", "format", "hidden", "layers", "tokenizer", "marker")
 #: Greedy tokens an evaluation of the warm start allows per answer format (chains are ~15-40 tokens).
 EVAL_NEW_TOKENS = {"answer": 8, "chain": 64}
 
@@ -118,7 +122,9 @@ def parse_tiny_uri(uri: str) -> dict[str, Any]:
 
     Agents that differ by design: ``format=chain`` warm-starts on worked solutions (longer
     responses), ``hidden=H`` and ``layers=L`` resize the preset (the MLP keeps the preset's
-    width ratio), ``tokenizer=char|bpe`` swaps its tokenizer. Returns ``{"preset", "seed",
+    width ratio), ``tokenizer=char|bpe`` swaps its tokenizer, ``marker=F`` (with ``format=chain``)
+    ends only a share F of the warm-start solutions with the rewarded ``#### <answer>`` and the rest
+    with an unrewarded ``(<n> steps)``: headroom for RL in the answer convention. Returns ``{"preset", "seed",
     "warmup_steps", "task_spec", "overrides"}`` (``warmup_steps`` None means the preset's
     default). Unknown presets, parameters or values raise ``ValueError`` naming the valid ones.
     """
@@ -136,6 +142,7 @@ def parse_tiny_uri(uri: str) -> dict[str, Any]:
             hidden=int(query["hidden"]) if "hidden" in query else None,
             layers=int(query["layers"]) if "layers" in query else None,
             tokenizer=query.get("tokenizer"),
+            marker=float(query["marker"]) if "marker" in query else None,
         )
     except ValueError as error:
         raise ValueError(f"{uri!r}: {error}") from None
@@ -144,11 +151,15 @@ def parse_tiny_uri(uri: str) -> dict[str, Any]:
     answer_format = query.get("format", "answer")
     if answer_format not in EVAL_NEW_TOKENS:
         raise ValueError(f"{uri!r}: format must be one of {', '.join(EVAL_NEW_TOKENS)}, got {answer_format!r}")
+    if "marker" in overrides and answer_format != "chain":
+        raise ValueError(f"{uri!r}: marker needs format=chain (answer-only solutions have no marker)")
     task_spec = f"builtin://arithmetic?difficulty={low}-{high}&seed={data_seed}" + (f"&format={answer_format}" if answer_format != "answer" else "")
     return {"preset": preset, "seed": seed, "warmup_steps": warmup_steps, "task_spec": task_spec, "overrides": overrides}
 
 
-def preset_overrides(*, hidden: int | None = None, layers: int | None = None, tokenizer: str | None = None) -> dict[str, Any]:
+def preset_overrides(
+    *, hidden: int | None = None, layers: int | None = None, tokenizer: str | None = None, marker: float | None = None
+) -> dict[str, Any]:
     """Checked ``TinyPreset`` field overrides (``apply_overrides``) from the URI's size options."""
     overrides: dict[str, Any] = {}
     if hidden is not None:
@@ -163,6 +174,10 @@ def preset_overrides(*, hidden: int | None = None, layers: int | None = None, to
         if tokenizer not in ("char", "bpe"):
             raise ValueError(f"tokenizer must be one of char, bpe, got {tokenizer!r}")
         overrides["tokenizer"] = tokenizer
+    if marker is not None:
+        if not 0.0 <= marker <= 1.0:  # also refuses nan
+            raise ValueError(f"marker must be between 0 and 1, got {marker}")
+        overrides["marker"] = marker
     return overrides
 
 
@@ -189,9 +204,12 @@ def _task(task_spec: str, split: str) -> ArithmeticTask:
 
 def cache_key(preset: TinyPreset, seed: int, task_spec: str) -> str:
     """Directory name of a build: preset name plus a hash of every input of the build."""
+    fields = asdict(preset)
+    if fields["marker"] == 1.0:  # the default keeps the keys of builds made before the option
+        del fields["marker"]
     record = {
         "build_version": BUILD_VERSION,
-        "preset": asdict(preset),
+        "preset": fields,
         "seed": seed,
         "task_spec": task_spec,
         "torch": torch.__version__,
@@ -246,7 +264,8 @@ def _build_into(directory: Path, spec: TinyPreset, seed: int, task_spec: str) ->
             tokenizer = _make_tokenizer(spec, train)
             model = _make_model(spec, tokenizer)
             losses = warm_start(
-                model, tokenizer, train, steps=spec.warmup_steps, batch_size=spec.batch_size, lr=spec.learning_rate, seed=seed
+                model, tokenizer, train, steps=spec.warmup_steps, batch_size=spec.batch_size, lr=spec.learning_rate, seed=seed,
+                marker=spec.marker,
             )
             trained_s = time.perf_counter() - started
             held_out = _task(task_spec, "eval")
@@ -315,18 +334,37 @@ def _make_model(spec: TinyPreset, tokenizer: Any) -> torch.nn.Module:
     return model
 
 
+def marked_solution(problem: Problem, marker: float) -> str:
+    """``problem``'s warm-start target: its solution, or, for a stable share ``1 - marker`` of
+    worked solutions (chosen by a hash of the question), the chain ending ``(<n> steps)`` instead
+    of ``#### <answer>``.
+
+    The other ending is unrewarded by ``extract_answer``: no ``####``, no ``answer is``, and its
+    last number is the count of steps, so only an answer equal to that count (2 or 3 at difficulty
+    2-3) still scores.
+    """
+    solution = problem.solution or problem.answer
+    chain, found, _ = solution.rpartition(f" {ANSWER_MARKER} ")
+    if marker >= 1.0 or not found:
+        return solution
+    share = int.from_bytes(hashlib.sha256(problem.question.encode("utf-8")).digest()[:2], "big") / 65536
+    if share < marker:
+        return solution
+    return f"{chain} ({chain.count(';') + 1} steps)"
+
+
 def supervised_rows(
-    tokenizer: Any, problems: Sequence[Problem], template: str = ARITHMETIC_TEMPLATE
+    tokenizer: Any, problems: Sequence[Problem], template: str = ARITHMETIC_TEMPLATE, marker: float = 1.0
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-padded ``(input_ids, attention_mask, labels)`` of ``prompt + solution + EOS`` (the
-    worked solution where the problem has one, else the answer).
+    worked solution where the problem has one, else the answer; ``marker`` < 1: ``marked_solution``).
 
     ``labels`` is -100 on prompt and padding, so the loss covers the solution and EOS only.
     """
     rows = []
     for problem in problems:
         prompt = encode_prompt(tokenizer, render_prompt(tokenizer, problem.question, template))
-        answer = encode_text(tokenizer, problem.solution or problem.answer) + [tokenizer.eos_token_id]
+        answer = encode_text(tokenizer, marked_solution(problem, marker)) + [tokenizer.eos_token_id]
         rows.append((prompt + answer, [-100] * len(prompt) + answer))
     width = max(len(ids) for ids, _ in rows)
     input_ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
@@ -348,6 +386,7 @@ def warm_start(
     batch_size: int,
     lr: float,
     seed: int,
+    marker: float = 1.0,
 ) -> list[float]:
     """Teacher-forced training on the task's train split; returns the loss of every step.
 
@@ -372,7 +411,7 @@ def warm_start(
     losses = []
     for step in range(steps):
         problems = [task.problem(offset + step * batch_size + i) for i in range(batch_size)]
-        input_ids, attention_mask, labels = supervised_rows(tokenizer, problems)
+        input_ids, attention_mask, labels = supervised_rows(tokenizer, problems, marker=marker)
         loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

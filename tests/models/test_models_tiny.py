@@ -105,3 +105,36 @@ def test_chain_warm_start_teaches_the_worked_format(tmp_path: Path) -> None:
     completions = generate_greedy(model, tokenizer, [render_prompt(tokenizer, p.question) for p in problems], max_new_tokens=64)
     shaped = [c for c in completions if "####" in c and ";" in c.split("####")[0]]
     assert len(shaped) >= 12, completions
+
+
+def test_marker_option_mixes_an_unrewarded_ending_into_the_warm_start() -> None:
+    """``marker=F``: a stable share F of worked solutions keeps ``#### <answer>``, the rest ends
+    ``(<n> steps)``, which the exact reward scores 0 unless the answer is that count; part of the key."""
+    from hacrl_core.models.tiny import marked_solution
+    from hacrl_core.rewards.simple import exact_reward
+
+    parsed = parse_tiny_uri("tiny://llama-char?format=chain&difficulty=2-3&marker=0.3")
+    assert parsed["overrides"] == {"marker": 0.3}
+    assert apply_overrides(PRESETS["llama-char"], parsed["overrides"]).marker == 0.3
+    key = lambda uri: cache_key(apply_overrides(PRESETS["llama-char"], parse_tiny_uri(uri)["overrides"]), 0, parse_tiny_uri(uri)["task_spec"])  # noqa: E731
+    plain = key("tiny://llama-char?format=chain")
+    assert key("tiny://llama-char?format=chain&marker=1") == plain  # the default keeps earlier builds' keys
+    assert len({plain, key("tiny://llama-char?format=chain&marker=0.3"), key("tiny://llama-char?format=chain&marker=0.5")}) == 3
+    for bad, message in (("format=chain&marker=1.5", "between 0 and 1"), ("format=chain&marker=nan", "between 0 and 1"),
+                         ("marker=0.5", "needs format=chain")):
+        with pytest.raises(ValueError, match=message):
+            parse_tiny_uri(f"tiny://llama-char?{bad}")
+
+    problems = [ArithmeticTask(difficulty=(2, 3), seed=0, split="train", size=10**9, format="chain").problem(i) for i in range(1000)]
+    assert [marked_solution(p, 1.0) for p in problems] == [p.solution for p in problems]
+    mixed = [marked_solution(p, 0.3) for p in problems]
+    assert mixed == [marked_solution(p, 0.3) for p in problems]  # stable
+    marked = [s for s in mixed if "####" in s]
+    assert 0.25 < len(marked) / len(mixed) < 0.35
+    assert set(marked) <= {p.solution for p in problems}
+    other = [(s, p) for s, p in zip(mixed, problems, strict=True) if "####" not in s]
+    assert all(s == p.solution.split(" ####")[0] + f" ({s.count(';') + 1} steps)" for s, p in other)
+    leaked = [s for s, p in other if exact_reward(s, p.answer)]
+    assert all(p.answer in ("2", "3") for s, p in other if exact_reward(s, p.answer))
+    assert len(leaked) / len(other) < 0.05
+    assert all(exact_reward(s, p.answer) == 1.0 for s, p in zip(marked, [p for s, p in zip(mixed, problems, strict=True) if "####" in s], strict=True))
