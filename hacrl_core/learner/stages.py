@@ -247,8 +247,9 @@ def run_updates(state: LearnerState, rows: list[TrainRow], updates: Sequence[Seq
     if after_own_rows is not None and not own_first:
         after_own_rows()
     pending = own_first
+    response_tokens = [sum(row.response_mask) for row in rows]  # once per row: each update's norm and each micro-batch's share use them
     for update_index, members in enumerate(updates):
-        norm = algorithm.loss_weight([sum(rows[i].response_mask) for i in members])
+        norm = algorithm.loss_weight([response_tokens[i] for i in members])
         state.backend.zero_grad()
         finite_loss = True
         chunks: list[list[int] | None] = list(update_chunks(rows, members, micro_batch_size, own_first=own_first))
@@ -288,7 +289,7 @@ def run_updates(state: LearnerState, rows: list[TrainRow], updates: Sequence[Seq
                 update_index=update_index,
             )
             loss, metrics = algorithm.policy_loss(inputs, settings)
-            share = algorithm.loss_weight([sum(r.response_mask) for r in chunk_rows]) / norm
+            share = algorithm.loss_weight([response_tokens[i] for i in chunk]) / norm
             total = loss * share
             if state.reference is not None and inputs.is_own.any():
                 with torch.no_grad():

@@ -129,14 +129,14 @@ def collate(rows: Sequence[tuple[Sequence[int], Sequence[int]]], pad_token_id: i
     """
     if not rows:
         raise ValueError("collate needs at least one row")
-    width = max(len(ids) for ids, _ in rows)
-    input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
-    response_mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for index, (ids, mask) in enumerate(rows):
-        if len(ids) != len(mask):
-            raise ValueError(f"row {index}: {len(ids)} ids but {len(mask)} mask entries")
-        input_ids[index, : len(ids)] = torch.tensor(list(ids), dtype=torch.long)
-        attention_mask[index, : len(ids)] = 1
-        response_mask[index, : len(mask)] = torch.tensor(list(mask), dtype=torch.long)
+    lengths = [len(ids) for ids, _ in rows]
+    for index, ((ids, mask), length) in enumerate(zip(rows, lengths)):
+        if length != len(mask):
+            raise ValueError(f"row {index}: {length} ids but {len(mask)} mask entries")
+    width = max(lengths)
+    # One torch.tensor call per batch on rows padded as lists: a call and three slice writes per
+    # row cost ~3 ms per 64-row micro-batch, paid by every scoring and training pass.
+    input_ids = torch.tensor([[*ids, *[pad_token_id] * (width - n)] for (ids, _), n in zip(rows, lengths)], dtype=torch.long)
+    response_mask = torch.tensor([[*mask, *[0] * (width - n)] for (_, mask), n in zip(rows, lengths)], dtype=torch.long)
+    attention_mask = (torch.arange(width) < torch.tensor(lengths)[:, None]).long()
     return input_ids, attention_mask, response_mask

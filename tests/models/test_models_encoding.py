@@ -65,3 +65,25 @@ def test_collate_right_pads(char_tokenizer) -> None:
     assert input_ids.dtype == torch.long
     with pytest.raises(ValueError, match="2 ids but 1 mask"):
         collate([([1, 2], [1])], pad_token_id=0)
+
+
+def test_collate_equals_row_by_row_padding():
+    """collate pads the whole batch in one tensor call; the result is the per-row slice writes' exactly."""
+    import random
+
+    import torch
+
+    rng = random.Random(0)
+    rows = []
+    for _ in range(17):
+        prompt, response = rng.randint(1, 30), rng.randint(0, 50)
+        rows.append(([rng.randrange(150_000) for _ in range(prompt + response)], [0] * prompt + [1] * response))
+    width = max(len(ids) for ids, _ in rows)
+    expected = [torch.full((len(rows), width), 7, dtype=torch.long), torch.zeros((len(rows), width), dtype=torch.long),
+                torch.zeros((len(rows), width), dtype=torch.long)]
+    for index, (ids, mask) in enumerate(rows):
+        expected[0][index, : len(ids)] = torch.tensor(ids)
+        expected[1][index, : len(ids)] = 1
+        expected[2][index, : len(mask)] = torch.tensor(mask)
+    for got, want in zip(collate(rows, pad_token_id=7), expected):
+        assert got.dtype == torch.long and torch.equal(got, want)
