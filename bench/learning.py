@@ -11,7 +11,9 @@ help?"). Agents differ by design (tiny-model URI options, docs/runtime.md):
 
 Teams (``--teams``): ``same-tokenizer`` (weak-char + strong-char), ``cross-tokenizer``
 (weak-char + strong-bpe) and ``trio`` (all three: does a third agent help the weakest, or
-dilute?). Every configuration of a team runs the same number of optimizer updates (same steps,
+dilute?); ``marker-same-tokenizer`` (the same pair warm-started with ``marker=0.3``: only 30% of
+their chains end with the rewarded ``#### <answer>``, so GSPO alone has headroom; not in the
+default ``--teams``). Every configuration of a team runs the same number of optimizer updates (same steps,
 promptsPerStep and miniBatchPrompts) over the same seeds (``algorithm.seed``: data order,
 sampling; the initial models are the same for every run, so seeds measure RL noise only).
 
@@ -86,7 +88,7 @@ MAIN = ["hacpo", "gspo", "gspo-x2", "naive"]
 ABLATIONS = [c for c in CONFIGS if c.startswith("no-")]
 DIFFICULTY = "2-3"
 #: Short team tags for run names (experiment names are at most 40 characters).
-TEAM_TAGS = {"same-tokenizer": "same", "cross-tokenizer": "cross", "trio": "trio"}
+TEAM_TAGS = {"same-tokenizer": "same", "cross-tokenizer": "cross", "trio": "trio", "marker-same-tokenizer": "mark"}
 
 
 @dataclass(frozen=True)
@@ -105,10 +107,15 @@ class Agent:
 WEAK_CHAR = Agent("weak-char", "llama-char", 300)
 STRONG_CHAR = Agent("strong-char", "llama-char", 500)
 STRONG_BPE = Agent("strong-bpe", "qwen2-bpe", 600)
+#: The same pair warm-started with only 30% of its chains ending in the rewarded ``#### <answer>``
+#: (``marker=0.3``, docs/runtime.md): they know more than their reward shows, so RL has headroom.
+WEAK_CHAR_MARKER = Agent("weak-char-m", "llama-char", 300, "marker=0.3")
+STRONG_CHAR_MARKER = Agent("strong-char-m", "llama-char", 500, "marker=0.3")
 TEAMS: dict[str, list[Agent]] = {
     "same-tokenizer": [WEAK_CHAR, STRONG_CHAR],
     "cross-tokenizer": [WEAK_CHAR, STRONG_BPE],
     "trio": [WEAK_CHAR, STRONG_CHAR, STRONG_BPE],
+    "marker-same-tokenizer": [WEAK_CHAR_MARKER, STRONG_CHAR_MARKER],
 }
 
 #: Two-sided 95% Student t quantiles by degrees of freedom (stdlib only; beyond 30, 1.96).
@@ -273,7 +280,7 @@ def comparisons(runs: list[dict[str, Any]], team: str, agent: str) -> list[tuple
     found = [(config, [r for r in mine if r["config"] == config]) for config in dict.fromkeys(r["config"] for r in mine) if config != "hacpo"]
     if team == "trio":
         found.append(("gspo", list(unique_by_seed(r for r in runs if r["config"] == "gspo" and agent in r["agents"]))))
-        for pair in (t for t in TEAMS if t != "trio"):
+        for pair in ("same-tokenizer", "cross-tokenizer"):  # the trio's agents' pairs
             found.append((f"hacpo ({pair})", [r for r in runs if r["team"] == pair and r["config"] == "hacpo" and agent in r["agents"]]))
     return found
 
