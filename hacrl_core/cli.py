@@ -110,6 +110,11 @@ def console(argv: list[str] | None = None) -> NoReturn:
     (docs/benchmarks.md section 3), at the end of every `hacrl run` and every worker, and freed
     nothing the OS does not. atexit handlers still run and the output is flushed."""
     code = main(argv)
+    if "WORLD_SIZE" in os.environ:
+        # A learner rank (hacrl_core/learner/distributed.py): its process group's C++ threads must
+        # be shut down by the normal teardown; ended by os._exit it aborted ("terminate called
+        # without an active exception", signal 6: tests/learner/test_multirank.py).
+        sys.exit(code)
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
