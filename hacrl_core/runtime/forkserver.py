@@ -167,10 +167,9 @@ def _run_cli(arguments: list[str], env: dict[str, str], log_path: str) -> None:
     os.environ.clear()
     os.environ.update(env)
     sys.argv = [HACRL_CLI[0], *arguments]
-    from hacrl_core.cli import main
+    from hacrl_core.cli import console
 
     try:
-        code = main(arguments)
-    finally:
+        console(arguments)  # ends the process as the `hacrl` executable does: atexit handlers, flush, os._exit
+    finally:  # an exception (argparse's SystemExit too) ends it through multiprocessing instead, which skips them
         atexit._run_exitfuncs()
-    sys.exit(code)
