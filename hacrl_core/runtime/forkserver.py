@@ -30,6 +30,7 @@ import multiprocessing
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from multiprocessing.context import ForkServerContext
 from pathlib import Path
@@ -129,6 +130,16 @@ class ForkServer:
         arguments = list(command[len(HACRL_CLI):])
         process = self._context.Process(target=_run_cli, args=(arguments, dict(env), str(log_path)), name=" ".join(arguments))
         process.start()
+        # Popen(start_new_session=True) returns after the child's setsid; a fork calls it first
+        # thing, a moment after start() returns. Wait for it: a killpg in between (Ctrl-C at once,
+        # a test holding the worker) found no such process group.
+        while process.exitcode is None:
+            try:
+                if os.getpgid(process.pid) == process.pid:
+                    break
+            except ProcessLookupError:
+                break
+            time.sleep(0.001)
         return ForkedProcess(process, command)
 
 
