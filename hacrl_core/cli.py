@@ -104,16 +104,23 @@ def main(argv: list[str] | None = None) -> int:
     return int(args.func(args) or 0)
 
 
+def _process_group_joined() -> bool:
+    """Whether this process is still in a torch.distributed process group (without importing torch)."""
+    dist = sys.modules.get("torch.distributed")
+    return dist is not None and dist.is_available() and dist.is_initialized()
+
+
 def console(argv: list[str] | None = None) -> NoReturn:
     """The `hacrl` executable: ``main``, then the process ends without Python's teardown of its
     modules. With torch and transformers loaded that teardown took 0.3-0.9 s on 2 CPUs
     (docs/benchmarks.md section 3), at the end of every `hacrl run` and every worker, and freed
     nothing the OS does not. atexit handlers still run and the output is flushed."""
     code = main(argv)
-    if "WORLD_SIZE" in os.environ:
-        # A learner rank (hacrl_core/learner/distributed.py): its process group's C++ threads must
-        # be shut down by the normal teardown; ended by os._exit it aborted ("terminate called
-        # without an active exception", signal 6: tests/learner/test_multirank.py).
+    if _process_group_joined():
+        # A learner rank that failed before leaving its group (a finished one has left it:
+        # distributed.leave_ranks): the group's C++ threads must be shut down by the normal
+        # teardown; ended by os._exit such a rank aborted ("terminate called without an active
+        # exception", signal 6, in tests/learner/test_multirank.py).
         sys.exit(code)
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):

@@ -57,7 +57,6 @@ import contextlib
 import logging
 import math
 import os
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -84,12 +83,6 @@ log = logging.getLogger("hacrl")
 STATE_FORMAT = "hacrl-deepspeed-v1"
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def ensure_distributed() -> None:
     """A one-rank process group when none exists (a learner is a single process)."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -101,7 +94,7 @@ def ensure_distributed() -> None:
     os.environ.setdefault("LOCAL_RANK", "0")
     os.environ.setdefault("WORLD_SIZE", "1")
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(free_port()))
+    os.environ.setdefault("MASTER_PORT", str(distributed.free_port()))
     deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False, verbose=False, rank=0, world_size=1)
 
 

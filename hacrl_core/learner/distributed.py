@@ -120,6 +120,16 @@ def init_ranks(ranks: Ranks) -> str:
     return device
 
 
+def leave_ranks() -> None:
+    """Leave the process group of ``init_ranks`` (or DeepSpeed's one-rank group) and its host
+    group once the learner is done, as torch asks of every process that joined one: the process
+    can then end without Python's teardown (``cli.console``). A no-op without a group."""
+    global _HOST_GROUP
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()  # every group, the default one included
+    _HOST_GROUP = None
+
+
 def rank_slice(items: Sequence[T]) -> list[T]:
     """This rank's share of ``items``: every ``world``-th item from position ``rank``."""
     rank, size = world()

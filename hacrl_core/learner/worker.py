@@ -354,3 +354,4 @@ def run_learner_worker(context: WorkerContext, *, colocated: bool = False) -> No
             continue
         store.write_progress(agent.name, progress_record(context, state, values, completed, last_checkpoint, datasets))
         log.info("learner %s step %d: reward %.3f loss %.4f", agent.name, step, values["rollout/reward_mean"], values.get("learner/pg_loss", 0.0))
+    distributed.leave_ranks()

@@ -30,3 +30,27 @@ def test_console_keeps_exit_code_output_and_atexit_handlers() -> None:
     failed = console("validate", "examples/absent.yaml")
     assert failed.returncode == 1
     assert "absent.yaml" in failed.stderr and "atexit ran" in failed.stdout
+
+
+GROUP_PROGRAM = """
+import os, sys
+from hacrl_core import cli
+before_torch = cli._process_group_joined()
+import torch.distributed as dist
+from hacrl_core.learner.distributed import leave_ranks
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
+dist.init_process_group("gloo", rank=0, world_size=1)
+joined = cli._process_group_joined()
+leave_ranks()
+print(before_torch, joined, cli._process_group_joined(), flush=True)
+"""
+
+
+def test_a_learner_that_left_its_process_group_takes_the_fast_exit() -> None:
+    """console keeps Python's teardown only for a process still in a torch.distributed group (its
+    C++ threads abort under os._exit); a finished learner rank leaves its group first."""
+    from hacrl_core.learner.distributed import free_port
+
+    result = subprocess.run([sys.executable, "-c", GROUP_PROGRAM, str(free_port())], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "True", "False"]
