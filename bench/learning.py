@@ -12,8 +12,9 @@ help?"). Agents differ by design (tiny-model URI options, docs/runtime.md):
 Teams (``--teams``): ``same-tokenizer`` (weak-char + strong-char), ``cross-tokenizer``
 (weak-char + strong-bpe) and ``trio`` (all three: does a third agent help the weakest, or
 dilute?); ``marker-same-tokenizer`` (the same pair warm-started with ``marker=0.3``: only 30% of
-their chains end with the rewarded ``#### <answer>``, so GSPO alone has headroom; not in the
-default ``--teams``). Every configuration of a team runs the same number of optimizer updates (same steps,
+their chains end with the rewarded ``#### <answer>``, so GSPO alone has headroom) and
+``marker-cross-tokenizer`` (weak-char-m + strong-bpe-m, the Qwen2 BPE agent warm-started the same
+way); neither is in the default ``--teams``. Every configuration of a team runs the same number of optimizer updates (same steps,
 promptsPerStep and miniBatchPrompts) over the same seeds (``algorithm.seed``: data order,
 sampling; the initial models are the same for every run, so seeds measure RL noise only).
 
@@ -88,7 +89,7 @@ MAIN = ["hacpo", "gspo", "gspo-x2", "naive"]
 ABLATIONS = [c for c in CONFIGS if c.startswith("no-")]
 DIFFICULTY = "2-3"
 #: Short team tags for run names (experiment names are at most 40 characters).
-TEAM_TAGS = {"same-tokenizer": "same", "cross-tokenizer": "cross", "trio": "trio", "marker-same-tokenizer": "mark"}
+TEAM_TAGS = {"same-tokenizer": "same", "cross-tokenizer": "cross", "trio": "trio", "marker-same-tokenizer": "mark", "marker-cross-tokenizer": "markx"}
 
 
 @dataclass(frozen=True)
@@ -111,11 +112,13 @@ STRONG_BPE = Agent("strong-bpe", "qwen2-bpe", 600)
 #: (``marker=0.3``, docs/runtime.md): they know more than their reward shows, so RL has headroom.
 WEAK_CHAR_MARKER = Agent("weak-char-m", "llama-char", 300, "marker=0.3")
 STRONG_CHAR_MARKER = Agent("strong-char-m", "llama-char", 500, "marker=0.3")
+STRONG_BPE_MARKER = Agent("strong-bpe-m", "qwen2-bpe", 600, "marker=0.3")
 TEAMS: dict[str, list[Agent]] = {
     "same-tokenizer": [WEAK_CHAR, STRONG_CHAR],
     "cross-tokenizer": [WEAK_CHAR, STRONG_BPE],
     "trio": [WEAK_CHAR, STRONG_CHAR, STRONG_BPE],
     "marker-same-tokenizer": [WEAK_CHAR_MARKER, STRONG_CHAR_MARKER],
+    "marker-cross-tokenizer": [WEAK_CHAR_MARKER, STRONG_BPE_MARKER],
 }
 
 #: Two-sided 95% Student t quantiles by degrees of freedom (stdlib only; beyond 30, 1.96).
