@@ -29,11 +29,12 @@ BENCHMARKS = {
     "store_codecs": ("store-codecs-quick", "encode+decode vs store"),
     "operator": ("operator-quick", "heartbeat->status median ms"),
     "sharing": ("sharing-quick", "shared rows used"),
+    "headroom": ("headroom-quick", "sampled knows"),
 }
 
 
 #: Benchmarks that build tiny models take the session's model cache (built once for every suite).
-TAKES_CACHE = {"learning", "learner", "pipeline", "sharing"}
+TAKES_CACHE = {"learning", "learner", "pipeline", "sharing", "headroom"}
 
 
 def check_operator(stdout: str, payload: dict) -> None:
