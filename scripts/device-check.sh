@@ -161,6 +161,8 @@ root = Path("$HACRL_CACHE_DIR/multirank")
 shutil.rmtree(root, ignore_errors=True)
 root.mkdir(parents=True)
 job = "$ROOT/tests/learner/rank_job.py"
+sys.path.insert(0, str(Path(job).parent))
+from rank_job import update_difference  # test_multirank's tolerances, as numbers
 launch = "import sys; from hacrl_core.learner.distributed import launch_local_ranks; sys.exit(launch_local_ranks(sys.argv[2:], int(sys.argv[1])))"
 model = build_tiny_model("llama-char", seed=0, warmup_steps=0, cache_dir=root / "tiny")
 start = {name: tensor.detach().clone() for name, tensor in load_policy(model)[0].state_dict().items()}
@@ -179,29 +181,18 @@ def run(tag, ranks, store, steps, extra=(), checkpoint=None):
     metrics = json.loads(out.with_suffix(".json").read_text())
     return {"weights": load_file(out), "metrics": metrics, "seconds": round(time.perf_counter() - began, 1)}
 
-def same_update(got, want, before):  # test_multirank.assert_same_update, as numbers
-    moved = max(float((want[n] - before[n]).abs().max()) for n in want)
-    total = off = 0
-    worst = 0.0
-    for name, tensor in want.items():
-        difference = (got[name] - tensor).abs()
-        total += difference.numel()
-        off += int((difference > 1e-6).sum())
-        worst = max(worst, float(difference.max()))
-    return {"moved": moved, "worst": worst, "share_above_1e-6": off / total, "ok": moved > 1e-4 and off <= 1e-3 * total and worst < 2e-4}
-
 def norm(result, step):
     return result["metrics"][str(step)]["learner/grad_norm"]
 
 report, ok = {"stage": "multirank-metrics"}, True
 one = run("torch-1", 1, "torch-1", [0], checkpoint=1)
 two = run("torch-2", 2, "torch-2", [0], checkpoint=1)
-case = same_update(two["weights"], one["weights"], start)
+case = update_difference(two["weights"], one["weights"], start)
 case.update(seconds_1rank=one["seconds"], seconds_2ranks=two["seconds"], grad_norm_1rank=norm(one, 0), grad_norm_2ranks=norm(two, 0))
 case["ok"] = case["ok"] and abs(norm(two, 0) - norm(one, 0)) <= 1e-4 * abs(norm(one, 0))
 reference = run("torch-1to1", 1, "torch-1", [1])["weights"]
 for saved, restored in ((2, 1), (1, 2)):
-    check = same_update(run(f"torch-{saved}to{restored}", restored, f"torch-{saved}", [1])["weights"], reference, one["weights"])
+    check = update_difference(run(f"torch-{saved}to{restored}", restored, f"torch-{saved}", [1])["weights"], reference, one["weights"])
     case[f"restore_{saved}_ranks_at_{restored}"] = check
     case["ok"] = case["ok"] and check["ok"]
 report["torch"] = case
@@ -211,11 +202,11 @@ if sys.argv[1] == "1":
         flags = ["--deepspeed-zero", str(zero), "--uneven"]
         one = run(f"zero{zero}-1", 1, f"zero{zero}-1", [0], flags, checkpoint=1)
         two = run(f"zero{zero}-2", 2, f"zero{zero}-2", [0], flags, checkpoint=1)
-        case = same_update(two["weights"], one["weights"], start)
+        case = update_difference(two["weights"], one["weights"], start)
         case.update(seconds_1rank=one["seconds"], seconds_2ranks=two["seconds"], grad_norm_1rank=norm(one, 0), grad_norm_2ranks=norm(two, 0))
         case["ok"] = case["ok"] and abs(norm(two, 0) - norm(one, 0)) <= 1e-4 * abs(norm(one, 0))
-        resumed = same_update(run(f"zero{zero}-2to2", 2, f"zero{zero}-2", [1], flags)["weights"],
-                              run(f"zero{zero}-1to1", 1, f"zero{zero}-1", [1], flags)["weights"], one["weights"])
+        resumed = update_difference(run(f"zero{zero}-2to2", 2, f"zero{zero}-2", [1], flags)["weights"],
+                                    run(f"zero{zero}-1to1", 1, f"zero{zero}-1", [1], flags)["weights"], one["weights"])
         case["resume_at_2_ranks"] = resumed
         case["ok"] = case["ok"] and resumed["ok"]
         report[f"deepspeed_zero{zero}"] = case

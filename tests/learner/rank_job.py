@@ -49,6 +49,28 @@ def context_for(model: Path, store_uri: str, work: Path, backend: dict | None = 
     return context
 
 
+#: How close weights after a multi-rank update must be to the one-rank update's (why these
+#: numbers: test_multirank.py's docstring). scripts/device-check.sh checks GPUs with the same.
+MIN_MOVEMENT, MAX_SHARE_ABOVE_1E6, MAX_DIFFERENCE = 1e-4, 1e-3, 2e-4
+
+
+def update_difference(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], start: dict[str, torch.Tensor]) -> dict:
+    """How far the weights ``got`` are from ``want`` (the reference update from ``start``): the
+    reference's largest movement, the worst difference, the share of weights differing by more
+    than 1e-6, and ``ok`` when all are within the tolerances above."""
+    moved = max(float((want[name] - start[name]).abs().max()) for name in want)
+    total = off = 0
+    worst = 0.0
+    for name, tensor in want.items():
+        difference = (got[name] - tensor).abs()
+        total += difference.numel()
+        off += int((difference > 1e-6).sum())
+        worst = max(worst, float(difference.max()))
+    share = off / total
+    return {"moved": moved, "worst": worst, "share_above_1e-6": share,
+            "ok": moved > MIN_MOVEMENT and share <= MAX_SHARE_ABOVE_1E6 and worst < MAX_DIFFERENCE}
+
+
 def step_rows(tokenizer) -> list[TrainRow]:
     """8 own rows (4 prompts x G 2) and the same texts as 8 rows of the peer, responses of
     different lengths and rewards."""

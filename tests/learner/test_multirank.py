@@ -33,6 +33,9 @@ from hacrl_core.models.tiny import build_tiny_model
 from hacrl_core.spec import parse_experiment
 from hacrl_core.store import open_trajectory_store
 
+sys.path.insert(0, str(Path(__file__).parent))
+from rank_job import MAX_DIFFERENCE, MAX_SHARE_ABOVE_1E6, MIN_MOVEMENT, update_difference  # noqa: E402
+
 JOB = Path(__file__).with_name("rank_job.py")
 REPO = Path(__file__).resolve().parents[2]
 LAUNCH = "import sys; from hacrl_core.learner.distributed import launch_local_ranks; sys.exit(launch_local_ranks(sys.argv[2:], int(sys.argv[1])))"
@@ -74,17 +77,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 def assert_same_update(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], start: dict[str, torch.Tensor]) -> None:
-    moved = max(float((want[name] - start[name]).abs().max()) for name in want)
-    assert moved > 1e-4, "the reference did not train: nothing to compare"
-    total = off = 0
-    worst = 0.0
-    for name, tensor in want.items():
-        difference = (got[name] - tensor).abs()
-        total += difference.numel()
-        off += int((difference > 1e-6).sum())
-        worst = max(worst, float(difference.max()))
-    assert off <= 1e-3 * total, f"{off} of {total} weights differ by more than 1e-6 (worst {worst:.2e}, movement {moved:.2e})"
-    assert worst < 2e-4, f"a weight differs by {worst:.2e} (movement {moved:.2e})"
+    found = update_difference(got, want, start)
+    moved, worst, share = found["moved"], found["worst"], found["share_above_1e-6"]
+    assert moved > MIN_MOVEMENT, "the reference did not train: nothing to compare"
+    assert share <= MAX_SHARE_ABOVE_1E6, f"{share:.2%} of the weights differ by more than 1e-6 (worst {worst:.2e}, movement {moved:.2e})"
+    assert worst < MAX_DIFFERENCE, f"a weight differs by {worst:.2e} (movement {moved:.2e})"
 
 
 def initial_weights(model: Path) -> dict[str, torch.Tensor]:
