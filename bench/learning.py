@@ -87,6 +87,7 @@ CONFIGS: dict[str, tuple[str, int, str | None]] = {
 }
 MAIN = ["hacpo", "gspo", "gspo-x2", "naive"]
 ABLATIONS = [c for c in CONFIGS if c.startswith("no-")]
+CONTROLS = ["gspo-x2", "grpo", "naive"]
 DIFFICULTY = "2-3"
 #: Short team tags for run names (experiment names are at most 40 characters).
 TEAM_TAGS = {"same-tokenizer": "same", "cross-tokenizer": "cross", "trio": "trio", "marker-same-tokenizer": "mark", "marker-cross-tokenizer": "markx"}
@@ -151,6 +152,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=40, help="steps of every run (x 2 optimizer updates)")
     p.add_argument("--seeds", type=int, default=5, help="seeds of the main comparison")
     p.add_argument("--ablation-seeds", type=int, default=3, help="seeds of the four ablations (the first N of --seeds)")
+    p.add_argument("--control-seeds", type=int, help="seeds of the controls gspo-x2, grpo and naive (the first N of --seeds; default: all)")
     p.add_argument("--ablation-teams", default="cross-tokenizer", help="teams that run the ablations")
     p.add_argument("--trio-seeds", type=int, default=3, help="seeds of the trio (the first N of --seeds)")
     p.add_argument("--trio-configs", default="hacpo", help="configurations of the trio (GSPO trains each agent alone: the pairs' gspo rows hold)")
@@ -199,6 +201,8 @@ def plan(args: argparse.Namespace) -> list[tuple[str, str, int]]:
                 if team == "trio" and (config not in trio_configs or seed >= args.trio_seeds):
                     continue
                 if config in ABLATIONS and (seed >= args.ablation_seeds or team not in args.ablation_teams.split(",")):
+                    continue
+                if config in CONTROLS and args.control_seeds is not None and seed >= args.control_seeds:
                     continue
                 runs.append((team, config, seed))
     return runs
@@ -423,10 +427,11 @@ def main(argv: list[str] | None = None) -> int:
     path = save(name, {"settings": settings, "build_seconds": build_seconds, "total_seconds": time.perf_counter() - began,
                        "wall_seconds_by_config": walls, "table": text, "paired": paired, "summary": summary, "runs": runs}, args.out)
     print(f"wrote {path}")
-    if not args.quick and not args.name:  # the documented figures come from the default run
+    if not args.quick:  # a named variant's figures carry its name, beside the default run's
+        variant_tag = f"{args.name}-" if args.name else ""
         for team in dict.fromkeys(r["team"] for r in runs):
             for agent in TEAMS[team]:
-                plot(runs, team, agent.name, args.img / f"learning-{team}-{agent.name}.png")
+                plot(runs, team, agent.name, args.img / f"learning-{variant_tag}{team}-{agent.name}.png")
         print(f"wrote {args.img}/learning-*.png")
     return 0
 
