@@ -15,6 +15,16 @@ step, on held-out problems:
 - ``mixed groups``: problems whose samples are neither all right nor all wrong, the only groups
   that give GSPO's group-normalised advantage a signal.
 
+Second table, per ordered pair of models (``--pairs``; default: the learning benchmark's teams):
+how far apart two agents are where HACPO looks, before any RL step. The source samples (T=1);
+each sample is scored by the source and, re-encoded with its own tokenizer as a learner encodes a
+peer's row, by the learner. ``log s`` = learner's per-token mean log-prob minus the source's:
+the log of the cross row's sequence ratio at the first update (docs/algorithm.md). Its mean is
+minus the per-token KL(source || learner) when the two share a tokenizer (DESIGN.md section 7:
+the window [1 - delta, 1] admits rows from peers within about 0.22 nats/token); ``inside`` is the
+share of rows with s in [1 - delta, 1], the rows HACPO can learn from at the first update, over
+all rows and over the rewarded ones.
+
 A large gap between ``knows`` and ``reward`` (or between ``pass@k`` and ``sampled reward``) is
 headroom RL can take; when they are equal the errors are arithmetic the model does not know, and
 RL on this task moves little (docs/benchmarks.md section 1 measured both regimes).
@@ -50,6 +60,8 @@ MODELS = [
     f"tiny://qwen2-bpe?seed=0&warmup_steps=600&{CHAIN}&marker=0.3",
 ]
 #: The smoke test checks the script, not the models: untrained ones are built in a second.
+#: (source, learner) pairs of the second table: both directions of each benchmark team.
+PAIRS = [(MODELS[a], MODELS[b]) for a, b in ((1, 0), (0, 1), (2, 0), (0, 2), (4, 3), (3, 4), (5, 3), (3, 5))]
 QUICK_MODELS = [f"tiny://llama-char?seed=0&warmup_steps=0&{CHAIN}", f"tiny://qwen2-bpe?seed=0&warmup_steps=0&{CHAIN}&marker=0.3"]
 LAST_RESULT = re.compile(r"=\s*(-?\d+)")
 
@@ -62,6 +74,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--samples", type=int, default=8, help="samples per problem at temperature 1 (the group size)")
     p.add_argument("--max-new-tokens", type=int, default=48)
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument("--pairs", nargs="*", metavar="SOURCE>LEARNER", help="ordered model pairs of the second table, "
+                   "as 'SOURCE_URI>LEARNER_URI'; default: both directions of the learning benchmark's teams; none: skip it")
+    p.add_argument("--delta", type=float, default=0.2, help="HACPO's clipping window [1 - delta, 1] (the paper's 0.2)")
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="HACRL_CACHE (tiny models are built once)")
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--work", type=Path, help="unused (nothing is written but the results); taken like every benchmark's")
@@ -69,7 +84,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.quick:
         args.problems, args.samples, args.max_new_tokens = 16, 4, 24
         args.models = args.models or QUICK_MODELS
+        args.pairs = [f"{QUICK_MODELS[0]}>{QUICK_MODELS[1]}"] if args.pairs is None else args.pairs
     args.models = args.models or MODELS
+    args.pairs = [tuple(pair.split(">", 1)) for pair in args.pairs] if args.pairs is not None else PAIRS
+    bad = [pair for pair in args.pairs if len(pair) != 2]
+    if bad:
+        p.error(f"--pairs: {bad[0][0]!r} is not SOURCE_URI>LEARNER_URI")
     return args
 
 
@@ -117,6 +137,75 @@ def measure(uri: str, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def per_token_logprob(engine: Any, rows: list[tuple[list[int], list[int]]], batch: int = 64) -> list[float]:
+    """Each row's mean log-prob per response token under ``engine``'s model (the learner's scorer)."""
+    import torch
+
+    from hacrl_core.models.encoding import collate
+    from hacrl_core.models.logprobs import masked_sum_and_count, sequence_logprobs
+
+    tokenizer = engine.tokenizer
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    means: list[float] = []
+    with torch.no_grad():
+        for start in range(0, len(rows), batch):
+            input_ids, attention, response = collate(rows[start : start + batch], pad)
+            total, count = masked_sum_and_count(sequence_logprobs(engine.model, input_ids, attention, response), response)
+            means += (total / count.clamp(min=1)).tolist()
+    return means
+
+
+def pair_divergence(source_uri: str, learner_uri: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Where the learner's HACPO window puts the source's rows before any RL step (second table)."""
+    import math
+    import statistics
+
+    from hacrl_core.data.datasets import open_source
+    from hacrl_core.data.templates import render_prompt
+    from hacrl_core.models.encoding import encode_row_for
+    from hacrl_core.models.uri import resolve_model
+    from hacrl_core.rewards import get_reward
+    from hacrl_core.rollout.engine import SamplingParams
+    from hacrl_core.rollout.hf_engine import HFEngine
+
+    reward = get_reward("exact")
+    source_problems = open_source(f"builtin://arithmetic?difficulty=2-3&seed=0&split=eval&size={args.problems}")
+    problems = [source_problems[i] for i in range(min(len(source_problems), args.problems))]
+    source, learner = HFEngine(batch_size=128), HFEngine(batch_size=128)
+    source.load(resolve_model(source_uri, args.cache / "models"))
+    learner.load(resolve_model(learner_uri, args.cache / "models"))
+    source_prompts = [render_prompt(source.tokenizer, p.question) for p in problems]
+    learner_prompts = [render_prompt(learner.tokenizer, p.question) for p in problems]
+    sampled = source.generate(source_prompts, SamplingParams(n=args.samples, greedy=False, temperature=1.0, top_p=1.0,
+                                                             max_new_tokens=args.max_new_tokens, seed=args.seed))
+    own_rows, peer_rows, rewards = [], [], []
+    for problem, source_prompt, learner_prompt, group in zip(problems, source_prompts, learner_prompts, sampled):
+        for sample in group:
+            own_rows.append(encode_row_for(source.tokenizer, source_prompt, sample.text, sample.token_ids))
+            peer_rows.append(encode_row_for(learner.tokenizer, learner_prompt, sample.text, finish_reason=sample.finish_reason))
+            rewards.append(reward(sample.text, problem.answer))
+    log_s = [mine - theirs for mine, theirs in zip(per_token_logprob(learner, peer_rows), per_token_logprob(source, own_rows))]
+    low = math.log(1 - args.delta)
+    inside = [low <= value <= 0 for value in log_s]
+    rewarded = [flag for flag, r in zip(inside, rewards) if r > 0]
+    return {
+        "source": source_uri, "learner": learner_uri, "rows": len(log_s),
+        "log_s_mean": statistics.fmean(log_s), "log_s_sd": statistics.stdev(log_s) if len(log_s) > 1 else 0.0,
+        "inside": sum(inside) / len(inside), "inside_rewarded": sum(rewarded) / len(rewarded) if rewarded else None,
+        "rewarded_rows": len(rewarded),
+    }
+
+
+def short(uri: str) -> str:
+    """A table's name for a tiny:// model: preset, warm-start steps and options."""
+    if not uri.startswith("tiny://"):
+        return uri
+    preset, _, query = uri.removeprefix("tiny://").partition("?")
+    options = dict(item.partition("=")[::2] for item in query.split("&") if item)
+    extra = "".join(f", {key}={options[key]}" for key in ("marker", "hidden", "layers") if key in options)
+    return f"{preset} {options.get('warmup_steps', '?')}{extra}"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     args.cache = args.cache.resolve()
@@ -134,9 +223,23 @@ def main(argv: list[str] | None = None) -> int:
     text = table(headers, rows)
     print(f"\nheadroom ({args.problems} held-out problems, difficulty 2-3; {args.samples} samples at T=1, "
           f"{args.max_new_tokens} new tokens)\n{text}")
+    pairs = []
+    if args.pairs:
+        build_seconds.update(build_models([uri for pair in args.pairs for uri in pair], args.cache))
+    for source_uri, learner_uri in args.pairs:
+        pairs.append(pair_divergence(source_uri, learner_uri, args))
+        print(f"{short(source_uri)} -> {short(learner_uri)}: log s {pairs[-1]['log_s_mean']:+.3f}, inside {pairs[-1]['inside']:.1%}", flush=True)
+    pair_table = table(["source (samples)", "learner (scores)", "rows", "mean log s (nats/token)", "sd log s",
+                        f"inside [{1 - args.delta:g}, 1]", "inside, rewarded rows"],
+                       [[short(r["source"]), short(r["learner"]), r["rows"], f"{r['log_s_mean']:+.3f}", f"{r['log_s_sd']:.3f}",
+                         f"{r['inside']:.1%}", "-" if r["inside_rewarded"] is None else f"{r['inside_rewarded']:.1%} of {r['rewarded_rows']}"] for r in pairs]) if pairs else ""
+    if pairs:
+        print(f"\npairs before RL: the cross rows' log ratio at the first update ({args.problems} problems x {args.samples} samples "
+              f"of the source at T=1)\n{pair_table}")
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     path = save("headroom-quick" if args.quick else "headroom", {"settings": settings, "build_seconds": build_seconds,
-                                                                  "results": results, "table": text}, args.out)
+                                                                  "results": results, "table": text, "pairs": pairs,
+                                                                  "pair_table": pair_table}, args.out)
     print(f"wrote {path}")
     return 0
 
