@@ -8,6 +8,7 @@ in the pytest summary by ``conftest.py`` (docs/reliability.md quotes them).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -17,6 +18,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,6 +92,29 @@ def sigkill(pid: int) -> bool:
         return True
     except ProcessLookupError:
         return False
+
+
+@contextlib.contextmanager
+def held(pids: list[int]) -> Iterator[None]:
+    """The process groups of ``pids`` stopped (SIGSTOP) for the block, continued after it. A test
+    that must kill a worker mid-run holds the other workers meanwhile: the worker then cannot
+    finish its remaining steps (they need its peers' rollouts, weights or scores), however fast
+    the machine. A group already gone is skipped."""
+    stopped = []
+    try:
+        for pid in pids:
+            try:
+                os.killpg(pid, signal.SIGSTOP)
+                stopped.append(pid)
+            except ProcessLookupError:
+                pass
+        yield
+    finally:
+        for pid in stopped:
+            try:
+                os.killpg(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
 
 
 @dataclass

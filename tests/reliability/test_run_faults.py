@@ -25,6 +25,7 @@ from tests.reliability.faults import (
     ChaosMonkey,
     assert_every_step_shard_exactly_once,
     deterministic_metrics,
+    held,
     restart_server,
     rollout_digest,
     sigkill,
@@ -185,10 +186,14 @@ def test_sigkilled_workers_at_random_points_resume_to_the_uninterrupted_result(t
             reached = step - (staleness_of(mode) if role == "rollout" else 0)
             wait_for(lambda reached=reached: min((store.read_progress(a) or {}).get("step", 0) for a in AGENTS) >= reached or process.poll() is not None,
                      RUN_TIMEOUT, f"every learner past step {reached}")
-            time.sleep(delay)
-            entries = [w for w in worker_table(tmp_path / "work") if w["agent"] == agent and w["role"] == role]
+            workers = worker_table(tmp_path / "work")
+            entries = [w for w in workers if w["agent"] == agent and w["role"] == role]
             entry = entries[step % len(entries)]  # one of several rollout replicas
-            assert sigkill(entry["pid"]), f"the {role} worker of {agent} had exited before its planned SIGKILL at step {step}"
+            # Every other worker held during the delay: the target cannot run out of work (its next
+            # steps need their rollouts, weights or scores) and exit before its kill, on any machine.
+            with held([w["pid"] for w in workers if w["pid"] != entry["pid"]]):
+                time.sleep(delay)
+                assert sigkill(entry["pid"]), f"the {role} worker of {agent} had exited before its planned SIGKILL at step {step}"
             killed.append((step, agent, role, round(delay, 2)))
         output = finish(process, f"the run with SIGKILLs {plan}")
     finally:
