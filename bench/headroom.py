@@ -99,8 +99,15 @@ def knows(text: str, answer: str) -> bool:
     return bool(values) and values[-1] == answer.strip()
 
 
-def measure(uri: str, args: argparse.Namespace) -> dict[str, Any]:
+def held_out_problems(count: int) -> list[Any]:
+    """The first ``count`` held-out problems at difficulty 2-3 (the learning benchmark's evaluation set)."""
     from hacrl_core.data.datasets import open_source
+
+    source = open_source(f"builtin://arithmetic?difficulty=2-3&seed=0&split=eval&size={count}")
+    return [source[i] for i in range(min(len(source), count))]
+
+
+def measure(uri: str, args: argparse.Namespace) -> dict[str, Any]:
     from hacrl_core.data.templates import render_prompt
     from hacrl_core.models.uri import resolve_model
     from hacrl_core.rewards import get_reward
@@ -108,8 +115,7 @@ def measure(uri: str, args: argparse.Namespace) -> dict[str, Any]:
     from hacrl_core.rollout.hf_engine import HFEngine
 
     reward = get_reward("exact")
-    source = open_source(f"builtin://arithmetic?difficulty=2-3&seed=0&split=eval&size={args.problems}")
-    problems = [source[i] for i in range(min(len(source), args.problems))]
+    problems = held_out_problems(args.problems)
     engine = HFEngine(batch_size=128)
     engine.load(resolve_model(uri, args.cache / "models"))
     prompts = [render_prompt(engine.tokenizer, p.question) for p in problems]
@@ -138,21 +144,14 @@ def measure(uri: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def per_token_logprob(engine: Any, rows: list[tuple[list[int], list[int]]], batch: int = 64) -> list[float]:
-    """Each row's mean log-prob per response token under ``engine``'s model (the learner's scorer)."""
-    import torch
+    """Each row's mean log-prob per response token under ``engine``'s model, scored as the learner
+    scores rows (``learner.batch.score_rows``)."""
+    from hacrl_core.learner.batch import TrainRow, score_rows
+    from hacrl_core.learner.stages import pad_id
 
-    from hacrl_core.models.encoding import collate
-    from hacrl_core.models.logprobs import masked_sum_and_count, sequence_logprobs
-
-    tokenizer = engine.tokenizer
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    means: list[float] = []
-    with torch.no_grad():
-        for start in range(0, len(rows), batch):
-            input_ids, attention, response = collate(rows[start : start + batch], pad)
-            total, count = masked_sum_and_count(sequence_logprobs(engine.model, input_ids, attention, response), response)
-            means += (total / count.clamp(min=1)).tolist()
-    return means
+    train_rows = [TrainRow(0, "", 0.0, ids, mask, True) for ids, mask in rows]
+    sums, counts, _ = score_rows(engine.model, train_rows, pad_id(engine.tokenizer), batch)
+    return [total / max(count, 1) for total, count in zip(sums, counts)]
 
 
 def pair_divergence(source_uri: str, learner_uri: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -160,7 +159,6 @@ def pair_divergence(source_uri: str, learner_uri: str, args: argparse.Namespace)
     import math
     import statistics
 
-    from hacrl_core.data.datasets import open_source
     from hacrl_core.data.templates import render_prompt
     from hacrl_core.models.encoding import encode_row_for
     from hacrl_core.models.uri import resolve_model
@@ -169,8 +167,7 @@ def pair_divergence(source_uri: str, learner_uri: str, args: argparse.Namespace)
     from hacrl_core.rollout.hf_engine import HFEngine
 
     reward = get_reward("exact")
-    source_problems = open_source(f"builtin://arithmetic?difficulty=2-3&seed=0&split=eval&size={args.problems}")
-    problems = [source_problems[i] for i in range(min(len(source_problems), args.problems))]
+    problems = held_out_problems(args.problems)
     source, learner = HFEngine(batch_size=128), HFEngine(batch_size=128)
     source.load(resolve_model(source_uri, args.cache / "models"))
     learner.load(resolve_model(learner_uri, args.cache / "models"))
