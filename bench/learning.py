@@ -14,7 +14,7 @@ Teams (``--teams``): ``same-tokenizer`` (weak-char + strong-char), ``cross-token
 dilute?); ``marker-same-tokenizer`` (the same pair warm-started with ``marker=0.3``: only 30% of
 their chains end with the rewarded ``#### <answer>``, so GSPO alone has headroom) and
 ``marker-cross-tokenizer`` (weak-char-m + strong-bpe-m, the Qwen2 BPE agent warm-started the same
-way); neither is in the default ``--teams``. Every configuration of a team runs the same number of optimizer updates (same steps,
+way), and ``marker-trio`` (all three marker agents); none of these is in the default ``--teams``. Every configuration of a team runs the same number of optimizer updates (same steps,
 promptsPerStep and miniBatchPrompts) over the same seeds (``algorithm.seed``: data order,
 sampling; the initial models are the same for every run, so seeds measure RL noise only).
 
@@ -90,7 +90,26 @@ ABLATIONS = [c for c in CONFIGS if c.startswith("no-")]
 CONTROLS = ["gspo-x2", "grpo", "naive"]
 DIFFICULTY = "2-3"
 #: Short team tags for run names (experiment names are at most 40 characters).
-TEAM_TAGS = {"same-tokenizer": "same", "cross-tokenizer": "cross", "trio": "trio", "marker-same-tokenizer": "mark", "marker-cross-tokenizer": "markx"}
+TEAM_TAGS = {"same-tokenizer": "same", "cross-tokenizer": "cross", "trio": "trio", "marker-same-tokenizer": "mark", "marker-cross-tokenizer": "markx",
+             "marker-trio": "markt"}
+#: Three-agent teams -> the pairs their agents come from (HACPO in the trio is compared with HACPO in each).
+TRIOS = {"trio": ("same-tokenizer", "cross-tokenizer"), "marker-trio": ("marker-same-tokenizer", "marker-cross-tokenizer")}
+#: Shorter configuration tags, used only where the full run name would pass 40 characters (so the
+#: names of runs already cached under the full tag keep their cache).
+SHORT_CONFIG_TAGS = {"no-capability-advantage": "no-cap-adv", "no-discrepancy-coefficient": "no-disc-coef",
+                     "no-exponential-importance": "no-exp-is", "no-stepwise-clipping": "no-step-clip"}
+NAME_LIMIT = 40
+
+
+def run_name(prefix: str, team: str, config: str, seed: int) -> str:
+    """The run's experiment name: unique per (team, config, seed) and within the 40-character limit.
+    Truncating instead once gave three seeds of an ablation one name, so each run overwrote the last."""
+    name = f"{prefix}-{TEAM_TAGS[team]}-{config}-s{seed}"
+    if len(name) > NAME_LIMIT:
+        name = f"{prefix}-{TEAM_TAGS[team]}-{SHORT_CONFIG_TAGS.get(config, config)}-s{seed}"
+    if len(name) > NAME_LIMIT:
+        raise SystemExit(f"run name {name!r} is over {NAME_LIMIT} characters: use a shorter --name")
+    return name
 
 
 @dataclass(frozen=True)
@@ -120,6 +139,7 @@ TEAMS: dict[str, list[Agent]] = {
     "trio": [WEAK_CHAR, STRONG_CHAR, STRONG_BPE],
     "marker-same-tokenizer": [WEAK_CHAR_MARKER, STRONG_CHAR_MARKER],
     "marker-cross-tokenizer": [WEAK_CHAR_MARKER, STRONG_BPE_MARKER],
+    "marker-trio": [WEAK_CHAR_MARKER, STRONG_CHAR_MARKER, STRONG_BPE_MARKER],
 }
 
 #: Two-sided 95% Student t quantiles by degrees of freedom (stdlib only; beyond 30, 1.96).
@@ -198,7 +218,7 @@ def plan(args: argparse.Namespace) -> list[tuple[str, str, int]]:
     for seed in range(args.seeds):
         for team in teams:
             for config in configs:
-                if team == "trio" and (config not in trio_configs or seed >= args.trio_seeds):
+                if team in TRIOS and (config not in trio_configs or seed >= args.trio_seeds):
                     continue
                 if config in ABLATIONS and (seed >= args.ablation_seeds or team not in args.ablation_teams.split(",")):
                     continue
@@ -285,9 +305,9 @@ def comparisons(runs: list[dict[str, Any]], team: str, agent: str) -> list[tuple
     for a team that runs only HACPO (the trio), the agent's GSPO runs and its HACPO runs in pairs."""
     mine = [r for r in runs if r["team"] == team]
     found = [(config, [r for r in mine if r["config"] == config]) for config in dict.fromkeys(r["config"] for r in mine) if config != "hacpo"]
-    if team == "trio":
+    if team in TRIOS:
         found.append(("gspo", list(unique_by_seed(r for r in runs if r["config"] == "gspo" and agent in r["agents"]))))
-        for pair in ("same-tokenizer", "cross-tokenizer"):  # the trio's agents' pairs
+        for pair in TRIOS[team]:
             found.append((f"hacpo ({pair})", [r for r in runs if r["team"] == pair and r["config"] == "hacpo" and agent in r["agents"]]))
     return found
 
@@ -388,8 +408,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"models ready: {build_seconds}", flush=True)
 
     runs: list[dict[str, Any]] = []
-    for index, (team, config, seed) in enumerate(schedule):
-        name = f"{prefix}-{TEAM_TAGS[team]}-{config}-s{seed}"[:40]
+    names = [run_name(prefix, team, config, seed) for team, config, seed in schedule]
+    assert len(set(names)) == len(names), "two runs of the plan share a name"
+    for index, ((team, config, seed), name) in enumerate(zip(schedule, names)):
         fingerprint = json.dumps(run_spec(args, team, config, seed, store_dir, name), sort_keys=True)
         cached = cache_dir / f"{name}.json"
         if cached.exists() and not args.fresh:
