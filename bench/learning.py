@@ -35,6 +35,13 @@ final accuracy at an evaluation point (``-`` if it never did).
     python bench/learning.py            # full: 2 teams x (4 configurations x 5 seeds + 4 ablations x 3 seeds) + trio x 3 seeds
     python bench/learning.py --quick    # smoke test: one team, hacpo and gspo, 1 seed, 2 steps, short warm starts
 
+The marker regime (docs/benchmarks.md section 1), as reported there:
+
+    python bench/learning.py --name marker --teams marker-same-tokenizer --seeds 5 --control-seeds 5 \
+        --configs gspo,hacpo,gspo-x2,naive,no-capability-advantage,no-discrepancy-coefficient,no-exponential-importance,no-stepwise-clipping \
+        --ablation-teams marker-same-tokenizer --ablation-seeds 3
+    python bench/learning.py --name markerx --teams marker-cross-tokenizer,marker-trio --configs gspo,hacpo --seeds 5 --trio-seeds 3
+
 Results: ``bench/results/learning.json`` (every run, every curve) and PNGs per team and agent
 (``docs/img/learning-<team>-<agent>.png``). Finished runs are cached under ``--work`` so an
 interrupted benchmark continues where it stopped.
