@@ -26,6 +26,7 @@ from tests.reliability.faults import (
     assert_every_step_shard_exactly_once,
     deterministic_metrics,
     held,
+    pid_alive,
     restart_server,
     rollout_digest,
     sigkill,
@@ -150,6 +151,18 @@ def baseline(baselines) -> dict[str, Any]:
     return baselines("split")
 
 
+def live_target(workdir: Path, agent: str, role: str, step: int, struck: set[int]) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
+    """(the worker table, the entry of the worker to kill) while that worker's process is alive;
+    None while the table lacks it or still names a process that died or was struck already (a
+    SIGKILLed process looks alive for the milliseconds its teardown takes: a restart pending)."""
+    workers = worker_table(workdir)
+    entries = [w for w in workers if w["agent"] == agent and w["role"] == role]
+    if not entries:
+        return None
+    entry = entries[step % len(entries)]  # one of several rollout replicas
+    return (workers, entry) if entry["pid"] not in struck and pid_alive(entry["pid"]) else None
+
+
 def kill_plan(seed: int, kills: int, roles: tuple[str, ...]) -> list[tuple[int, str, str, float]]:
     """(step reached, agent, role, delay s) of each SIGKILL: distinct steps, seeded.
 
@@ -177,6 +190,7 @@ def test_sigkilled_workers_at_random_points_resume_to_the_uninterrupted_result(t
     monkey = ChaosMonkey(tmp_path / "work", store, AGENTS, seed=seed, kills=0)  # samples checkpoints only
     monkey.start()
     killed = []
+    struck_pids: set[int] = set()  # pids SIGKILLed so far: never chosen again
     try:
         for step, agent, role, delay in plan:
             # One step off-policy, the rollout worker samples step s while the learners train step
@@ -186,14 +200,25 @@ def test_sigkilled_workers_at_random_points_resume_to_the_uninterrupted_result(t
             reached = step - (staleness_of(mode) if role == "rollout" else 0)
             wait_for(lambda reached=reached: min((store.read_progress(a) or {}).get("step", 0) for a in AGENTS) >= reached or process.poll() is not None,
                      RUN_TIMEOUT, f"every learner past step {reached}")
-            workers = worker_table(tmp_path / "work")
-            entries = [w for w in workers if w["agent"] == agent and w["role"] == role]
-            entry = entries[step % len(entries)]  # one of several rollout replicas
+            # The target as the supervisor's table lists it, once its process is alive: right after
+            # an earlier kill of the same worker the table still names the dead pid until the
+            # restart, while the store's progress may already show the step reached.
+            found = wait_for(lambda step=step, agent=agent, role=role: live_target(tmp_path / "work", agent, role, step, struck_pids) or (process.poll() is not None and "ended"),
+                             RUN_TIMEOUT, f"a live {role} worker of {agent}", interval=0.01)
+            assert found != "ended", f"the run ended before the planned SIGKILL of the {role} worker of {agent} at step {step}"
+            workers, entry = found
             # Every other worker held during the delay: the target cannot run out of work (its next
             # steps need their rollouts, weights or scores) and exit before its kill, on any machine.
             with held([w["pid"] for w in workers if w["pid"] != entry["pid"]]):
                 time.sleep(delay)
-                assert sigkill(entry["pid"]), f"the {role} worker of {agent} had exited before its planned SIGKILL at step {step}"
+                struck = sigkill(entry["pid"])
+                struck_pids.add(entry["pid"])
+            if not struck:
+                progress = {a: store.read_progress(a) for a in AGENTS}
+                process.kill()
+                output, _ = process.communicate()
+                raise AssertionError(f"the {role} worker of {agent} (pid {entry['pid']}) had exited before its planned SIGKILL at step {step}; "
+                                     f"workers {workers}; progress {progress}; the run's output:\n{output[-4000:]}")
             killed.append((step, agent, role, round(delay, 2)))
         output = finish(process, f"the run with SIGKILLs {plan}")
     finally:
