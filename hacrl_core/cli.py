@@ -115,13 +115,10 @@ def console(argv: list[str] | None = None) -> NoReturn:
     modules. With torch and transformers loaded that teardown took 0.3-0.9 s on 2 CPUs
     (docs/benchmarks.md section 3), at the end of every `hacrl run` and every worker, and freed
     nothing the OS does not. atexit handlers still run and the output is flushed."""
-    code = main(argv)
-    if _process_group_joined():
-        # A learner rank that failed before leaving its group (a finished one has left it:
-        # distributed.leave_ranks): the group's C++ threads must be shut down by the normal
-        # teardown; ended by os._exit such a rank aborted ("terminate called without an active
-        # exception", signal 6, in tests/learner/test_multirank.py).
-        sys.exit(code)
+    try:
+        code = main(argv)
+    finally:
+        _leave_process_group()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -129,6 +126,20 @@ def console(argv: list[str] | None = None) -> NoReturn:
         except (OSError, ValueError):  # a closed pipe: nothing left to say
             pass
     os._exit(code)
+
+
+def _leave_process_group() -> None:
+    """Leave a torch.distributed group that a learner rank is still in: one that failed, or was
+    fenced out (``FENCED_EXIT_CODE``), before ``distributed.leave_ranks`` at the end of its loop.
+    A rank that ends still in a gloo group may abort ("terminate called without an active
+    exception", signal 6; pytorch/pytorch#190489), under os._exit and in Python's teardown alike,
+    and its launcher then reports signal 6 instead of the rank's code: a fenced-out rank would be
+    restarted. The group holds no pending work here (every collective is waited for), so leaving
+    is local and quick."""
+    if _process_group_joined():
+        from hacrl_core.learner.distributed import leave_ranks
+
+        leave_ranks()
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 PROGRAM = """
@@ -47,10 +49,43 @@ print(before_torch, joined, cli._process_group_joined(), flush=True)
 
 
 def test_a_learner_that_left_its_process_group_takes_the_fast_exit() -> None:
-    """console keeps Python's teardown only for a process still in a torch.distributed group (its
-    C++ threads abort under os._exit); a finished learner rank leaves its group first."""
+    """A finished learner rank leaves its torch.distributed group (``leave_ranks``) and is then
+    a process like any other for console's fast exit."""
     from hacrl_core.learner.distributed import free_port
 
     result = subprocess.run([sys.executable, "-c", GROUP_PROGRAM, str(free_port())], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["False", "True", "False"]
+
+
+FAILING_RANK_PROGRAM = """
+import atexit, os, sys
+import torch.distributed as dist
+from hacrl_core import cli
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
+
+def rank_that_stops_in_its_group(argv):
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    if sys.argv[2] == "raise":
+        raise RuntimeError("the learner failed")
+    return 3  # FENCED_EXIT_CODE: fenced out between two collectives
+
+atexit.register(lambda: print("joined at exit:", cli._process_group_joined(), flush=True))
+cli.main = rank_that_stops_in_its_group
+cli.console([])
+"""
+
+
+@pytest.mark.parametrize("how, code", [("return", 3), ("raise", 1)])
+def test_a_rank_that_ends_still_in_its_group_leaves_it_and_keeps_its_exit_code(how: str, code: int) -> None:
+    """A learner rank fenced out (code 3) or failed (an exception) before ``leave_ranks`` leaves
+    its group on the way out: a process that exits in a gloo group may abort with signal 6
+    (pytorch/pytorch#190489), and its launcher would then report the signal, not the rank's code
+    (a fenced-out rank restarted)."""
+    from hacrl_core.learner.distributed import free_port
+
+    result = subprocess.run([sys.executable, "-c", FAILING_RANK_PROGRAM, str(free_port()), how], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == code, result.stderr
+    assert "joined at exit: False" in result.stdout, result.stdout + result.stderr
+    assert how != "raise" or "RuntimeError: the learner failed" in result.stderr
