@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from statistics import fmean
 
 from hacrl_core.sharing import format_share, shared_rows_used, sharing_warning
 from hacrl_core.skipped_rows import DatasetReport
@@ -54,25 +55,31 @@ def write_report(
     if wall_seconds is not None:
         lines += [f"Wall time: {wall_seconds:.0f} s.", ""]
     lines += [
-        "| agent | steps | reward first → last | eval accuracy initial → final | shared rows used |",
+        "| agent | steps | sampled reward first → last | eval accuracy initial → final | shared rows used |",
         "| --- | --- | --- | --- | --- |",
     ]
     warnings = []
+    windows = 1
     for agent in agents:
         mine = [r for r in rows if r["agent"] == agent]
         if not mine:
             lines.append(f"| {agent} | 0 | – | – | – |")
             continue
         rewards = [r["rollout/reward_mean"] for r in mine]
+        ends = reward_window(len(rewards))
+        windows = max(windows, ends)
         curves = accuracy_curve(rows, agent)
         accuracy = "; ".join(f"{name}: {pts[0][1]:.3f} → {pts[-1][1]:.3f}" for name, pts in curves.items()) or "–"
         used = [u for u in (shared_rows_used(r) for r in mine) if u is not None]
         share = format_share(sum(used) / len(used) if used else None)
-        lines.append(f"| {agent} | {len(mine)} | {rewards[0]:.3f} → {rewards[-1]:.3f} | {accuracy} | {share} |")
+        lines.append(f"| {agent} | {len(mine)} | {fmean(rewards[:ends]):.3f} → {fmean(rewards[-ends:]):.3f} | {accuracy} | {share} |")
         warning = sharing_warning(agent, sorted(mine, key=lambda r: r["step"]), delta=delta)
         if warning:
             warnings.append(warning)
-    lines += ["", "Shared rows used: the share of other agents' rows inside HACPO's clipping window (mean over steps)."]
+    lines += ["", f"Sampled reward: the training rollouts' mean reward (sampled, not greedy), averaged over the first and the "
+              f"last {'step' if windows == 1 else f'{windows} steps'}; it moves with each step's sample and can fall while the "
+              "eval accuracy (greedy, held-out problems) rises.",
+              "", "Shared rows used: the share of other agents' rows inside HACPO's clipping window (mean over steps)."]
     if warnings:
         lines += ["", "Warnings:", ""] + [f"- {warning}" for warning in warnings]
     if datasets:
@@ -80,6 +87,15 @@ def write_report(
     lines += ["", "Files: `metrics.jsonl`, `metrics.csv` (one row per agent and step), `curves.png`."]
     (out_dir / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return out_dir
+
+
+def reward_window(steps: int) -> int:
+    """How many steps at each end the report averages the sampled reward over: up to 3, and at
+    most a quarter of the run, so that a short run still compares its start with its end: one
+    step's reward is the mean of one batch of samples, and the first and the last alone can
+    disagree with the run's trend (0.052 -> 0.042 for an agent of a quickstart run whose greedy
+    accuracy rose)."""
+    return max(1, min(3, steps // 4))
 
 
 def load_plotting() -> None:

@@ -56,3 +56,20 @@ def test_report_shows_shared_rows_used_per_agent_the_warning_and_the_data(tmp_pa
     assert "- clipped: 75% of the rows shared by other agents fell outside" in summary
     assert "- fine:" not in summary
     assert "- data.train (train.jsonl): 40 rows, 2 skipped (invalid_json 1, missing_answer 1)" in summary
+
+
+def test_the_report_averages_the_sampled_reward_over_each_end_of_the_run(tmp_path: Path) -> None:
+    """12 steps: the first and the last 3 steps' sampled rewards are averaged, so that one noisy
+    batch at either end does not decide the column; 2 steps: one step at each end."""
+    store = open_trajectory_store((tmp_path / "store").as_uri(), "report")
+    rewards = [0.10, 0.20, 0.30, 0.05, 0.4, 0.4, 0.4, 0.4, 0.4, 0.50, 0.60, 0.10]
+    for t, reward in enumerate(rewards):
+        store.write_metrics(t, "long", step(t, 0.25) | {"rollout/reward_mean": reward})
+    for t, reward in enumerate([0.2, 0.3]):
+        store.write_metrics(t, "short", step(t, 0.25) | {"rollout/reward_mean": reward})
+    summary = (write_report(store, ["long"], 12, tmp_path / "long") / "summary.md").read_text()
+    assert "| long | 12 | 0.200 → 0.400 | – | 75% |" in summary
+    assert "averaged over the first and the last 3 steps" in summary
+    summary = (write_report(store, ["short"], 2, tmp_path / "short") / "summary.md").read_text()
+    assert "| short | 2 | 0.200 → 0.300 | – | 75% |" in summary
+    assert "averaged over the first and the last step;" in summary
