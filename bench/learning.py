@@ -40,11 +40,15 @@ The marker regime (docs/benchmarks.md section 1), as reported there:
     python bench/learning.py --name marker --teams marker-same-tokenizer --seeds 5 --control-seeds 5 \
         --configs gspo,hacpo,gspo-x2,naive,no-capability-advantage,no-discrepancy-coefficient,no-exponential-importance,no-stepwise-clipping \
         --ablation-teams marker-same-tokenizer --ablation-seeds 3
-    python bench/learning.py --name markerx --teams marker-cross-tokenizer,marker-trio --configs gspo,hacpo --seeds 5 --trio-seeds 3
+    python bench/learning.py --name markerx --teams marker-cross-tokenizer,marker-trio --seeds 5 --trio-seeds 5 \
+        --configs gspo,hacpo,no-capability-advantage,no-discrepancy-coefficient,no-exponential-importance,no-stepwise-clipping \
+        --ablation-teams marker-cross-tokenizer --ablation-seeds 3 --reuse bench/results/learning-markerx.json
 
 Results: ``bench/results/learning.json`` (every run, every curve) and PNGs per team and agent
 (``docs/img/learning-<team>-<agent>.png``). Finished runs are cached under ``--work`` so an
-interrupted benchmark continues where it stopped.
+interrupted benchmark continues where it stopped; on another machine, ``--reuse
+bench/results/learning-<name>.json`` takes the recorded runs whose spec matches, so extending a
+benchmark (more seeds, another configuration) runs and builds only what is new.
 """
 
 from __future__ import annotations
@@ -199,6 +203,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--img", type=Path, default=REPO / "docs" / "img")
     p.add_argument("--fresh", action="store_true", help="ignore runs cached under --work")
+    p.add_argument("--reuse", type=Path, action="append", default=[],
+                   help="a results file (bench/results/learning-*.json) whose runs count as cached where their spec matches: "
+                        "extend a recorded benchmark on a fresh machine (repeatable)")
     p.add_argument("--report-only", action="store_true", help="report the runs of the plan already cached under --work; run nothing")
     args = p.parse_args(argv)
     if args.quick:
@@ -401,6 +408,19 @@ def plot(runs: list[dict[str, Any]], team: str, agent: str, path: Path) -> None:
     plt.close(fig)
 
 
+def cached_run(path: Path, fingerprint: str) -> dict[str, Any] | None:
+    """The run cached at ``path`` if it ran this exact spec."""
+    if not path.exists():
+        return None
+    record = json.loads(path.read_text())
+    return record if record.get("fingerprint") == fingerprint else None
+
+
+def reused_run(record: dict[str, Any] | None, fingerprint: str) -> dict[str, Any] | None:
+    """A run of a ``--reuse`` results file, if it ran this exact spec."""
+    return record if record is not None and record.get("fingerprint") == fingerprint else None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     schedule = plan(args)
@@ -410,22 +430,26 @@ def main(argv: list[str] | None = None) -> int:
     cache_dir.mkdir(parents=True, exist_ok=True)
     env = bench_env(args.cache.resolve())
     began = time.perf_counter()
-    uris = [a["model"] for team, config, seed in schedule for a in run_spec(args, team, config, seed, store_dir, "probe")["spec"]["agents"]]
+    names = [run_name(prefix, team, config, seed) for team, config, seed in schedule]
+    assert len(set(names)) == len(names), "two runs of the plan share a name"
+    fingerprints = [json.dumps(run_spec(args, team, config, seed, store_dir, name), sort_keys=True)
+                    for (team, config, seed), name in zip(schedule, names)]
+    recorded = {run["name"]: run for path in args.reuse for run in json.loads(path.read_text())["runs"]}
+    found = {name: cached_run(cache_dir / f"{name}.json", fingerprint) or reused_run(recorded.get(name), fingerprint)
+             for name, fingerprint in zip(names, fingerprints) if not args.fresh}
+    # Only the runs still to do need their models (a warm start each: 20-60 s on 2 CPUs).
+    to_run = [] if args.report_only else [i for i, name in enumerate(names) if found.get(name) is None]
+    uris = [a["model"] for i in to_run for a in json.loads(fingerprints[i])["spec"]["agents"]]
     build_seconds = build_models(uris, args.cache.resolve())
     print(f"models ready: {build_seconds}", flush=True)
 
     runs: list[dict[str, Any]] = []
-    names = [run_name(prefix, team, config, seed) for team, config, seed in schedule]
-    assert len(set(names)) == len(names), "two runs of the plan share a name"
-    for index, ((team, config, seed), name) in enumerate(zip(schedule, names)):
-        fingerprint = json.dumps(run_spec(args, team, config, seed, store_dir, name), sort_keys=True)
+    for index, ((team, config, seed), name, fingerprint) in enumerate(zip(schedule, names, fingerprints)):
         cached = cache_dir / f"{name}.json"
-        if cached.exists() and not args.fresh:
-            record = json.loads(cached.read_text())
-            if record.get("fingerprint") == fingerprint:
-                runs.append(record)
-                print(f"[{index + 1}/{len(schedule)}] {name}: cached", flush=True)
-                continue
+        if found.get(name) is not None:
+            runs.append(found[name])
+            print(f"[{index + 1}/{len(schedule)}] {name}: cached", flush=True)
+            continue
         if args.report_only:
             print(f"[{index + 1}/{len(schedule)}] {name}: not run (--report-only)", flush=True)
             continue
@@ -445,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{index + 1}/{len(schedule)}] {name}: {wall:.0f}s  {s}  (elapsed {time.perf_counter() - began:.0f}s)", flush=True)
 
     text, paired, summary = report(runs, args)
-    settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    settings = {k: (str(v) if isinstance(v, Path) else [str(p) for p in v] if k == "reuse" else v) for k, v in vars(args).items()}
     variant = f"; {args.name}: {' '.join(args.overrides)}" if args.name else ""
     print(f"\nlearning{variant} (worked-chain arithmetic difficulty={DIFFICULTY}; {args.steps} steps x 2 updates, {args.prompts} prompts/step, "
           f"G {args.group_size}, lr {args.lr}, {args.eval_prompts} eval problems; mean ± 95% CI over seeds)\n{text}\n\n"
