@@ -205,7 +205,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--fresh", action="store_true", help="ignore runs cached under --work")
     p.add_argument("--reuse", type=Path, action="append", default=[],
                    help="a results file (bench/results/learning-*.json) whose runs count as cached where their spec matches: "
-                        "extend a recorded benchmark on a fresh machine (repeatable)")
+                        "extend a recorded benchmark on a fresh machine (repeatable; with the recording's --work, "
+                        "the default: the spec names its store)")
     p.add_argument("--report-only", action="store_true", help="report the runs of the plan already cached under --work; run nothing")
     args = p.parse_args(argv)
     if args.quick:
@@ -408,34 +409,40 @@ def plot(runs: list[dict[str, Any]], team: str, agent: str, path: Path) -> None:
     plt.close(fig)
 
 
+def work_dir(args: argparse.Namespace) -> Path:
+    """Stores (``store/``), per-run cache (``runs/``), specs and workdirs of this kind of plan."""
+    return args.work / ("quick" if args.quick else "full")
+
+
+def run_fingerprint(args: argparse.Namespace, team: str, config: str, seed: int, name: str) -> str:
+    """The run's whole spec as canonical JSON: a cached or recorded run is reused only if it equals."""
+    return json.dumps(run_spec(args, team, config, seed, work_dir(args) / "store", name), sort_keys=True)
+
+
+def same_spec(record: dict[str, Any] | None, fingerprint: str) -> dict[str, Any] | None:
+    """``record`` if it ran the spec ``fingerprint``."""
+    return record if record is not None and record.get("fingerprint") == fingerprint else None
+
+
 def cached_run(path: Path, fingerprint: str) -> dict[str, Any] | None:
     """The run cached at ``path`` if it ran this exact spec."""
-    if not path.exists():
-        return None
-    record = json.loads(path.read_text())
-    return record if record.get("fingerprint") == fingerprint else None
-
-
-def reused_run(record: dict[str, Any] | None, fingerprint: str) -> dict[str, Any] | None:
-    """A run of a ``--reuse`` results file, if it ran this exact spec."""
-    return record if record is not None and record.get("fingerprint") == fingerprint else None
+    return same_spec(json.loads(path.read_text()), fingerprint) if path.exists() else None
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     schedule = plan(args)
     prefix = ("blq" if args.quick else "bl") + (f"-{args.name}" if args.name else "")
-    work = args.work / ("quick" if args.quick else "full")
+    work = work_dir(args)
     store_dir, cache_dir = work / "store", work / "runs"
     cache_dir.mkdir(parents=True, exist_ok=True)
     env = bench_env(args.cache.resolve())
     began = time.perf_counter()
     names = [run_name(prefix, team, config, seed) for team, config, seed in schedule]
     assert len(set(names)) == len(names), "two runs of the plan share a name"
-    fingerprints = [json.dumps(run_spec(args, team, config, seed, store_dir, name), sort_keys=True)
-                    for (team, config, seed), name in zip(schedule, names)]
+    fingerprints = [run_fingerprint(args, team, config, seed, name) for (team, config, seed), name in zip(schedule, names)]
     recorded = {run["name"]: run for path in args.reuse for run in json.loads(path.read_text())["runs"]}
-    found = {name: cached_run(cache_dir / f"{name}.json", fingerprint) or reused_run(recorded.get(name), fingerprint)
+    found = {name: cached_run(cache_dir / f"{name}.json", fingerprint) or same_spec(recorded.get(name), fingerprint)
              for name, fingerprint in zip(names, fingerprints) if not args.fresh}
     # Only the runs still to do need their models (a warm start each: 20-60 s on 2 CPUs).
     to_run = [] if args.report_only else [i for i, name in enumerate(names) if found.get(name) is None]
@@ -469,7 +476,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{index + 1}/{len(schedule)}] {name}: {wall:.0f}s  {s}  (elapsed {time.perf_counter() - began:.0f}s)", flush=True)
 
     text, paired, summary = report(runs, args)
-    settings = {k: (str(v) if isinstance(v, Path) else [str(p) for p in v] if k == "reuse" else v) for k, v in vars(args).items()}
+    settings = {k: (str(v) if isinstance(v, Path) else [str(x) if isinstance(x, Path) else x for x in v] if isinstance(v, list) else v)
+                for k, v in vars(args).items()}
     variant = f"; {args.name}: {' '.join(args.overrides)}" if args.name else ""
     print(f"\nlearning{variant} (worked-chain arithmetic difficulty={DIFFICULTY}; {args.steps} steps x 2 updates, {args.prompts} prompts/step, "
           f"G {args.group_size}, lr {args.lr}, {args.eval_prompts} eval problems; mean ± 95% CI over seeds)\n{text}\n\n"

@@ -37,20 +37,19 @@ def test_runs_of_a_results_file_are_reused_where_their_spec_matches(tmp_path: Pa
     """``--reuse``: a recorded benchmark extended on a fresh machine. A recorded run whose spec is
     the plan's is taken as is (nothing built, nothing run: the report holds its numbers); the quick
     plan here is two runs, both recorded."""
-    from bench.learning import main, parse_args, plan, run_spec, summarize
+    from bench.learning import main, parse_args, plan, run_fingerprint, summarize
 
     common = ["--quick", "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out"), "--img", str(tmp_path / "img")]
     args = parse_args(common)
     records = []
     for number, (team, config, seed) in enumerate(plan(args)):
         name = run_name("blq", team, config, seed)
-        spec = run_spec(args, team, config, seed, args.work / "quick" / "store", name)
         curve = [(0, 0.1), (2, 0.5 + number / 10)]
         agents = {agent.name: {"curve": curve, "reward": [0.1, 0.2], "tokens_by_step": [0, 100, 200], "rollout_tokens": 200,
                                "shared_rows_used": None, "cross_ratio_mean": None, **summarize(curve, args.steps)}
                   for agent in TEAMS[team]}
         records.append({"name": name, "team": team, "config": config, "seed": seed, "wall_seconds": 1.0,
-                        "fingerprint": json.dumps(spec, sort_keys=True), "agents": agents})
+                        "fingerprint": run_fingerprint(args, team, config, seed, name), "agents": agents})
     recorded = tmp_path / "learning-recorded.json"
     recorded.write_text(json.dumps({"runs": records}))
 
