@@ -10,6 +10,7 @@ writes the trained weights to ``--out`` (safetensors) and each step's metrics ne
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from safetensors.torch import save_file  # noqa: E402
 
 from hacrl_core.algorithms import resolve_algorithm  # noqa: E402
+from hacrl_core.cli import exit_without_teardown  # noqa: E402
 from hacrl_core.context import WorkerContext  # noqa: E402
 from hacrl_core.data.arithmetic import ArithmeticTask  # noqa: E402
 from hacrl_core.learner import distributed  # noqa: E402
@@ -134,12 +136,12 @@ def main() -> None:
         save_file(weights, args.out)
         args.out.with_suffix(".json").write_text(json.dumps(metrics))
     distributed.barrier()
-    # As the learner worker ends: a rank that exits still in its group may abort in Python's
-    # teardown ("terminate called without an active exception", signal 6: gloo's threads outlive
-    # the interpreter; pytorch/pytorch#190489): it failed test_multirank.py's fixture once in a
-    # fresh-clone CI run.
     distributed.leave_ranks()
 
 
 if __name__ == "__main__":
+    # A signal 6 (two fresh-clone CI runs, one of them after leave_ranks) then shows where it came from.
+    faulthandler.enable()
     main()
+    # As the learner worker ends (cli.console): leave the group, then no Python finalization.
+    exit_without_teardown(0)
