@@ -78,6 +78,8 @@ out = {k: os.environ[k] for k in keys} | {"group_rank": dist.get_rank(), "group_
 with open(os.path.join(sys.argv[1], f"rank{ranks.rank}.json"), "w") as f:
     json.dump(out, f)
 dist.destroy_process_group()
+from hacrl_core.cli import exit_without_teardown
+exit_without_teardown(0)  # as a learner rank ends (rank_job.py says why)
 """
 
 NODE = ("import sys; from hacrl_core.learner.distributed import NodePlacement, launch_local_ranks; "
