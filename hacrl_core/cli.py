@@ -124,12 +124,12 @@ def console(argv: list[str] | None = None) -> NoReturn:
 
 def exit_without_teardown(code: int) -> NoReturn:
     """End the process with ``code`` once its atexit handlers ran and its output is flushed, but
-    without Python's finalization. Besides its cost (``console``), finalization is where a process
-    that trained in a gloo group can still abort after ``distributed.leave_ranks``: torch objects
-    that outlive the group (DeepSpeed's engine keeps its groups and buffers) are destroyed while the
-    interpreter is half gone (signal 6, "terminate called without an active exception"; seen once
-    in a fresh-clone CI run of tests/learner/rank_job.py at ZeRO 3; pytorch/pytorch#179291
-    describes the same finalization crash)."""
+    without Python's finalization. Besides its cost (``console``), finalization is the likely place
+    (not established: no stack was printed) where a process that trained in a gloo group still
+    aborted after ``distributed.leave_ranks``: torch objects that outlive the group (DeepSpeed's
+    engine keeps its groups and buffers) destroyed while the interpreter is half gone (signal 6,
+    "terminate called without an active exception"; once in the project CI's run of
+    tests/learner/rank_job.py at ZeRO 3; pytorch/pytorch#179291 describes such a finalization crash)."""
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -68,7 +68,7 @@ def test_a_learner_worker_over_two_nodes_without_the_variables_is_refused(monkey
 RANK_SCRIPT = """
 import json, os, sys
 import torch, torch.distributed as dist
-from hacrl_core.learner.distributed import init_ranks, ranks_from_env
+from hacrl_core.learner.distributed import init_ranks, leave_ranks, ranks_from_env
 ranks = ranks_from_env()
 init_ranks(ranks)
 total = torch.tensor([ranks.rank + 1])
@@ -77,7 +77,7 @@ keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK")
 out = {k: os.environ[k] for k in keys} | {"group_rank": dist.get_rank(), "group_size": dist.get_world_size(), "sum": int(total.item())}
 with open(os.path.join(sys.argv[1], f"rank{ranks.rank}.json"), "w") as f:
     json.dump(out, f)
-dist.destroy_process_group()
+leave_ranks()
 from hacrl_core.cli import exit_without_teardown
 exit_without_teardown(0)  # as a learner rank ends (rank_job.py says why)
 """
