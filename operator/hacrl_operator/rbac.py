@@ -2,8 +2,17 @@
 
 ``scope`` says where a rule is needed: "namespace" rules are needed in every watched namespace
 (a Role per namespace when HACRL_WATCH_NAMESPACES lists them, else a ClusterRole); "cluster"
-rules are always cluster-wide (kopf's discovery of CRDs and namespaces). Secrets are absent on
-purpose: store credentials reach the pods by ``secretKeyRef``; the operator never reads them.
+rules only when the operator watches all namespaces (kopf's scanning of CRDs). An operator
+limited to listed namespaces turns kopf's scanning off (handlers/lifecycle.py), so it needs no
+cluster-wide permission at all: it names its namespaces exactly, so kopf has no namespace to
+discover. Secrets are absent on purpose: store credentials reach the pods by ``secretKeyRef``;
+the operator never reads them.
+
+Children are created with an owner reference carrying ``blockOwnerDeletion: true``. Where the
+OwnerReferencesPermissionEnforcement admission plugin is on (OpenShift's default), setting it
+needs ``delete`` on the child and ``update`` on ``hacrlexperiments/finalizers``
+(https://kubernetes.io/docs/reference/access-authn-authz/admission-controllers/#ownerreferencespermissionenforcement);
+the operator tests' emulator checks both (tests/operator/harness.py).
 """
 
 from __future__ import annotations
@@ -18,25 +27,29 @@ class Rule:
     api_group: str
     resource: str
     verbs: tuple[str, ...]
-    scope: str  # "namespace" or "cluster"
+    scope: str  # "namespace" (every watched namespace) or "cluster" (only when watching all namespaces)
     why: str
 
 
 RULES: tuple[Rule, ...] = (
     Rule(API_GROUP, PLURAL, ("get", "list", "watch", "patch", "delete"), "namespace",
          "kopf watches experiments and patches its progress and finalizer; delete after ttlSecondsAfterFinished"),
-    Rule(API_GROUP, f"{PLURAL}/status", ("get", "patch"), "namespace", "the operator writes status"),
+    Rule(API_GROUP, f"{PLURAL}/status", ("patch",), "namespace", "the operator writes status (it reads the whole object)"),
+    Rule(API_GROUP, f"{PLURAL}/finalizers", ("update",), "namespace",
+         "children's owner references block the experiment's deletion (blockOwnerDeletion): OwnerReferencesPermissionEnforcement"),
     Rule("", "pods", ("get", "list", "watch", "create", "delete"), "namespace",
          "per-agent rollout and learner pods; pod events trigger reconciles"),
-    Rule("", "configmaps", ("get", "create", "patch"), "namespace", "the rendered spec mounted in the pods"),
-    Rule("", "events", ("create", "patch"), "namespace", "Events on every transition (kopf posts them)"),
-    Rule("", "services", ("get", "create"), "namespace",
-         "a headless Service per agent whose learner spans several nodes: its pods' DNS names, node 0's the rendezvous"),
-    Rule("scheduling.volcano.sh", "podgroups", ("get", "create", "patch"), "namespace",
-         "spec.scheduling.gang volcano: the experiment's PodGroup (granted whether or not Volcano is installed; unused without it)"),
-    Rule("apiextensions.k8s.io", "customresourcedefinitions", ("get", "list", "watch"), "cluster",
-         "kopf discovers the HACRLExperiment CRD and notices when it is (re)installed"),
-    Rule("", "namespaces", ("get", "list", "watch"), "cluster", "kopf follows namespaces when watching several"),
+    Rule("", "configmaps", ("get", "create", "patch", "delete"), "namespace",
+         "the rendered spec mounted in the pods (delete: OwnerReferencesPermissionEnforcement, to set its owner reference)"),
+    Rule("", "events", ("create",), "namespace", "Events on every transition (the operator's and kopf's, both posted, never patched)"),
+    Rule("", "services", ("get", "create", "delete"), "namespace",
+         "a headless Service per agent whose learner spans several nodes: its pods' DNS names, node 0's the rendezvous "
+         "(delete: OwnerReferencesPermissionEnforcement)"),
+    Rule("scheduling.volcano.sh", "podgroups", ("get", "create", "patch", "delete"), "namespace",
+         "spec.scheduling.gang volcano: the experiment's PodGroup (granted whether or not Volcano is installed; unused without it; "
+         "delete: OwnerReferencesPermissionEnforcement)"),
+    Rule("apiextensions.k8s.io", "customresourcedefinitions", ("list", "watch"), "cluster",
+         "watching all namespaces, kopf follows the HACRLExperiment CRD and notices when it is (re)installed"),
 )
 
 # The same as (apiGroup, resource, verbs) triples.

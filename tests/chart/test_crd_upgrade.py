@@ -68,12 +68,14 @@ def test_job_applies_the_crd_server_side_as_its_own_service_account():
     assert job["metadata"]["namespace"] == NAMESPACE
 
 
-def test_hook_may_only_get_and_patch_this_crd():
+def test_hook_may_only_get_patch_and_create_this_crd():
+    """`create` too: a server-side apply of an absent CRD (`--skip-crds`, or a deleted CRD) is a
+    create, authorized with the name of the URL, so resourceNames still holds it to this CRD."""
     docs = render()
     role, binding, account = the(docs, "ClusterRole"), the(docs, "ClusterRoleBinding"), the(docs, "ServiceAccount")
     assert role["rules"] == [{
         "apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
-        "resourceNames": [CRD_NAME], "verbs": ["get", "patch"],
+        "resourceNames": [CRD_NAME], "verbs": ["get", "patch", "create"],
     }]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": NAMESPACE}]

@@ -152,12 +152,42 @@ class PatchedEmulator(kmock.KubernetesEmulator):
         # client's, told apart from kubectl and test drivers by User-Agent), checked against the
         # RBAC the chart grants (``rbac_problems``).
         self.access: set[tuple[str, str, str]] = set()
+        # (path, query) of every watch request the operator opened.
+        self.watches: list[tuple[str, dict[str, str]]] = []
+
+    def _owner_reference_checks(self, access: tuple[str, str, str], raw_body: bytes) -> set[tuple[str, str, str]]:
+        """The permissions that the OwnerReferencesPermissionEnforcement admission plugin (on by
+        default in OpenShift) checks on a write that sets ownerReferences: ``delete`` on the object
+        written, and ``update`` on the ``finalizers`` subresource of each owner referenced with
+        ``blockOwnerDeletion: true``. kubernetes/kubernetes plugin/pkg/admission/gc/gc_admission.go;
+        https://kubernetes.io/docs/reference/access-authn-authz/admission-controllers/#ownerreferencespermissionenforcement"""
+        try:
+            body = json.loads(raw_body or b"null")
+        except ValueError:
+            return set()
+        metadata = body.get("metadata") if isinstance(body, dict) else None
+        owners = (metadata or {}).get("ownerReferences") or []
+        if not owners:
+            return set()
+        _verb, group, resource = access
+        checks = {("delete", group, resource.split("/")[0])}
+        for owner in owners:
+            if not owner.get("blockOwnerDeletion"):
+                continue
+            owner_group = owner["apiVersion"].rpartition("/")[0]
+            plural = next(r.plural for r, info in self.resources.items() if r.group == owner_group and info.kind == owner["kind"])
+            checks.add(("update", owner_group, f"{plural}/finalizers"))
+        return checks
 
     async def __call__(self, raw_request: Any) -> Any:
         if raw_request.headers.get("User-Agent", "").startswith(OPERATOR_USER_AGENTS):
             access = rbac_access(raw_request.method, raw_request.path, raw_request.rel_url.query)
             if access:
                 self.access.add(access)
+                if raw_request.method in ("POST", "PUT", "PATCH") and raw_request.can_read_body:
+                    self.access.update(self._owner_reference_checks(access, await raw_request.read()))
+            if raw_request.method == "GET" and raw_request.rel_url.query.get("watch") in ("true", "True", "1"):
+                self.watches.append((raw_request.path, dict(raw_request.rel_url.query)))
         # kmock keeps every request ever served and matches each new one by scanning that history
         # (quadratic: with 50 experiments the emulator alone saturated a CPU and the operator
         # benchmark never finished). Nothing here reads old requests: keep a short tail.
@@ -557,19 +587,21 @@ def run_operator(cluster: EmulatedCluster, **env: str) -> Iterator[OperatorHandl
             yield handle
     assert runner.exit_code == 0, runner.output[-3000:]
     assert runner.exception is None, runner.exception
-    assert not rbac_problems(cluster), rbac_problems(cluster)
+    assert not rbac_problems(cluster, config.clusterwide), rbac_problems(cluster, config.clusterwide)
     errors = logs.errors(handle.allowed_errors)
     assert not errors, "operator logged errors:\n" + "\n".join(errors)
     assert not cluster.server_errors(), cluster.server_errors()
 
 
-def rbac_problems(cluster: EmulatedCluster) -> list[str]:
-    """Requests the operator made that hacrl_operator.rbac does not grant. The chart renders
-    exactly those rules (tests/chart/test_rbac.py), so this is the check that the chart's RBAC is
-    enough for everything the operator did in the test."""
+def rbac_problems(cluster: EmulatedCluster, clusterwide: bool = True) -> list[str]:
+    """Requests the operator made that hacrl_operator.rbac does not grant (to an operator limited
+    to listed namespaces: the "namespace" rules only). The chart renders exactly those rules
+    (tests/chart/test_rbac.py), so this is the check that the chart's RBAC is enough for
+    everything the operator did in the test."""
     from hacrl_operator.rbac import RULES
 
-    granted = {(verb, rule.api_group, rule.resource) for rule in RULES for verb in rule.verbs}
+    granted = {(verb, rule.api_group, rule.resource) for rule in RULES for verb in rule.verbs
+               if clusterwide or rule.scope == "namespace"}
     emulator = cluster.emulator
     return sorted(f"{verb} {group or 'core'}/{resource}" for verb, group, resource in (emulator.access if emulator else ())
                   if (verb, group, resource) not in granted)

@@ -509,7 +509,9 @@ def test_every_request_the_operator_makes_is_granted_by_the_rbac_the_chart_rende
     start_running(cluster, quickstart())
     access = cluster.emulator.access
     for needed in (("create", "", "pods"), ("list", "", "pods"), ("create", "", "configmaps"), ("create", "", "events"),
-                   ("watch", "hacrl.io", "hacrlexperiments"), ("patch", "hacrl.io", "hacrlexperiments/status")):
+                   ("watch", "hacrl.io", "hacrlexperiments"), ("patch", "hacrl.io", "hacrlexperiments/status"),
+                   # OwnerReferencesPermissionEnforcement's checks on children created with owner references
+                   ("update", "hacrl.io", "hacrlexperiments/finalizers"), ("delete", "", "configmaps")):
         assert needed in access, (needed, sorted(access))
     assert rbac_problems(cluster) == []
     op.reconciler.kube.get(f"/api/v1/namespaces/{NS}/secrets/anything")  # the operator never reads Secrets
@@ -883,6 +885,19 @@ def test_pods_the_operator_created_trigger_no_reconcile_until_they_change(cluste
         assert pod_event_reconciles() == 1
 
 
+def test_the_pod_watch_asks_the_api_server_for_the_operators_pods_only(cluster: EmulatedCluster, op: OperatorHandle) -> None:
+    """The label selector goes to the API server, which sends no event of other pods at all."""
+    create_namespace(cluster)
+    cluster.kubectl("apply", "-n", NS, "-f", "-", input=json.dumps({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "unrelated", "labels": {"app": "web"}},
+        "spec": {"containers": [{"name": "web", "image": "nginx"}]}}))
+    apply(cluster, quickstart())
+    wait_for(lambda: len(pods_of(cluster)) == 4, what="4 pods")
+    pod_watches = [query for path, query in cluster.emulator.watches if path.rstrip("/").endswith("/pods")]
+    assert pod_watches, cluster.emulator.watches
+    assert all(query.get("labelSelector") == "hacrl.io/experiment" for query in pod_watches), pod_watches
+
+
 def test_watch_namespaces_limits_the_scope(cluster: EmulatedCluster) -> None:
     create_namespace(cluster, "watched")
     create_namespace(cluster, "ignored")
@@ -895,6 +910,8 @@ def test_watch_namespaces_limits_the_scope(cluster: EmulatedCluster) -> None:
         wait_for(lambda: handle.reconciler.metrics.reconciles.labels("periodic", "ok")._value.get() >= 3, timeout=5, what="periodic reconciles")
         assert pods_of(cluster, namespace="ignored") == {}
         assert not status_of(cluster, namespace="ignored")
+        # Nothing cluster-wide: neither namespaces nor CRDs (the chart grants this operator only Roles).
+        assert rbac_problems(cluster, clusterwide=False) == []
 
 
 def test_python_m_hacrl_operator_as_a_process(cluster: EmulatedCluster, tmp_path: Path) -> None:

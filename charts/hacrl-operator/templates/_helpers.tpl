@@ -106,7 +106,7 @@ does not bring the chart's new defaults.)
 {{/*
 The operator's permissions: EXACTLY hacrl_operator.rbac.RULES (operator/hacrl_operator/rbac.py).
 tests/chart/test_rbac.py fails when these and RULES differ in either direction.
-"namespaceRules" are needed in every watched namespace; "clusterRules" always cluster-wide.
+"namespaceRules" are needed in every watched namespace; "clusterRules" only when watching all namespaces.
 */}}
 {{- define "hacrl-operator.namespaceRules" -}}
 - apiGroups: ["hacrl.io"]
@@ -114,31 +114,31 @@ tests/chart/test_rbac.py fails when these and RULES differ in either direction.
   verbs: ["get", "list", "watch", "patch", "delete"]
 - apiGroups: ["hacrl.io"]
   resources: ["hacrlexperiments/status"]
-  verbs: ["get", "patch"]
+  verbs: ["patch"]
+- apiGroups: ["hacrl.io"]
+  resources: ["hacrlexperiments/finalizers"]
+  verbs: ["update"]
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch", "create", "delete"]
 - apiGroups: [""]
   resources: ["configmaps"]
-  verbs: ["get", "create", "patch"]
+  verbs: ["get", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create", "patch"]
+  verbs: ["create"]
 - apiGroups: [""]
   resources: ["services"]
-  verbs: ["get", "create"]
+  verbs: ["get", "create", "delete"]
 - apiGroups: ["scheduling.volcano.sh"]
   resources: ["podgroups"]
-  verbs: ["get", "create", "patch"]
+  verbs: ["get", "create", "patch", "delete"]
 {{- end }}
 
 {{- define "hacrl-operator.clusterRules" -}}
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
-  verbs: ["get", "list", "watch"]
-- apiGroups: [""]
-  resources: ["namespaces"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["list", "watch"]
 {{- end }}
 
 {{/* Checks of value combinations; each message names the value path to change. */}}

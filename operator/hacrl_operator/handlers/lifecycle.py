@@ -9,6 +9,7 @@ from typing import Any
 import kopf
 import kubernetes.client
 
+from hacrl_operator.builders import LABEL_EXPERIMENT
 from hacrl_operator.config import FINALIZER, OperatorConfig
 from hacrl_operator.handlers.reconcile import Reconciler
 from hacrl_operator.handlers.ticker import Ticker
@@ -31,6 +32,13 @@ def configure_settings(settings: kopf.OperatorSettings, config: OperatorConfig) 
     # declares and the operator writes (kopf's default also writes status.kopf).
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="hacrl.io")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="hacrl.io", key="last-handled-configuration")
+    # Limited to listed namespaces (exact names, no globs), the operator has nothing to discover:
+    # kopf's scanning would list and watch every namespace and CRD of the cluster, which needs a
+    # ClusterRole (hacrl_operator.rbac); without it such an install needs no cluster-wide right.
+    settings.scanning.disabled = not config.clusterwide
+    # Only our pods, filtered by the API server: without a selector kopf's pod watch streams
+    # every pod event of the cluster (or namespace) to the operator, to drop all but ours.
+    settings.watching.label_selectors["", "v1", "pods"] = LABEL_EXPERIMENT
     # One replica (the chart runs one): no peering objects needed.
     settings.peering.standalone = True
     # The operator posts its own Events for every transition; kopf adds only warnings and errors
