@@ -191,17 +191,24 @@ class AgentSpec(SpecModel):
         return value
 
     @model_validator(mode="after")
-    def _tensor_parallel_fits(self) -> "AgentSpec":
+    def _gpus_fit(self) -> "AgentSpec":
         # vLLM starts one worker per tensor-parallel rank, each on its own GPU: with fewer GPUs
         # in the pod it fails at start-up on the cluster, long after admission could have said so.
-        if self.rollout.engine != "vllm":
-            return self
-        gpus = gpu_count(self.resources.rollout)
-        wanted = self.rollout.tensor_parallel_size or 1
-        if gpus is not None and gpus < wanted:
+        if self.rollout.engine == "vllm":
+            gpus = gpu_count(self.resources.rollout)
+            wanted = self.rollout.tensor_parallel_size or 1
+            if gpus is not None and gpus < wanted:
+                raise ValueError(
+                    f"rollout.tensorParallelSize: {wanted} needs {wanted} GPUs per rollout replica, but resources.rollout gives "
+                    f"{gpus} ({GPU_RESOURCE}); request {wanted} GPUs or lower tensorParallelSize")
+        # A learner pod with GPUs runs one rank per GPU: more ranks than GPUs would put two on a
+        # device (NCCL refuses it). No GPU count, or 0, is a CPU learner, whose ranks share cores.
+        gpus = gpu_count(self.resources.learner)
+        ranks = self.learner.processes_per_node
+        if gpus and gpus < ranks:
             raise ValueError(
-                f"rollout.tensorParallelSize: {wanted} needs {wanted} GPUs per rollout replica, but resources.rollout gives "
-                f"{gpus} ({GPU_RESOURCE}); request {wanted} GPUs or lower tensorParallelSize")
+                f"learner.processesPerNode: {ranks} ranks need {ranks} GPUs per learner pod (one each), but resources.learner "
+                f"gives {gpus} ({GPU_RESOURCE}); request {ranks} GPUs or lower processesPerNode")
         return self
 
 

@@ -39,6 +39,7 @@ from hacrl_core.spec import (
     Experiment,
     StoreSpec,
     dump_experiment,
+    gpu_count,
 )
 from hacrl_operator.config import OperatorConfig
 
@@ -383,6 +384,24 @@ def model_cache_mount(experiment: Experiment, agent: str) -> tuple[dict[str, Any
             {"name": MODEL_CACHE_VOLUME, "mountPath": MODEL_CACHE_DIR})
 
 
+# The NVIDIA container runtime exposes the GPUs named in this variable; the CUDA and vLLM base
+# images set it to `all`, so a container without a GPU of its own would see every GPU of its node.
+# `void` exposes none (https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/docker-specialized.html).
+# A container with an nvidia.com/gpu limit gets its devices' ids from the device plugin instead.
+VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
+
+
+def hide_gpus(pod_spec: dict[str, Any]) -> None:
+    """``NVIDIA_VISIBLE_DEVICES=void`` on every container without a GPU limit (sidecars and init
+    containers too), unless its env names the variable itself."""
+    for container in [*pod_spec.get("initContainers", []), *pod_spec.get("containers", [])]:
+        if gpu_count(container.get("resources") or {}):
+            continue
+        env = container.setdefault("env", [])
+        if not any(item.get("name") == VISIBLE_DEVICES_ENV for item in env):
+            env.insert(0, {"name": VISIBLE_DEVICES_ENV, "value": "void"})  # first: the env the user gives follows
+
+
 def build_pod(
     experiment: Experiment, agent: str, role: str, owner: dict[str, Any], config: OperatorConfig, name: str | None = None,
     node: int = 0, replica: int = 0,
@@ -486,6 +505,7 @@ def build_pod(
     if override:
         pod_spec = merge_pod_spec(pod_spec, override)
     lock_down(pod_spec, config.run_as_user)  # whatever the override said, sidecars included
+    hide_gpus(pod_spec)
     gang_labels, gang_annotations = gang_metadata(experiment, owner["metadata"].get("uid"))
     if scheduling.gang == "volcano":  # every pod of the gang, whatever a podTemplate said
         pod_spec["schedulerName"] = VOLCANO_SCHEDULER

@@ -296,6 +296,31 @@ def test_pods_of_the_gpu_examples_with_env_and_model_cache_are_valid_kubernetes(
             kubernetes_validate.validate(builders.build_pod(exp, agent.name, role, OWNER, CONFIG), "1.33", strict=True)
 
 
+@pytest.mark.parametrize("role", builders.ROLES)
+def test_containers_without_a_gpu_limit_see_no_gpu_and_those_with_one_get_the_device_plugins(role: str) -> None:
+    """The CUDA and vLLM bases set NVIDIA_VISIBLE_DEVICES=all: a container with no GPU of its own
+    would see every GPU of its node, so it gets `void`; one with a GPU limit keeps what the device
+    plugin gives it."""
+    exp = experiment()
+    exp.spec.agents[0].resources.rollout = {"limits": {"nvidia.com/gpu": 1}}
+    exp.spec.agents[0].resources.learner = {"limits": {"nvidia.com/gpu": "2"}}
+    exp.spec.agents[0].pod_template.rollout = exp.spec.agents[0].pod_template.learner = {
+        "containers": [{"name": "sidecar", "image": "s"}], "initContainers": [{"name": "fetch", "image": "f"}]}
+    exp.spec.agents[1].resources.rollout = {"requests": {"cpu": "1"}}
+    exp.spec.agents[1].resources.learner = {"limits": {"nvidia.com/gpu": 0}}
+
+    def visible(pod: dict[str, Any]) -> dict[str, str | None]:
+        return {c["name"]: {e["name"]: e.get("value") for e in c.get("env", [])}.get("NVIDIA_VISIBLE_DEVICES")
+                for c in pod["spec"].get("initContainers", []) + pod["spec"]["containers"]}
+
+    with_gpu = builders.build_pod(exp, "llama-char", role, OWNER, CONFIG)
+    assert visible(with_gpu) == {role: None, "sidecar": "void", "fetch": "void"}
+    assert visible(builders.build_pod(exp, "qwen-bpe", role, OWNER, CONFIG)) == {role: "void"}
+    assert visible(builders.build_pod(experiment(), "qwen-bpe", role, OWNER, CONFIG)) == {role: "void"}
+    mine = experiment(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"}])
+    assert visible(builders.build_pod(mine, "qwen-bpe", role, OWNER, CONFIG)) == {role: "none"}
+
+
 def test_ephemeral_storage_requests_pass_through_resources() -> None:
     exp = experiment()
     exp.spec.agents[0].resources.learner = {"requests": {"ephemeral-storage": "100Gi"}, "limits": {"ephemeral-storage": "150Gi"}}
