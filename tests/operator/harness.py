@@ -21,7 +21,10 @@ kmock 0.8 gaps covered here (DESIGN.md section 5), each in ``PatchedEmulator``:
 - no controllers: the garbage collector is emulated (children whose ownerReferences point at a
   deleted object are deleted), new pods get ``status.phase: Pending``; nothing runs pods: tests
   play kubelet by patching pod status with kubectl;
-- no schema validation and no ``kubectl get -w``: tests poll (``wait_for``) and never sleep-and-hope.
+- no schema validation: the CRD's ``maxLength``s are checked on status writes (422 as the API
+  server answers), nothing else; no ``kubectl get -w``: tests poll (``wait_for``) and never sleep-and-hope;
+- no admission: OwnerReferencesPermissionEnforcement's permission checks on writes that set
+  ownerReferences are recorded with the operator's requests and checked against its RBAC.
 """
 
 from __future__ import annotations
@@ -154,6 +157,24 @@ class PatchedEmulator(kmock.KubernetesEmulator):
         self.access: set[tuple[str, str, str]] = set()
         # (path, query) of every watch request the operator opened.
         self.watches: list[tuple[str, dict[str, str]]] = []
+        # The CRD's status schema by ("apis", group): status writes are checked against its maxLengths.
+        self.status_schemas: dict[tuple[str, str], dict[str, Any]] = {}
+
+    async def _refuse_too_long_status(self, raw_request: Any, schema: dict[str, Any]) -> Any:
+        """422 for a status write with a string longer than the CRD's maxLength, as the API server
+        answers (it counts characters); kmock checks no schema."""
+        from aiohttp import web
+
+        try:
+            body = json.loads(await raw_request.read() or b"null")
+        except ValueError:
+            return None
+        status = body.get("status") if isinstance(body, dict) else None
+        problems = _too_long(schema, status, "status")
+        if not problems:
+            return None
+        message = f"HACRLExperiment is invalid: {problems[0]}"
+        return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Invalid", "code": 422, "message": message}, status=422)
 
     def _owner_reference_checks(self, access: tuple[str, str, str], raw_body: bytes) -> set[tuple[str, str, str]]:
         """The permissions that the OwnerReferencesPermissionEnforcement admission plugin (on by
@@ -196,6 +217,10 @@ class PatchedEmulator(kmock.KubernetesEmulator):
         parts = raw_request.path.strip("/").split("/")
         if parts[:3] == ["api", "v1", "namespaces"] and len(parts) <= 4:
             return await self._serve_namespaces(raw_request, parts[3] if len(parts) == 4 else None)
+        if parts[-1:] == ["status"] and raw_request.method in ("PATCH", "PUT") and self.status_schemas.get(tuple(parts[:2])):
+            refused = await self._refuse_too_long_status(raw_request, self.status_schemas[tuple(parts[:2])])
+            if refused is not None:
+                return refused
         query = raw_request.rel_url.query
         if query.get("watch") in ("True", "1"):
             raw_request = raw_request.clone(rel_url=raw_request.rel_url.update_query(watch="true"))
@@ -349,6 +374,19 @@ class PatchedEmulator(kmock.KubernetesEmulator):
         return result
 
 
+def _too_long(schema: dict[str, Any], value: Any, path: str) -> list[str]:
+    """Where ``value`` breaks a ``maxLength`` of ``schema`` (an OpenAPI v3 schema of the CRD)."""
+    if isinstance(value, str):
+        limit = schema.get("maxLength")
+        return [f"{path}: Too long: may not be more than {limit} bytes"] if limit is not None and len(value) > limit else []
+    if isinstance(value, dict):
+        return [problem for key, item in value.items() if key in (schema.get("properties") or {})
+                for problem in _too_long(schema["properties"][key], item, f"{path}.{key}")]
+    if isinstance(value, list) and "items" in schema:
+        return [problem for index, item in enumerate(value) for problem in _too_long(schema["items"], item, f"{path}[{index}]")]
+    return []
+
+
 def register_resources(emulator: PatchedEmulator, crd_file: Path = CRD_FILE) -> dict[str, Any]:
     """Declare the core resources and the CRD's resource (from the CRD file) for discovery."""
     for key, info in CORE_RESOURCES.items():
@@ -364,6 +402,9 @@ def register_resources(emulator: PatchedEmulator, crd_file: Path = CRD_FILE) -> 
             verbs=set(_ALL_VERBS),
             subresources=set(version.get("subresources") or {}),
         )
+        status_schema = version.get("schema", {}).get("openAPIV3Schema", {}).get("properties", {}).get("status")
+        if status_schema:
+            emulator.status_schemas["apis", spec["group"]] = status_schema
     return crd
 
 

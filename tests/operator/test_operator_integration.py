@@ -347,6 +347,24 @@ def test_invalid_spec_fails_with_the_field_path_then_recovers_when_fixed(cluster
     assert not condition(status, "Failed")
 
 
+def test_an_invalid_spec_longer_than_the_apis_limits_still_fails_with_its_message_cut(cluster: EmulatedCluster, op: OperatorHandle) -> None:
+    """The joined InvalidSpec text of 40 long (multi-byte) field names is about 60 kB: the condition
+    and Event messages are cut to the API's limits at a character boundary, so the status PATCH is
+    accepted (the emulator answers 422 to a longer message, as the API server does)."""
+    op.expect_errors("invalid experiment spec")
+    create_namespace(cluster)
+    document = quickstart()
+    document["spec"]["agents"][0]["podTemplate"] = {"learner": {"ü" * 600 + str(i): 1 for i in range(40)}}
+    apply(cluster, document)
+    status = wait_for(lambda: status_of(cluster).get("phase") == "Failed" and status_of(cluster), what="phase Failed")
+    failed = condition(status, "Failed")
+    assert failed["reason"] == "InvalidSpec" and failed["message"].startswith("invalid spec: spec.agents[0].podTemplate.learner: ü")
+    assert failed["message"].endswith("…") and len(failed["message"].encode()) <= 32768
+    events = wait_for(lambda: [e for e in cluster.get("events", namespace=NS) if e["reason"] == "Failed"], what="the Failed event")
+    assert events[0]["message"].endswith("…") and len(events[0]["message"].encode()) <= 1024
+    assert pods_of(cluster) == {}
+
+
 def test_a_pod_override_that_would_run_privileged_is_refused_before_any_pod(cluster: EmulatedCluster, op: OperatorHandle) -> None:
     op.expect_errors("invalid experiment spec")
     document = quickstart()

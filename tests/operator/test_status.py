@@ -10,6 +10,7 @@ import pytest
 import yaml
 from hacrl_operator.builders import pod_name
 from hacrl_operator.status import Observed, plan_reconcile, status_patch, summarize_pod
+from hacrl_operator.status.limits import cut
 
 from hacrl_core.spec import parse_experiment
 from hacrl_core.status import Condition
@@ -695,3 +696,12 @@ def test_a_changed_node_count_creates_the_new_learner_pods_without_counting_a_re
     p = plan(exp=exp, status=running_status(), pods=pods)
     assert p.create_pods == [("llama-char", "learner", None)] and p.delete_pods and restarts(p) == [0, 0]
     assert not [e for e in p.events if e.reason in ("PodLost", "PodFailed")] and p.status.phase == "Running"
+
+
+@pytest.mark.parametrize("text", ["a" * 40, "ü" * 40, "a" + "€" * 40, "🙂" * 40])
+def test_cut_keeps_utf8_whole_and_within_the_limit_in_bytes(text: str) -> None:
+    for limit in range(4, 40):
+        short = cut(text, limit)
+        assert len(short.encode("utf-8")) <= limit and short.endswith("…")
+        assert text.startswith(short[:-1]) and len(short.encode("utf-8")) > limit - 4 - 3  # no more cut than one character
+    assert cut(text, len(text.encode("utf-8"))) == text

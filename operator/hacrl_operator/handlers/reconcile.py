@@ -26,6 +26,7 @@ from hacrl_operator.metrics import OperatorMetrics
 from hacrl_operator.status import Event, Observed, Plan, plan_reconcile, read_status, status_patch
 from hacrl_operator.status.clock import now_utc, rfc3339
 from hacrl_operator.status.conditions import store_deleted
+from hacrl_operator.status.limits import EVENT_MESSAGE_BYTES, cut
 
 logger = logging.getLogger("hacrl_operator.reconcile")
 
@@ -352,7 +353,7 @@ class Reconciler:
             },
             "type": event.type,
             "reason": event.reason,
-            "message": event.message[:1024],
+            "message": cut(event.message, EVENT_MESSAGE_BYTES),
             "source": {"component": "hacrl-operator"},
             "reportingComponent": "hacrl.io/operator",
             "reportingInstance": "hacrl-operator",

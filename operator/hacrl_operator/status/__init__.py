@@ -8,7 +8,7 @@
 - ``conditions``: every condition is set through ``Conditions`` (transition times kept one way);
 - ``events``: the Events of a status transition;
 - ``wire``: the stored camelCase status read into ``hacrl_core.status.ExperimentStatus`` and
-  written back as one merge patch; ``clock``: RFC 3339 times.
+  written back as one merge patch, its messages cut to the API's limits (``limits``); ``clock``: RFC 3339 times.
 
 State kept between reconciles lives in the status itself, so the operator is stateless:
 

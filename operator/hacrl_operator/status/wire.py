@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from hacrl_core.status import ExperimentStatus
+from hacrl_operator.status.limits import CONDITION_MESSAGE_BYTES, cut
 
 # The top-level status keys the operator manages (kopf keeps its own bookkeeping elsewhere).
 STATUS_KEYS = tuple(field.alias or name for name, field in ExperimentStatus.model_fields.items())
@@ -42,6 +43,11 @@ def to_wire(status: Status) -> dict[str, Any]:
         return {key: _drop_none(status.get(key)) for key in STATUS_KEYS if status.get(key) is not None}
     written = {ExperimentStatus.model_fields[name].alias or name for name in status.model_fields_set}
     dumped = status.model_dump(mode="json", by_alias=True, exclude_none=True)
+    # Within the API's limits, however long a message grew (e.g. an InvalidSpec joining many errors).
+    if "message" in dumped:
+        dumped["message"] = cut(dumped["message"], CONDITION_MESSAGE_BYTES)
+    for condition in dumped.get("conditions", []):
+        condition["message"] = cut(condition.get("message", ""), CONDITION_MESSAGE_BYTES)
     return {key: value for key, value in dumped.items() if key in written}
 
 
