@@ -78,7 +78,11 @@ def to_structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any
         if len(options) != 1:
             raise ValueError(f"cannot express anyOf with several non-null options structurally: {schema}")
         node = to_structural(options[0], defs)
-        node["nullable"] = True
+        # OpenAPI's enum applies to null too (nullable only widens the type), so a nullable enum
+        # without null would refuse the null it allows. Such a field is left non-nullable: the API
+        # server prunes a null there, which then reads as absent, the spec's None.
+        if "enum" not in node:
+            node["nullable"] = True
         if description:
             node["description"] = description
         return node

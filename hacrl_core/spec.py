@@ -219,19 +219,31 @@ class Ablations(SpecModel):
     stepwise_clipping: bool = Field(True, description="Mechanism 4: the cross-ratio floor rises by deltaStep per update; off = fixed floor 1 - delta.")
 
 
+DEFAULT_MINI_BATCH_PROMPTS = 64  # the paper's; smaller steps default to one update of the whole step
+
+
 class AlgorithmSpec(SpecModel):
     # The cross-field rules of the validators below, as CEL the API server checks at admission.
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
         {"rule": "!has(self.promptsPerStep) || !has(self.miniBatchPrompts) || "
                  "(self.miniBatchPrompts <= self.promptsPerStep && self.promptsPerStep % self.miniBatchPrompts == 0)",
          "message": "miniBatchPrompts must divide promptsPerStep (e.g. promptsPerStep 128 with miniBatchPrompts 64)"},
+        # miniBatchPrompts has no schema default (it is min(64, promptsPerStep), which OpenAPI
+        # cannot say), so without it the rule above does not run: this one checks the default.
+        {"rule": "!has(self.promptsPerStep) || has(self.miniBatchPrompts) || self.promptsPerStep <= 64 || self.promptsPerStep % 64 == 0",
+         "message": "without miniBatchPrompts an update takes 64 prompts, which must divide promptsPerStep; "
+                    "set miniBatchPrompts to a divisor of promptsPerStep (e.g. promptsPerStep 100 with miniBatchPrompts 50)"},
         {"rule": "!has(self.ratioBounds) || (self.ratioBounds[0] > 0.0 && self.ratioBounds[0] <= 1.0 && self.ratioBounds[1] >= 1.0)",
          "message": "ratioBounds must be [low, high] with 0 < low <= 1 <= high"},
     ]})
     name: Literal[ALGORITHM_NAMES] = Field("hacpo", description="`hacpo`; `gspo` and `grpo` (isolated agents); `naive` (shared rows, no mechanisms). GSPOx2 is `gspo` with groupSize doubled.")
     group_size: int = Field(8, ge=2, le=1024, description="G: responses sampled per prompt per agent (paper: 8).")
     prompts_per_step: int = Field(128, ge=1, le=1_000_000, description="B: prompts per training step, shared by all agents (paper: 128).")
-    mini_batch_prompts: int = Field(64, ge=1, description="Prompts per optimizer update; must divide promptsPerStep (paper: 64).")
+    # The default depends on promptsPerStep (a fixed 64 would refuse every smaller step); the
+    # factory sees the fields validated before it. No schema default, hence the CEL rule above.
+    mini_batch_prompts: int = Field(
+        default_factory=lambda validated: min(DEFAULT_MINI_BATCH_PROMPTS, validated.get("prompts_per_step", DEFAULT_MINI_BATCH_PROMPTS)),
+        ge=1, description="Prompts per optimizer update; must divide promptsPerStep. Default min(64, promptsPerStep) (paper: 64).")
     epochs: int = Field(1, ge=1, le=100, description="Passes over a step's rows (paper: 1).")
     steps: int = Field(100, ge=1, le=10_000_000, description="Training steps to run.")
     seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed of data order, sampling and initialisation (0 to 2^31-1).")
@@ -264,8 +276,9 @@ class AlgorithmSpec(SpecModel):
     @model_validator(mode="after")
     def _batches(self) -> "AlgorithmSpec":
         if self.mini_batch_prompts > self.prompts_per_step or self.prompts_per_step % self.mini_batch_prompts:
+            given = "" if "mini_batch_prompts" in self.model_fields_set else ", the default"
             raise ValueError(
-                f"miniBatchPrompts ({self.mini_batch_prompts}) must divide promptsPerStep ({self.prompts_per_step}); "
+                f"miniBatchPrompts ({self.mini_batch_prompts}{given}) must divide promptsPerStep ({self.prompts_per_step}); "
                 "e.g. promptsPerStep 128 with miniBatchPrompts 64"
             )
         if self.name != "hacpo" and self.ablations != Ablations():

@@ -245,3 +245,46 @@ def test_schema_defaults_are_the_spec_defaults() -> None:
     defaulted["spec"] = apply_defaults(defaulted["spec"], spec_schema)
     assert defaulted != minimal, "the quickstart leaves fields to their defaults"
     assert dump_experiment(parse_experiment(defaulted)) == dump_experiment(parse_experiment(minimal))
+
+
+def without_mini_batch(prompts: int) -> dict[str, Any]:
+    document = changed("spec.algorithm.promptsPerStep", prompts)
+    del document["spec"]["algorithm"]["miniBatchPrompts"]
+    return document
+
+
+@pytest.mark.parametrize("prompts", [1, 8, 32, 64, 128, 192])
+def test_without_mini_batch_prompts_an_update_takes_min_64_prompts_in_both(prompts: int) -> None:
+    """The API server fills in schema defaults before it runs the CEL rules: a fixed default of 64
+    would refuse every promptsPerStep below 64 that leaves miniBatchPrompts out."""
+    document = without_mini_batch(prompts)
+    defaulted = copy.deepcopy(document)
+    defaulted["spec"] = apply_defaults(defaulted["spec"], SCHEMA["properties"]["spec"])
+    assert violations(defaulted) == []
+    assert parse_experiment(defaulted).spec.algorithm.mini_batch_prompts == min(64, prompts)
+
+
+def test_without_mini_batch_prompts_a_step_64_does_not_divide_is_refused_by_both() -> None:
+    document = without_mini_batch(100)
+    found = violations(document)
+    assert any("without miniBatchPrompts" in m for m in found), found
+    with pytest.raises(SpecError, match=r"spec.algorithm.*miniBatchPrompts \(64, the default\) must divide promptsPerStep \(100\)"):
+        parse_experiment(document)
+
+
+def nullable_enums(schema: dict[str, Any], path: str = "") -> Iterator[str]:
+    if schema.get("nullable") and "enum" in schema and None not in schema["enum"]:
+        yield path
+    for name, sub in (schema.get("properties") or {}).items():
+        yield from nullable_enums(sub, f"{path}.{name}")
+    if "items" in schema:
+        yield from nullable_enums(schema["items"], f"{path}[]")
+
+
+def test_no_nullable_field_has_an_enum_that_refuses_null() -> None:
+    """OpenAPI's enum applies to null as well (nullable only widens the type), so `zeroStage: null`
+    would be refused although the schema says nullable; such fields are not nullable: the API
+    server prunes a null of a non-nullable field, which then reads as absent (the spec's None)."""
+    assert list(nullable_enums(SCHEMA)) == []
+    document = changed("spec.agents.0.learner", {"backend": "deepspeed"})
+    assert parse_experiment(document).spec.agents[0].learner.zero_stage is None
