@@ -154,10 +154,12 @@ def override_problems(override: dict[str, Any]) -> list[Problem]:
     return problems
 
 
-def lock_down(pod_spec: dict[str, Any], run_as_user: int) -> dict[str, Any]:
+def lock_down(pod_spec: dict[str, Any], run_as_user: int | None) -> dict[str, Any]:
     """``pod_spec`` with the locked settings merged over the pod's and every container's
-    securityContext (sidecars and init containers included), whatever an override set."""
-    pod_context = {"runAsUser": run_as_user, "runAsGroup": run_as_user, "fsGroup": run_as_user, **(pod_spec.get("securityContext") or {})}
+    securityContext (sidecars and init containers included), whatever an override set.
+    ``run_as_user`` None sets no uid, gid or fsGroup (the platform assigns them)."""
+    ids = {} if run_as_user is None else {"runAsUser": run_as_user, "runAsGroup": run_as_user, "fsGroup": run_as_user}
+    pod_context = {**ids, **(pod_spec.get("securityContext") or {})}
     pod_spec["securityContext"] = {**pod_context, **LOCKED_POD_SECURITY}
     for kind in CONTAINER_LISTS:
         for container in pod_spec.get(kind) or []:

@@ -467,9 +467,8 @@ def build_pod(
         "automountServiceAccountToken": False,
         "securityContext": {
             "runAsNonRoot": True,
-            "runAsUser": config.run_as_user,
-            "runAsGroup": config.run_as_user,
-            "fsGroup": config.run_as_user,
+            **({} if config.run_as_user is None else
+               {"runAsUser": config.run_as_user, "runAsGroup": config.run_as_user, "fsGroup": config.run_as_user}),
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "containers": [container],

@@ -49,8 +49,9 @@ class OperatorConfig:
     watch_connect_timeout: int = 30
     # Kubernetes API access: a kubeconfig file, else the in-cluster service account.
     kubeconfig: str | None = None
-    # User and group the worker containers run as (non-root).
-    run_as_user: int = 1000
+    # User and group the worker containers run as (non-root); None: the platform assigns them
+    # (OpenShift's restricted-v2 SCC refuses a uid outside the namespace's range).
+    run_as_user: int | None = 1000
     # Secrets the cluster admin marked usable by experiments (store credentials, model token):
     # "name" (any watched namespace), "namespace/name", or "*" (any; single-tenant clusters).
     # A list rather than a label on the Secret: the operator needs no permission on Secrets.
@@ -90,7 +91,7 @@ class OperatorConfig:
             watch_client_timeout=_int(env, "HACRL_WATCH_CLIENT_TIMEOUT", server_timeout + 30, low=server_timeout + 1),
             watch_connect_timeout=_int(env, "HACRL_WATCH_CONNECT_TIMEOUT", defaults.watch_connect_timeout, low=1),
             kubeconfig=env.get("KUBECONFIG") or None,
-            run_as_user=_int(env, "HACRL_POD_RUN_AS_USER", defaults.run_as_user, low=1),
+            run_as_user=_run_as_user(env, "HACRL_POD_RUN_AS_USER", defaults.run_as_user),
             experiment_secrets=_secrets(env, "HACRL_EXPERIMENT_SECRETS"),
             worker_image_pull_secrets=_secrets(env, "HACRL_WORKER_IMAGE_PULL_SECRETS", qualified=False),
             default_store=_default_store(env),
@@ -114,6 +115,19 @@ def _int(env: Mapping[str, str], name: str, default: int, *, low: int | None = N
         bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
         raise ConfigError(f"{name}={raw!r} is out of range: must be {bounds} (default {default})")
     return value
+
+
+# HACRL_POD_RUN_AS_USER's word for "set no uid, gid or fsGroup": the platform assigns them.
+PLATFORM_ASSIGNED = "none"
+
+
+def _run_as_user(env: Mapping[str, str], name: str, default: int | None) -> int | None:
+    if (_raw(env, name) or "").lower() == PLATFORM_ASSIGNED:
+        return None
+    try:
+        return _int(env, name, default or 1000, low=1)
+    except ConfigError as error:
+        raise ConfigError(f"{error}; or {PLATFORM_ASSIGNED!r} to leave uid, gid and fsGroup to the platform (OpenShift)") from None
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:

@@ -183,6 +183,31 @@ def test_worker_images_and_watch_settings_reach_the_operator():
     assert (config.run_as_user, config.metrics_port) == (2000, 9091)
 
 
+def test_openshift_values_leave_every_uid_gid_and_fs_group_to_the_platform():
+    """restricted-v2 refuses a fixed uid outside the namespace's range: the operator's pod and the
+    worker pods it builds (from the config the chart gives it) set none, and stay non-root."""
+    from hacrl_operator.builders import build_pod
+
+    from hacrl_core.spec import parse_experiment
+
+    fixed = ("runAsUser", "runAsGroup", "fsGroup")
+    deployment = one(render((str(CHART / "ci" / "openshift-values.yaml"),)), "Deployment", RELEASE)
+    pod = deployment["spec"]["template"]["spec"]
+    contexts = [pod["securityContext"]] + [c.get("securityContext", {}) for c in pod["containers"]]
+    assert not [k for context in contexts for k in fixed if k in context], contexts
+    assert pod["securityContext"]["runAsNonRoot"]
+    config = OperatorConfig.from_env({**_plain_env(pod["containers"][0]), "HACRL_ROLLOUT_IMAGE": "r", "HACRL_LEARNER_IMAGE": "l"})
+    assert config.run_as_user is None
+    experiment = parse_experiment(yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text()))
+    owner = {"metadata": {"name": "quickstart", "namespace": "ns", "uid": "u"}}
+    worker = build_pod(experiment, "qwen-bpe", "learner", owner, config)["spec"]
+    contexts = [worker["securityContext"]] + [c["securityContext"] for c in worker["containers"]]
+    assert not [k for context in contexts for k in fixed if k in context], contexts
+    assert worker["securityContext"]["runAsNonRoot"] and worker["containers"][0]["securityContext"]["runAsNonRoot"]
+    # The default stays uid/gid 1000, the images' USER.
+    assert OperatorConfig.from_env(_plain_env(one(render(), "Deployment", RELEASE)["spec"]["template"]["spec"]["containers"][0])).run_as_user == 1000
+
+
 def test_metrics_service_and_monitors():
     default = render()
     service = one(default, "Service", f"{RELEASE}-metrics")
