@@ -165,7 +165,7 @@ done
 log "Experiment ${EXPERIMENT} Succeeded"
 k get hx "$EXPERIMENT" -n "$EXPERIMENT_NS" -o wide
 k get hx "$EXPERIMENT" -n "$EXPERIMENT_NS" \
-  -o jsonpath='{range .status.agentProgress[*]}agent={.agent} step={.step} reward={.reward} accuracy={.accuracy} capability={.capability} restarts={.restarts}{"\n"}{end}'
+  -o jsonpath='{range .status.agentProgress[*]}agent={.name} step={.step} reward={.reward} accuracy={.accuracy} capability={.capability} restarts={.restarts}{"\n"}{end}'
 k get hx "$EXPERIMENT" -n "$EXPERIMENT_NS" \
   -o jsonpath='{range .status.conditions[*]}{.type}={.status} ({.reason}){"\n"}{end}'
 log "Operator metrics (hacrl_operator_*)"

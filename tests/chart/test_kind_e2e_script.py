@@ -66,3 +66,22 @@ def test_kind_config():
         match = re.fullmatch(r"kindest/node:v(\d+\.\d+)\.\d+(@sha256:[0-9a-f]{64})?", image)
         assert match, f"{image}: pin kindest/node by version tag"
         assert match.group(1) in supported, f"{image} is outside the versions the chart is tested on"
+
+
+def test_every_status_field_the_script_prints_is_one_the_crd_declares():
+    """The jsonpaths on the experiment (`k get hx ... -o jsonpath=`) name fields of the CRD's status:
+    kubectl prints an unknown field as nothing, so a wrong name fails silently."""
+    from hacrl_core.crd import build_crd
+
+    status = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    checked = []
+    for expression in re.findall(r"jsonpath='([^']*\.status[^']*)'", SCRIPT.read_text()):
+        for scope, body in re.findall(r"\{range \.status\.(\w+)\[\*\]\}(.*?)\{end\}", expression):
+            item = status[scope]["items"]["properties"]
+            for field in re.findall(r"\{\.(\w+)\}", body):
+                assert field in item, f"status.{scope}[].{field} is not in the CRD (fields: {sorted(item)})"
+                checked.append(f"{scope}[].{field}")
+        for field in re.findall(r"\{\.status\.(\w+)\}", expression):
+            assert field in status, f"status.{field} is not in the CRD"
+            checked.append(field)
+    assert "agentProgress[].name" in checked and "phase" in checked, checked
