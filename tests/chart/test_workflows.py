@@ -137,3 +137,31 @@ def test_docs_name_the_workflows():
     docs = (ROOT / "docs" / "kubernetes.md").read_text()
     for name in ("unit.yml", "kind-e2e.yml"):
         assert f".github/workflows/{name}" in docs
+
+
+def test_every_action_is_pinned_to_a_commit_with_its_version_in_a_comment():
+    """A tag can be moved to other code; a commit cannot. The comment says which release it is."""
+    pinned = re.compile(r"^\s*(?:-\s*)?uses:\s*[\w.-]+/[\w./-]+@([0-9a-f]{40})\s+#\s*v\d+(\.\d+)*\s*$")
+    uses = [(path.name, line) for path in sorted(WORKFLOWS.glob("*.yml")) for line in path.read_text().splitlines()
+            if re.match(r"^\s*(-\s*)?uses:", line)]
+    assert uses
+    unpinned = [f"{name}: {line.strip()}" for name, line in uses if not pinned.match(line)]
+    assert not unpinned, "\n".join(unpinned)
+
+
+def test_only_the_images_kind_runs_write_the_build_cache():
+    """GitHub's Actions cache holds 10 GB per repository and evicts the least recently used: the
+    GPU images' layers (several GB each) would push out the operator's and the CPU worker's,
+    which the kind job builds from. They write no cache; the two kind images each their own scope."""
+    workflow = _load("kind-e2e.yml")
+    (build,) = _uses(workflow, "images", "docker/build-push-action")
+    assert build["with"]["cache-to"] == "${{ matrix.cache-to }}"
+    matrix = {entry["image"]: entry for entry in workflow["jobs"]["images"]["strategy"]["matrix"]["include"]}
+    for image in ("learner", "rollout"):
+        assert not matrix[image].get("cache-to"), f"{image} must not write the Actions cache"
+    scopes = {}
+    for image in ("operator", "worker-cpu"):
+        assert matrix[image]["cache-to"] == f"type=gha,mode=max,scope={image}"
+        scopes[image] = f"type=gha,scope={image}"
+    read = {s["with"]["file"].split("/")[1]: s["with"]["cache-from"] for s in _uses(workflow, "kind", "docker/build-push-action")}
+    assert read == scopes
