@@ -135,7 +135,7 @@ def test_e2e_workflow_keeps_logs_on_failure():
 
 def test_docs_name_the_workflows():
     docs = (ROOT / "docs" / "kubernetes.md").read_text()
-    for name in ("unit.yml", "kind-e2e.yml"):
+    for name in ("unit.yml", "kind-e2e.yml", "release.yml"):
         assert f".github/workflows/{name}" in docs
 
 
@@ -165,3 +165,55 @@ def test_only_the_images_kind_runs_write_the_build_cache():
         scopes[image] = f"type=gha,scope={image}"
     read = {s["with"]["file"].split("/")[1]: s["with"]["cache-from"] for s in _uses(workflow, "kind", "docker/build-push-action")}
     assert read == scopes
+
+
+def test_a_version_tag_pushes_every_image_the_chart_and_operator_default_to():
+    """The chart's default images are `<repository>:<appVersion>` and the operator's
+    `ghcr.io/hacrl/hacrl-<role>:<version>`: the release workflow pushes exactly those, for every
+    image of images/, the operator multi-arch as kind-e2e builds it, once the tag equals both."""
+    import hacrl_operator.config as operator_config
+
+    from hacrl_core import __version__
+
+    chart = yaml.safe_load((ROOT / "charts" / "hacrl-operator" / "Chart.yaml").read_text())
+    assert chart["appVersion"] == __version__, "the chart's appVersion is the package's version"
+    values = yaml.safe_load((ROOT / "charts" / "hacrl-operator" / "values.yaml").read_text())
+    workflow = _load("release.yml")
+    assert workflow[True]["push"]["tags"] == ["v*"]  # YAML reads the key `on` as True
+    registry = workflow["env"]["REGISTRY"]
+    for image in ("operator", "rollout", "learner"):
+        assert values["images"][image]["repository"] == f"{registry}/hacrl-{image}" and values["images"][image]["tag"] == ""
+    assert operator_config.DEFAULT_ROLLOUT_IMAGE == f"{registry}/hacrl-rollout:{__version__}"
+    assert operator_config.DEFAULT_LEARNER_IMAGE == f"{registry}/hacrl-learner:{__version__}"
+    check = "\n".join(_runs(workflow, "version"))
+    assert "charts/hacrl-operator/Chart.yaml" in check and "hacrl_core/__init__.py" in check and "exit 1" in check
+    matrix = workflow["jobs"]["images"]["strategy"]["matrix"]["include"]
+    assert {e["image"]: e["platforms"] for e in matrix} == {
+        e["image"]: e["platforms"] for e in _load("kind-e2e.yml")["jobs"]["images"]["strategy"]["matrix"]["include"]}
+    assert {e["image"] for e in matrix} == {p.parent.name for p in (ROOT / "images").glob("*/Dockerfile")}
+    (push,) = _uses(workflow, "images", "docker/build-push-action")
+    assert push["with"]["push"] is True and push["with"]["provenance"] is False
+    assert push["with"]["tags"] == "${{ env.REGISTRY }}/hacrl-${{ matrix.image }}:${{ needs.version.outputs.version }}"
+    assert workflow["jobs"]["images"]["permissions"]["packages"] == "write"
+    assert _uses(workflow, "images", "docker/login-action")
+
+
+def test_the_release_version_check_refuses_a_tag_that_is_not_the_chart_version(tmp_path):
+    """The check step itself, run by bash in a copy of the two files it reads."""
+    workflow = _load("release.yml")
+    (script,) = _runs(workflow, "version")
+    for relative in ("charts/hacrl-operator/Chart.yaml", "hacrl_core/__init__.py"):
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text((ROOT / relative).read_text())
+    chart = yaml.safe_load((ROOT / "charts" / "hacrl-operator" / "Chart.yaml").read_text())
+
+    def run(tag: str) -> subprocess.CompletedProcess[str]:
+        output = tmp_path / "output"
+        env = {"PATH": "/usr/bin:/bin", "GITHUB_REF_NAME": tag, "GITHUB_OUTPUT": str(output)}
+        return subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30)
+
+    good = run(f"v{chart['appVersion']}")
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert (tmp_path / "output").read_text() == f"version={chart['appVersion']}\n"
+    bad = run("v9.9.9")
+    assert bad.returncode == 1 and "appVersion is " + chart["appVersion"] in bad.stdout
