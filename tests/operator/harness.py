@@ -19,7 +19,7 @@ kmock 0.8 gaps covered here (DESIGN.md section 5), each in ``PatchedEmulator``:
 - no label or field selectors: equality-based ``labelSelector`` (``k=v``, ``k!=v``, ``k``, ``!k``)
   and ``fieldSelector`` on metadata.name/namespace, in lists and watches;
 - no controllers: the garbage collector is emulated (children whose ownerReferences point at a
-  deleted object are deleted), new pods get ``status.phase: Pending``; nothing runs pods: tests
+  deleted object are deleted, also those created after their owner was deleted), new pods get ``status.phase: Pending``; nothing runs pods: tests
   play kubelet by patching pod status with kubectl;
 - no schema validation: the CRD's ``maxLength``s are checked on status writes (422 as the API
   server answers), nothing else; no ``kubectl get -w``: tests poll (``wait_for``) and never sleep-and-hope;
@@ -151,6 +151,7 @@ class PatchedEmulator(kmock.KubernetesEmulator):
         self.fallback["get /version/"] << self._serve_server_version
         self._versions = itertools.count(1)
         self._namespaces: dict[str, str] = {}
+        self._gone_uids: set[str] = set()  # of deleted objects, for the garbage collector
         # (verb, apiGroup, resource) of every request the operator sends (kopf's and its own
         # client's, told apart from kubectl and test drivers by User-Agent), checked against the
         # RBAC the chart grants (``rbac_problems``).
@@ -297,6 +298,12 @@ class PatchedEmulator(kmock.KubernetesEmulator):
         finally:
             if live_before and uid and self._objects[key].deleted:
                 deleted_uids.append(uid)
+                self._gone_uids.add(uid)
+            elif request.action == enums.action.CREATE and isinstance(request.data, dict):
+                # Created with an owner already deleted (a reconcile that read it just before):
+                # the real garbage collector deletes it too, only later.
+                owners = (request.data.get("metadata") or {}).get("ownerReferences") or []
+                deleted_uids.extend(o["uid"] for o in owners if o.get("uid") in self._gone_uids)
             if deleted_uids:
                 await self._collect_garbage(deleted_uids)
 
