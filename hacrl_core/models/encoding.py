@@ -1,4 +1,4 @@
-"""Token ids of prompts and of rows for a learner, own or cross (DESIGN.md section 2, step 5).
+"""Token ids of prompts and of rows for a learner, own or cross (docs/architecture.md, "One step", step 5).
 
 ``encode_prompt`` is the one way a rendered prompt becomes ids, for the rollout worker and the
 learner alike (no special tokens added: the chat template already wrote any BOS), so a learner

@@ -1,7 +1,7 @@
 """Tiny offline models (``tiny://<preset>``) with a short supervised warm start.
 
 Each preset fixes an architecture, a size and a tokenizer; presets differ in all three so that a
-two-agent experiment is heterogeneous in the ways HACPO cares about (DESIGN.md section 1):
+two-agent experiment is heterogeneous in the ways HACPO cares about (docs/architecture.md, "The parts"):
 
 - ``llama-char``: Llama, character tokenizer, hidden 128, 3 layers, 4 heads (2 kv), 0.60M params;
 - ``qwen2-bpe``: Qwen2, byte-level BPE (384), hidden 96, 4 layers, 4 heads (2 kv), 0.37M params.

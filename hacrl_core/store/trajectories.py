@@ -1,4 +1,4 @@
-"""Tokenizer-neutral trajectory rows in Parquet (DESIGN.md section 3).
+"""Tokenizer-neutral trajectory rows in Parquet (docs/architecture.md, "The trajectory store").
 
 A rollout row is keyed by (experiment, step, source_agent, policy_version, tokenizer_id,
 prompt_uid, sample_index) and carries the rendered prompt, the response text, the source's

@@ -2,7 +2,7 @@
 
 Per experiment: one ConfigMap with the rendered spec; per agent: a rollout Pod and a learner Pod
 (or, with ``spec.colocate``, one colocated Pod) running the same worker entry points as
-`hacrl run` (DESIGN.md sections 1 and 4), with the
+`hacrl run` (docs/architecture.md, "On a cluster"), with the
 experiment's env and envFrom and the agent's model cache claim; with ``spec.scheduling.gang`` the
 pods' gang labels and annotations (Kueue) or a PodGroup (Volcano).
 

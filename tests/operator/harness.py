@@ -4,7 +4,7 @@
 (its own event loop) and writes a kubeconfig for it; the REAL kubectl (/usr/bin/kubectl) and the
 operator (kopf via ``KopfRunner``, plus the kubernetes client) talk to it over HTTP.
 
-kmock 0.8 gaps covered here (DESIGN.md section 5), each in ``PatchedEmulator``:
+kmock 0.8 gaps covered here, each in ``PatchedEmulator``:
 
 - no uid / resourceVersion / creationTimestamp / generation, no ``generateName`` (kopf's finalizer
   patch and event posting need them): stamped on create, resourceVersion bumped on every write
