@@ -23,6 +23,7 @@ OUTSIDE_NOTE = "DESIGN" + ".md"
 QUOTED_SECTION = re.compile(r'docs/([\w-]+)\.md,\s+"([^"]+)"')
 # `docs/architecture.md#the-parts`, `(architecture.md#one-step)`, and from tests/README.md `(../docs/`.
 ANCHOR_LINK = re.compile(r'(?:docs/|\(|\.\./docs/)([\w-]+)\.md#([\w-]+)')
+SAME_PAGE_LINK = re.compile(r'\]\(#([\w-]+)\)')
 
 
 def source_files() -> list[Path]:
@@ -79,10 +80,15 @@ def cited_sections() -> list[tuple[str, str, str]]:
 
 
 def cited_anchors() -> list[tuple[str, str, str]]:
+    """(file, page, anchor) of every link to a section of a docs page, a page's links to its own
+    sections (``](#summary)``) included."""
     found = []
     for path in source_files():
+        source = path.relative_to(ROOT).as_posix()
         for page, name in ANCHOR_LINK.findall(read(path)):
-            found.append((path.relative_to(ROOT).as_posix(), page, name))
+            found.append((source, page, name))
+        if path.parent == DOCS and path.suffix == ".md":
+            found.extend((source, path.stem, name) for name in SAME_PAGE_LINK.findall(read(path)))
     return found
 
 
