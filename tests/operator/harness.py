@@ -33,6 +33,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import secrets
 import socket
 import subprocess
@@ -513,6 +514,26 @@ class OperatorHandle:
     def expect_errors(self, *fragments: str) -> None:
         """Log records at ERROR level containing one of ``fragments`` are expected (e.g. an invalid spec)."""
         self.allowed_errors += fragments
+
+    def reconciles(self, trigger: str | None = None) -> float:
+        """Reconciles this operator has run to the end so far (of ``trigger``, or of every trigger);
+        a coalesced request is not one: another reconcile runs for it."""
+        return sum(sample.value for metric in self.reconciler.metrics.registry.collect() for sample in metric.samples
+                   if sample.name == "hacrl_operator_reconciles_total" and sample.labels["outcome"] != "coalesced"
+                   and trigger in (None, sample.labels["trigger"]))
+
+    def wait_for_reconciles(self, count: int, *, trigger: str | None = None, timeout: float = 10.0) -> None:
+        """Until ``count`` more reconciles have run: what a negative check waits for, so that the
+        operator has had its chances to (wrongly) act however slow the machine."""
+        target = self.reconciles(trigger) + count
+        wait_for(lambda: self.reconciles(trigger) >= target, timeout=timeout, what=f"{count} more {trigger or 'any'} reconciles")
+
+    def handled_events(self, handler: str, name: str) -> int:
+        """Events of object ``name`` that the kopf handler function ``handler`` has returned from: kopf
+        logs each with the object's reference, naming the handler by its qualified name."""
+        done = re.compile(rf"Handler '(?:.+\.)?{re.escape(handler)}' succeeded\.")
+        return sum(1 for record in self.logs.records
+                   if getattr(record, "k8s_ref", {}).get("name") == name and done.fullmatch(record.getMessage()))
 
 
 def operator_config(cluster: EmulatedCluster, **env: str) -> Any:

@@ -376,7 +376,7 @@ def test_a_secret_the_admin_did_not_approve_gets_no_pod_until_the_spec_names_one
     assert "experimentSecrets" in message and status["phase"] == "Pending"
     warnings = [e for e in cluster.get("events", namespace=NS) if e["reason"] == "SecretNotAllowed"]
     assert len(warnings) == 1 and warnings[0]["type"] == "Warning"
-    time.sleep(1.0)  # several reconciles (0.2 s apart): still no pod, still one warning
+    op.wait_for_reconciles(3, trigger="periodic")  # its chances to act: still no pod, still one warning
     assert pods_of(cluster) == {}
     assert len([e for e in cluster.get("events", namespace=NS) if e["reason"] == "SecretNotAllowed"]) == 1
     cluster.kubectl("patch", "hx", "quickstart", "-n", NS, "--type=merge", "-p",
@@ -876,10 +876,13 @@ def test_pods_the_operator_created_trigger_no_reconcile_until_they_change(cluste
 
         apply(cluster, quickstart())
         pods = wait_for(lambda: len(pods_of(cluster)) == 4 and pods_of(cluster), what="4 pods")
+        # Each pod's first event is its ADDED one: once the handler has returned from it for every
+        # pod, a reconcile it started would have been counted.
+        wait_for(lambda: all(handle.handled_events("pod_event", name) for name in pods), what="every pod's ADDED event handled")
+        assert pod_event_reconciles() == 0
         first = sorted(pods)[0]
-        cluster.set_pod_phase(first, NS, "Running")  # after the 4 ADDED events in the watch stream
+        cluster.set_pod_phase(first, NS, "Running")
         wait_for(lambda: pod_event_reconciles() >= 1, what="a reconcile on the pod's change")
-        time.sleep(1.0)  # time for any late ADDED event to be handled (it would count here)
         assert pod_event_reconciles() == 1
 
 
