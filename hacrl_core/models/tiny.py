@@ -79,8 +79,8 @@ class TinyPreset:
     bpe_vocab_size: int = 384
     max_position_embeddings: int = 512
     #: Share of worked warm-start solutions that end with the rewarded ``#### <answer>``; the
-    #: rest end with ``(<n> steps)`` instead (``marked_solution``). 1.0 (the default) leaves the
-    #: data and the cache key as they were.
+    #: rest end with ``(<n> steps)`` instead (``marked_solution``). 1.0 (the default) marks every
+    #: solution and keeps the option out of the cache key.
     marker: float = 1.0
 
 
