@@ -165,6 +165,7 @@ class Floor:
 
     def __init__(self, cluster: Any) -> None:
         from harness import operator_config
+
         from hacrl_operator.handlers.reconcile import Reconciler
         from hacrl_operator.kube import Kube, load_configuration
         from hacrl_operator.metrics import OperatorMetrics

@@ -48,12 +48,12 @@ from hacrl_core.learner.stages import (
     update_capability,
 )
 from hacrl_core.metrics import WorkerMetrics
+from hacrl_core.models.loading import default_device, load_policy, save_policy
 from hacrl_core.rollout.hf_engine import HFEngine
 from hacrl_core.rollout.sampling import rollout_metrics
 from hacrl_core.rollout.worker import sample_rollouts
-from hacrl_core.spec import SpecError
-from hacrl_core.models.loading import default_device, load_policy, save_policy
 from hacrl_core.sharing import shared_rows_used, sharing_warning
+from hacrl_core.spec import SpecError
 
 log = logging.getLogger("hacrl")
 

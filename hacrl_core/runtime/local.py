@@ -25,8 +25,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hacrl_core.data.report import DatasetReport, read_datasets
 from hacrl_core.context import unsupported_settings
+from hacrl_core.data.report import DatasetReport, read_datasets
 from hacrl_core.runtime.cpus import THREADS_ENV, available_cpus, worker_threads
 from hacrl_core.runtime.forkserver import ForkedProcess, ForkServer, cli_command, fork_server
 from hacrl_core.spec import ROLLOUT_REPLICA_ENV, Experiment, SpecError, dump_experiment, load_experiment
@@ -179,8 +179,8 @@ def check_datasets(run: LocalRun, display) -> None:
 def build_models(run: LocalRun, say) -> None:
     """Resolve (and for tiny:// build and warm-start) every agent's model once, before the workers
     start, so that two workers never race to build the same cache entry."""
-    from hacrl_core.models.uri import resolve_model
     from hacrl_core.context import cache_root
+    from hacrl_core.models.uri import resolve_model
 
     for agent in run.experiment.spec.agents:
         began = time.perf_counter()

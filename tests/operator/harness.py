@@ -562,8 +562,9 @@ def run_operator(cluster: EmulatedCluster, **env: str) -> Iterator[OperatorHandl
     error (except those declared with ``expect_errors``) and that kmock hit no internal error.
     """
     import kopf
-    from hacrl_operator.handlers import register
     from kopf.testing import KopfRunner
+
+    from hacrl_operator.handlers import register
 
     config = operator_config(cluster, **env)
     registry = kopf.OperatorRegistry()

@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 import yaml
-from hacrl_operator.builders import pod_name
 from harness import (
     REPO,
     EmulatedCluster,
@@ -30,6 +29,7 @@ from harness import (
 from hacrl_core.spec import parse_experiment
 from hacrl_core.store import open_trajectory_store
 from hacrl_core.store.ownership import Owner, claim
+from hacrl_operator.builders import pod_name
 
 NS = "hx-test"
 QUICKSTART = REPO / "examples/quickstart.yaml"

@@ -118,9 +118,10 @@ def run_operator_patiently(cluster: EmulatedCluster, stop_timeout: float, **env:
     finishes the pod-event reconciles it has queued before it exits, which takes more than the
     harness's 30 s on a loaded 2-core machine. The same checks on exit (exit 0, no handler error)."""
     import kopf
+    from kopf.testing import KopfRunner
+
     from hacrl_operator.config import OperatorConfig
     from hacrl_operator.handlers import register
-    from kopf.testing import KopfRunner
 
     settings = {"KUBECONFIG": str(cluster.kubeconfig), "HACRL_OPERATOR_METRICS_PORT": str(harness.free_port()),
                 "HACRL_OPERATOR_HEALTH_PORT": str(harness.free_port()), "HACRL_ROLLOUT_IMAGE": "registry.test/hacrl-rollout:test",
