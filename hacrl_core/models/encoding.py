@@ -130,7 +130,7 @@ def collate(rows: Sequence[tuple[Sequence[int], Sequence[int]]], pad_token_id: i
     if not rows:
         raise ValueError("collate needs at least one row")
     lengths = [len(ids) for ids, _ in rows]
-    for index, ((ids, mask), length) in enumerate(zip(rows, lengths)):
+    for index, ((_, mask), length) in enumerate(zip(rows, lengths)):
         if length != len(mask):
             raise ValueError(f"row {index}: {length} ids but {len(mask)} mask entries")
     width = max(lengths)

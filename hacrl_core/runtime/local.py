@@ -70,9 +70,8 @@ class WorkerProcess:
         if self.forks is not None and self.forks.runs(self.command):
             self.process = self.forks.start(self.command, self.env, self.log_path)
             return
-        handle = open(self.log_path, "ab")
-        self.process = subprocess.Popen(self.command, env=self.env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
-        handle.close()
+        with open(self.log_path, "ab") as handle:  # the child keeps its own copy of the descriptor
+            self.process = subprocess.Popen(self.command, env=self.env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
 
     def poll(self) -> int | None:
         return None if self.process is None else self.process.poll()

@@ -280,7 +280,7 @@ class PatchedEmulator(kmock.KubernetesEmulator):
     async def _serve_list(self, request: Any) -> Any:
         result = await super()._serve_list(request)
         resource = request.resource
-        info = self._resources[resource] if resource in self._resources else None
+        info = self._resources.get(resource)
         kind = (info.kind if info and info.kind else resource.plural.capitalize()) + "List"
         labels = request.params.get("labelSelector")
         fields = request.params.get("fieldSelector")

@@ -598,9 +598,7 @@ def test_suspend_deletes_pods_keeps_the_rest_and_resume_recreates_them(cluster: 
 
     # Idempotent and quiet: several reconcile intervals pass without another status write.
     version = cluster.get("hx", "quickstart", NS)["metadata"]["resourceVersion"]
-    reconciles = lambda: sum(s.value for m in op.reconciler.metrics.registry.collect() for s in m.samples if s.name == "hacrl_operator_reconciles_total" and s.labels["trigger"] == "periodic")
-    before = reconciles()
-    wait_for(lambda: reconciles() >= before + 3, timeout=5, what="3 periodic reconciles")
+    op.wait_for_reconciles(3, trigger="periodic", timeout=5)
     assert cluster.get("hx", "quickstart", NS)["metadata"]["resourceVersion"] == version
     assert pods_of(cluster) == {}
 
@@ -627,7 +625,7 @@ def test_colocated_experiment_runs_one_pod_per_agent_and_can_switch_to_split_pod
     apply(cluster, document)
     pods = wait_for(lambda: len(pods_of(cluster)) == 2 and pods_of(cluster), what="2 colocated pods")
     assert sorted(pods) == sorted(pod_name("quickstart", a, "colocated") for a in AGENTS)
-    for name, pod in pods.items():
+    for pod in pods.values():
         agent_name = pod["metadata"]["labels"]["hacrl.io/agent"]
         assert pod["metadata"]["labels"]["hacrl.io/role"] == "colocated" and pod["metadata"]["labels"]["team"] == "a"
         assert pod["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"] == "2"
