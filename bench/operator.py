@@ -58,7 +58,7 @@ if sys.path and Path(sys.path[0] or ".").resolve() == Path(__file__).resolve().p
 for extra in (REPO, REPO / "operator", REPO / "tests" / "operator"):
     sys.path.insert(0, str(extra))
 
-from bench.common import RESULTS, save, table
+from bench.common import RESULTS, save, table  # noqa: E402 (the path set up above first)
 
 NS = "hx-bench"
 GROUP = "/apis/hacrl.io/v1alpha1"
@@ -165,6 +165,7 @@ class Floor:
 
     def __init__(self, cluster: Any) -> None:
         from harness import operator_config
+
         from hacrl_operator.handlers.reconcile import Reconciler
         from hacrl_operator.kube import Kube, load_configuration
         from hacrl_operator.metrics import OperatorMetrics
@@ -334,7 +335,9 @@ def pooled(runs: list[dict[str, Any]], key: str) -> dict[str, float]:
 
 
 def write(args: argparse.Namespace, runs: list[dict[str, Any]], began: float) -> None:
-    ms = lambda s: f"{s * 1000:,.0f}"
+    def ms(s: float) -> str:
+        return f"{s * 1000:,.0f}"
+
     scales = sorted({r["experiments"] for r in runs})
     by = {(mode, n): [r for r in runs if r["mode"] == mode and r["experiments"] == n] for mode in ("operator", "floor") for n in scales}
     rows, ratio_rows, summary = [], [], []

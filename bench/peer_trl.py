@@ -40,7 +40,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import DEFAULT_CACHE, REPO, RESULTS, agent_document, bench_env, build_models, experiment, hacrl_run, save, table, write_spec
+from bench.common import (
+    DEFAULT_CACHE,
+    REPO,
+    RESULTS,
+    agent_document,
+    bench_env,
+    build_models,
+    experiment,
+    hacrl_run,
+    save,
+    table,
+    write_spec,
+)
 
 TRL_VERSION = "1.16.0"
 MODEL = "tiny://qwen2-bpe?seed=0&hidden=128&layers=3"

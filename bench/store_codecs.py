@@ -20,6 +20,7 @@ I/O of the Parquet bytes) to see what a codec would save end to end.
 from __future__ import annotations
 
 import argparse
+import functools
 import random
 import statistics
 import sys
@@ -109,9 +110,9 @@ def measure(t: pa.Table, reps: int) -> dict[str, dict[str, float]]:
     sizes: dict[str, int] = {}
     for _ in range(reps):
         for name, (encode, decode) in CODECS.items():  # interleaved: load falls on every codec
-            seconds, data = timed(lambda: encode(t))
+            seconds, data = timed(functools.partial(encode, t))
             times[name]["encode"].append(seconds)
-            seconds, back = timed(lambda: decode(data))
+            seconds, back = timed(functools.partial(decode, data))
             times[name]["decode"].append(seconds)
             if not back.equals(t.replace_schema_metadata(back.schema.metadata)):
                 raise RuntimeError(f"{name}: the decoded table differs from the encoded one")

@@ -15,7 +15,7 @@ samples with its live policy. Read it top to bottom to see one HACPO step:
      stepwise clipping (mechanisms 3 and 4, inside the loss).
 
 `hacrl run` runs exactly these stages, split into a rollout and a learner worker per agent that
-talk through the trajectory store (DESIGN.md section 2).
+talk through the trajectory store (docs/architecture.md, "One step").
 """
 
 from __future__ import annotations

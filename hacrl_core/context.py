@@ -88,7 +88,7 @@ class WorkerContext:
     _sources: dict[str, PromptSource] = field(default_factory=dict, init=False, repr=False)
 
     @classmethod
-    def from_spec_file(cls, spec_path: str | Path, agent: str) -> "WorkerContext":
+    def from_spec_file(cls, spec_path: str | Path, agent: str) -> WorkerContext:
         experiment = load_experiment(spec_path)
         experiment.spec.agent(agent)  # fail early, naming the agents, on a wrong --agent
         problems = unsupported_settings(experiment)

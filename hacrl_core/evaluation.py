@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from hacrl_core.context import WorkerContext
 from hacrl_core.data.templates import render_prompt
 from hacrl_core.rollout.engine import RolloutEngine, SamplingParams
 from hacrl_core.rollout.hf_engine import HFEngine
-from hacrl_core.context import WorkerContext
 
 
 def evaluate_policy(context: WorkerContext, model, tokenizer, *, samples: int | None = None, sets: list[str] | None = None) -> dict[str, float]:

@@ -75,7 +75,7 @@ class RolloutSettings(SpecModel):
         "sliced by it). Default 1."))
 
     @model_validator(mode="after")
-    def _engine_specific(self) -> "RolloutSettings":
+    def _engine_specific(self) -> RolloutSettings:
         if self.engine != "vllm":
             for name, value in (("tensorParallelSize", self.tensor_parallel_size), ("gpuMemoryUtilization", self.gpu_memory_utilization)):
                 if value is not None:
@@ -107,7 +107,7 @@ class LearnerSettings(SpecModel):
         return self.nodes * self.processes_per_node
 
     @model_validator(mode="after")
-    def _backend_specific(self) -> "LearnerSettings":
+    def _backend_specific(self) -> LearnerSettings:
         if self.backend != "deepspeed" and self.zero_stage is not None:
             raise ValueError("zeroStage: applies to backend 'deepspeed' only; remove it or set backend: deepspeed")
         return self
@@ -191,7 +191,7 @@ class AgentSpec(SpecModel):
         return value
 
     @model_validator(mode="after")
-    def _gpus_fit(self) -> "AgentSpec":
+    def _gpus_fit(self) -> AgentSpec:
         # vLLM starts one worker per tensor-parallel rank, each on its own GPU: with fewer GPUs
         # in the pod it fails at start-up on the cluster, long after admission could have said so.
         if self.rollout.engine == "vllm":
@@ -274,7 +274,7 @@ class AlgorithmSpec(SpecModel):
         return value
 
     @model_validator(mode="after")
-    def _batches(self) -> "AlgorithmSpec":
+    def _batches(self) -> AlgorithmSpec:
         if self.mini_batch_prompts > self.prompts_per_step or self.prompts_per_step % self.mini_batch_prompts:
             given = "" if "mini_batch_prompts" in self.model_fields_set else ", the default"
             raise ValueError(
@@ -402,7 +402,7 @@ class EnvVarSource(SpecModel):
     secret_key_ref: KeyReference | None = Field(None, description="A key of a Secret the cluster admin approved for experiments (chart value experimentSecrets); otherwise the experiment waits with Ready=False, reason SecretNotAllowed.")
 
     @model_validator(mode="after")
-    def _one(self) -> "EnvVarSource":
+    def _one(self) -> EnvVarSource:
         if (self.config_map_key_ref is None) == (self.secret_key_ref is None):
             raise ValueError("valueFrom takes exactly one of configMapKeyRef and secretKeyRef")
         return self
@@ -430,7 +430,7 @@ class EnvVar(SpecModel):
         return value
 
     @model_validator(mode="after")
-    def _one(self) -> "EnvVar":
+    def _one(self) -> EnvVar:
         if self.value is not None and self.value_from is not None:
             raise ValueError(f"env {self.name!r}: give value or valueFrom, not both")
         return self
@@ -445,7 +445,7 @@ class EnvFromSource(SpecModel):
     prefix: str | None = Field(None, max_length=128, description="Prepended to every key.", json_schema_extra={"pattern": ENV_NAME.pattern})
 
     @model_validator(mode="after")
-    def _one(self) -> "EnvFromSource":
+    def _one(self) -> EnvFromSource:
         if (self.config_map_ref is None) == (self.secret_ref is None):
             raise ValueError("each envFrom entry takes exactly one of configMapRef and secretRef")
         if self.prefix is not None and not ENV_NAME.match(self.prefix):
@@ -565,7 +565,7 @@ class SchedulingSpec(SpecModel):
         return value
 
     @model_validator(mode="after")
-    def _gang(self) -> "SchedulingSpec":
+    def _gang(self) -> SchedulingSpec:
         if self.queue_name is not None and self.gang == "none":
             raise ValueError("queueName: scheduling.queueName names a Kueue LocalQueue or a Volcano Queue: set scheduling.gang to kueue or volcano, or remove queueName")
         if self.gang == "kueue" and self.queue_name is None:
@@ -639,7 +639,7 @@ class ExperimentSpec(SpecModel):
         return self.agent(agent).model_cache or self.model_cache
 
     @model_validator(mode="after")
-    def _agents(self) -> "ExperimentSpec":
+    def _agents(self) -> ExperimentSpec:
         seen: set[str] = set()
         for index, agent in enumerate(self.agents):
             if agent.name in seen:

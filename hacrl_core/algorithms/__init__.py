@@ -1,4 +1,4 @@
-"""The HACPO core math and its baselines (DESIGN.md section 2): pure torch, no I/O."""
+"""The HACPO core math and its baselines (docs/algorithm.md): pure torch, no I/O."""
 
 from hacrl_core.algorithms.advantages import (
     ADVANTAGE_MODES,

@@ -1,6 +1,6 @@
 """Group-relative advantages: HACPO's capability-aware baseline and the baselines' variants.
 
-DESIGN.md section 2, step 4. All tensors are per response ("row"); ``group_ids`` says which
+docs/algorithm.md, "Formulas" (step 4). All tensors are per response ("row"); ``group_ids`` says which
 prompt a row answers, ``source_agent`` which agent sampled it.
 """
 

@@ -1,6 +1,6 @@
 """Capability estimates of each agent and the ratios HACPO derives from them.
 
-DESIGN.md section 2, step 3: P_j is the mean reward of agent j's own responses this step,
+docs/algorithm.md, "Formulas" (step 3): P_j is the mean reward of agent j's own responses this step,
 smoothed by a simple moving average over the last ``window`` steps (this one included) and
 floored at ``floor``; omega(k, j) = P_k / P_j clamped to ``bounds``, 1 on the diagonal, and 1
 everywhere before ``warmup_steps`` steps have been seen.

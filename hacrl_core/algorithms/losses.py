@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-LOG_RATIO_BOUND = 10.0  # two-sided clamp of the sequence log-ratio (DESIGN.md section 2, step 6)
+LOG_RATIO_BOUND = 10.0  # two-sided clamp of the sequence log-ratio (docs/algorithm.md, "Formulas", step 6)
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
@@ -26,7 +26,7 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None
 def sequence_log_ratio(logp_new_mean: torch.Tensor, logp_old_mean: torch.Tensor) -> torch.Tensor:
     """log s_i = mean log pi_new(y_i) - mean log pi_old(y_i), clamped to [-10, 10].
 
-    Each mean is over the tokens of its own tokenizer (DESIGN.md section 2, step 6).
+    Each mean is over the tokens of its own tokenizer (docs/algorithm.md, "Formulas", step 6).
     """
     return (logp_new_mean - logp_old_mean).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
 
@@ -58,7 +58,7 @@ def hacpo_loss(
     delta_step: float = 0.025,
     own_clip: tuple[float, float] = (3e-4, 4e-4),
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """HACPO policy loss of one learner on one optimizer update (DESIGN.md section 2, step 7).
+    """HACPO policy loss of one learner on one optimizer update (docs/algorithm.md, "Formulas", step 7).
 
     Args:
         logp_new_mean: float[N], mean over the learner's tokens of log pi_k(y_i) (carries grad).
@@ -182,7 +182,7 @@ def kl_penalty(
 ) -> torch.Tensor:
     """k3 KL to the reference: mean over each row's tokens, then mean over ``rows`` (bool[N]).
 
-    The learner adds ``kl_coef * kl_penalty(...)`` on its own rows only (DESIGN.md step 7).
+    The learner adds ``kl_coef * kl_penalty(...)`` on its own rows only (docs/algorithm.md, "Formulas", step 7).
     """
     per_row = masked_mean(k3_kl(logp, ref_logp), response_mask, dim=-1)
     return masked_mean(per_row, rows.to(per_row.dtype))

@@ -8,8 +8,7 @@ a taken name raises, and an unknown name lists the valid ones (as verl's ``regis
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 

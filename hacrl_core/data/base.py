@@ -2,7 +2,7 @@
 
 A ``Problem`` is tokenizer-neutral: the question is plain text that each agent renders with its own
 template and chat template (``hacrl_core.data.templates``), and ``uid`` is the same for every
-agent, so trajectory rows of different agents for one prompt share the key (DESIGN.md section 3).
+agent, so trajectory rows of different agents for one prompt share the key (docs/architecture.md, "The trajectory store").
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ A template is text containing ``{question}``; the question is substituted with `
 message; ``render_prompt`` then applies the agent tokenizer's own chat template
 (``apply_chat_template(..., add_generation_prompt=True, tokenize=False)``) when it has one, and
 uses the plain text otherwise. Each agent therefore sees the same question in its own format
-(DESIGN.md section 2, step 1).
+(docs/architecture.md, "One step", step 1).
 
 Named templates:
 

@@ -1,4 +1,4 @@
-"""A step's training rows in the learner's own tokenizer (DESIGN.md section 2, step 5)."""
+"""A step's training rows in the learner's own tokenizer (docs/architecture.md, "One step", step 5)."""
 
 from __future__ import annotations
 

@@ -69,7 +69,6 @@ os.environ.setdefault(
 )
 
 import deepspeed  # noqa: E402  (ImportError here keeps the backend unregistered)
-
 from deepspeed.runtime.fp16.loss_scaler import LossScaler  # noqa: E402
 from deepspeed.runtime.zero.config import ZeroStageEnum  # noqa: E402
 from deepspeed.utils.tensor_fragment import fragment_address  # noqa: E402

@@ -1,4 +1,4 @@
-"""One learner step as stages on rows and tensors (DESIGN.md section 2, steps 4-8).
+"""One learner step as stages on rows and tensors (docs/architecture.md, "One step", steps 2-8).
 
     score_own_rows -> (peers' rows: score_as_learner) -> gather_rows -> update_capability
     -> assign_advantages -> run_updates (after the first update's own rows: the caller's

@@ -48,12 +48,12 @@ from hacrl_core.learner.stages import (
     update_capability,
 )
 from hacrl_core.metrics import WorkerMetrics
+from hacrl_core.models.loading import default_device, load_policy, save_policy
 from hacrl_core.rollout.hf_engine import HFEngine
 from hacrl_core.rollout.sampling import rollout_metrics
 from hacrl_core.rollout.worker import sample_rollouts
-from hacrl_core.spec import SpecError
-from hacrl_core.models.loading import default_device, load_policy, save_policy
 from hacrl_core.sharing import shared_rows_used, sharing_warning
+from hacrl_core.spec import SpecError
 
 log = logging.getLogger("hacrl")
 
@@ -62,7 +62,7 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 #: Set to "false" by the learner: a peer shard's responses are tokenized in one batch call
 #: (``batch.encode_rows``), which the fast tokenizer otherwise spreads over a thread pool of
 #: every core; the learner's share of the CPUs is its torch threads, and on shared cores the
-#: pool's threads spin against the other workers (a 512-row batch took 5-40 ms instead of 2-3).
+#: pool's threads spin against the other workers (a 512-row batch: 5-40 ms with the pool, 2-3 ms without).
 SERIAL_TOKENIZER_ENV = "TOKENIZERS_PARALLELISM"
 
 

@@ -1,4 +1,4 @@
-"""Token ids of prompts and of rows for a learner, own or cross (DESIGN.md section 2, step 5).
+"""Token ids of prompts and of rows for a learner, own or cross (docs/architecture.md, "One step", step 5).
 
 ``encode_prompt`` is the one way a rendered prompt becomes ids, for the rollout worker and the
 learner alike (no special tokens added: the chat template already wrote any BOS), so a learner
@@ -130,7 +130,7 @@ def collate(rows: Sequence[tuple[Sequence[int], Sequence[int]]], pad_token_id: i
     if not rows:
         raise ValueError("collate needs at least one row")
     lengths = [len(ids) for ids, _ in rows]
-    for index, ((ids, mask), length) in enumerate(zip(rows, lengths)):
+    for index, ((_, mask), length) in enumerate(zip(rows, lengths)):
         if length != len(mask):
             raise ValueError(f"row {index}: {length} ids but {len(mask)} mask entries")
     width = max(lengths)

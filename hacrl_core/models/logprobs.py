@@ -57,8 +57,8 @@ def sequence_logprobs(
 def masked_sum_and_count(values: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row ``(sum of values where mask, number of masked tokens)``, both float32[N].
 
-    Divide the two for the per-sequence mean log-prob of GSPO's ratio (DESIGN.md section 2,
-    step 6); keeping sum and count lets the store carry them and lengths stay in each
+    Divide the two for the per-sequence mean log-prob of GSPO's ratio (docs/architecture.md,
+    "One step", step 6); keeping sum and count lets the store carry them and lengths stay in each
     tokenizer's own space.
     """
     mask = mask.to(values.device).float()

@@ -1,7 +1,7 @@
 """Tiny offline models (``tiny://<preset>``) with a short supervised warm start.
 
 Each preset fixes an architecture, a size and a tokenizer; presets differ in all three so that a
-two-agent experiment is heterogeneous in the ways HACPO cares about (DESIGN.md section 1):
+two-agent experiment is heterogeneous in the ways HACPO cares about (docs/architecture.md, "The parts"):
 
 - ``llama-char``: Llama, character tokenizer, hidden 128, 3 layers, 4 heads (2 kv), 0.60M params;
 - ``qwen2-bpe``: Qwen2, byte-level BPE (384), hidden 96, 4 layers, 4 heads (2 kv), 0.37M params.
@@ -79,8 +79,8 @@ class TinyPreset:
     bpe_vocab_size: int = 384
     max_position_embeddings: int = 512
     #: Share of worked warm-start solutions that end with the rewarded ``#### <answer>``; the
-    #: rest end with ``(<n> steps)`` instead (``marked_solution``). 1.0 (the default) leaves the
-    #: data and the cache key as they were.
+    #: rest end with ``(<n> steps)`` instead (``marked_solution``). 1.0 (the default) marks every
+    #: solution and keeps the option out of the cache key.
     marker: float = 1.0
 
 

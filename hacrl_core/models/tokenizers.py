@@ -101,7 +101,7 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
     """Short stable id of a tokenizer: SHA-256 of its serialised model and its chat template.
 
     Two tokenizers with the same fingerprint encode every text to the same ids, so rows can be
-    reused without re-encoding; it is the ``tokenizer id`` of trajectory rows (DESIGN.md section 3).
+    reused without re-encoding; it is the ``tokenizer id`` of trajectory rows (docs/architecture.md, "The trajectory store").
     """
     digest = hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode("utf-8"))
     digest.update(b"\0" + (getattr(tokenizer, "chat_template", None) or "").encode("utf-8"))

@@ -8,7 +8,7 @@ Forms (``AgentSpec.model``):
 - a hub id ``org/name`` or ``org/name@revision``: ``huggingface_hub.snapshot_download`` into
   ``cache_dir/hub/`` (weights as safetensors only, plus config and tokenizer files);
 - ``s3://bucket/prefix``: copied by the injected ``store`` into ``cache_dir/s3/<hash>/``, once
-  (weights directories are immutable: DESIGN.md section 3).
+  (weights directories are immutable: docs/architecture.md, "The trajectory store").
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Reward functions registered by name, with gold-answer validators and shared counters.
 
 A reward is ``reward(response: str, gold: str) -> float`` in [0, 1]. It scores the response
-text only (never the prompt; DESIGN.md section 2, step 1) and never raises on model output: a
+text only (never the prompt; docs/architecture.md, "One step", step 1) and never raises on model output: a
 response it cannot judge scores 0 and the reason is counted in ``reward_stats()``.
 
 Registration goes through ``hacrl_core.registry.Registry`` like every named thing in the spec: a

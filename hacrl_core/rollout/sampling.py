@@ -1,5 +1,5 @@
 """The rollout side of a step as stages: sample the step's prompts, then turn the samples into
-scored rollout rows (DESIGN.md section 2, steps 1-3). No store, no files: the rollout worker
+scored rollout rows (docs/architecture.md, "One step", step 1). No store, no files: the rollout worker
 writes what ``rollout_rows`` returns, and in-memory loops use the rows directly."""
 
 from __future__ import annotations

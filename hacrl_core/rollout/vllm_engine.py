@@ -21,7 +21,7 @@ Contract, the same as the ``hf`` engine's (``hacrl_core.rollout.engine``):
   sample has no eos. ``Sample.text`` is the decoded response without the eos.
 - Sampling uses temperature and top_p from the spec, top_k disabled, no penalties, and ignores
   the model's ``generation_config.json`` defaults (``generation_config="vllm"``). Log-probs are
-  never requested: the learner scores every row itself (DESIGN.md section 2, step 2).
+  never requested: the learner scores every row itself (docs/architecture.md, "One step", step 2).
 - Seeds: prompt ``i`` of a call gets ``seed + i * n`` and vLLM gives its ``n`` samples
   ``seed + i * n + j``, so every (prompt, sample) of a step has its own reproducible stream.
 - ``tensor_parallel_size`` and ``gpu_memory_utilization`` come from the agent's ``rollout``

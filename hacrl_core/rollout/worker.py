@@ -80,8 +80,8 @@ def run_rollout_worker(context: WorkerContext) -> None:
         if version != loaded:
             if version == 0:
                 # Version 0 is the initial model, which the learner is still loading to publish:
-                # sampling from the same checkpoint now takes the learner's start-up off the critical
-                # path (its pi_old is the learner's own scoring either way).
+                # sampling from the same checkpoint at once takes the learner's start-up off the
+                # critical path (its pi_old is the learner's own scoring either way).
                 engine.load(context.initial_model_dir())
             else:
                 local = weights_root / f"{version:06d}"

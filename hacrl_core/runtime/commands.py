@@ -119,9 +119,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     import tempfile
     from pathlib import Path
 
-    from hacrl_core.rollout.engine import engine_for
     from hacrl_core.context import WorkerContext
     from hacrl_core.evaluation import evaluate_engine
+    from hacrl_core.rollout.engine import engine_for
 
     context = WorkerContext.from_spec_file(args.spec, args.agent)
     if not context.spec.data.eval:

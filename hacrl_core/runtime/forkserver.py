@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib
 import multiprocessing
 import os
 import subprocess
@@ -178,9 +179,11 @@ def _run_cli(arguments: list[str], env: dict[str, str], log_path: str) -> None:
     os.environ.clear()
     os.environ.update(env)
     sys.argv = [HACRL_CLI[0], *arguments]
-    from hacrl_core.cli import console
-
+    # The CLI module of the command line, looked up by its name as `python -m` does: the server
+    # starts command lines and sits below the CLI that starts it (cli -> runtime -> forkserver), so
+    # it never imports the CLI itself. The server preloaded the module (WORKER_MODULES).
+    cli = importlib.import_module(HACRL_CLI[2])
     try:
-        console(arguments)  # ends the process as the `hacrl` executable does: atexit handlers, flush, os._exit
+        cli.console(arguments)  # ends the process as the `hacrl` executable does: atexit handlers, flush, os._exit
     finally:  # an exception (argparse's SystemExit too) ends it through multiprocessing instead, which skips them
         atexit._run_exitfuncs()

@@ -25,8 +25,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hacrl_core.data.report import DatasetReport, read_datasets
 from hacrl_core.context import unsupported_settings
+from hacrl_core.data.report import DatasetReport, read_datasets
 from hacrl_core.runtime.cpus import THREADS_ENV, available_cpus, worker_threads
 from hacrl_core.runtime.forkserver import ForkedProcess, ForkServer, cli_command, fork_server
 from hacrl_core.spec import ROLLOUT_REPLICA_ENV, Experiment, SpecError, dump_experiment, load_experiment
@@ -70,9 +70,8 @@ class WorkerProcess:
         if self.forks is not None and self.forks.runs(self.command):
             self.process = self.forks.start(self.command, self.env, self.log_path)
             return
-        handle = open(self.log_path, "ab")
-        self.process = subprocess.Popen(self.command, env=self.env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
-        handle.close()
+        with open(self.log_path, "ab") as handle:  # the child keeps its own copy of the descriptor
+            self.process = subprocess.Popen(self.command, env=self.env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
 
     def poll(self) -> int | None:
         return None if self.process is None else self.process.poll()
@@ -179,8 +178,8 @@ def check_datasets(run: LocalRun, display) -> None:
 def build_models(run: LocalRun, say) -> None:
     """Resolve (and for tiny:// build and warm-start) every agent's model once, before the workers
     start, so that two workers never race to build the same cache entry."""
-    from hacrl_core.models.uri import resolve_model
     from hacrl_core.context import cache_root
+    from hacrl_core.models.uri import resolve_model
 
     for agent in run.experiment.spec.agents:
         began = time.perf_counter()

@@ -1,4 +1,4 @@
-"""The trajectory store (DESIGN.md section 3): object stores, commit markers, Parquet rows.
+"""The trajectory store (docs/architecture.md, "The trajectory store"): object stores, commit markers, Parquet rows.
 
 - ``objects``: the ``ObjectStore`` interface, ``open_object_store(uri)``; backends in
   ``file_store`` (``file://``) and ``s3_store`` (``s3://``, boto3).

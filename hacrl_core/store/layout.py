@@ -1,4 +1,4 @@
-"""The key layout of one experiment in the trajectory store (DESIGN.md section 3).
+"""The key layout of one experiment in the trajectory store (docs/architecture.md, "The trajectory store").
 
 ```
 <experiment>/spec.yaml

@@ -1,4 +1,4 @@
-"""Tokenizer-neutral trajectory rows in Parquet (DESIGN.md section 3).
+"""Tokenizer-neutral trajectory rows in Parquet (docs/architecture.md, "The trajectory store").
 
 A rollout row is keyed by (experiment, step, source_agent, policy_version, tokenizer_id,
 prompt_uid, sample_index) and carries the rendered prompt, the response text, the source's
@@ -141,11 +141,11 @@ def _rows_to_table(rows: list[dict[str, Any]], schema: pa.Schema, kind: str) -> 
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-#: Parquet gives up dictionary-encoding a column chunk once its dictionary passes this size. The
-#: default (1 MiB) let a real vocabulary's token ids (150k distinct) fill a dictionary before the
-#: writer fell back, which was most of a long shard's encoding (8,192 x 512 tokens: 107-130 ms
-#: against 48-52 ms; docs/benchmarks.md section 4). A tiny model's 384 ids, or a 32k vocabulary's
-#: on a shard this size, stay inside it and encode as before (same time, size within 0.1%).
+#: Parquet gives up dictionary-encoding a column chunk once its dictionary passes this size. With
+#: the default (1 MiB) a real vocabulary's token ids (150k distinct) fill a dictionary before the
+#: writer falls back, most of a long shard's encoding (8,192 x 512 tokens: 107-130 ms against
+#: 48-52 ms with this limit; docs/benchmarks.md section 4). A tiny model's 384 ids, or a 32k
+#: vocabulary's on a shard this size, stay inside it (same time, size within 0.1%).
 DICTIONARY_PAGE_LIMIT = 256 * 1024
 
 

@@ -23,10 +23,11 @@ def main(lock_path: str) -> None:
     installed = {canonical(d.metadata["Name"]): d.version for d in metadata.distributions() if d.metadata["Name"]}
     for name, version in sorted(installed.items()):
         print(f"{name}=={version}")
-    for line in open(lock_path, encoding="utf-8"):
-        match = re.match(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)(\s*;[^\\]*)?", line)
-        if match and canonical(match.group(1)) not in installed:
-            print(f"{canonical(match.group(1))}=={match.group(2)}{(match.group(3) or '').rstrip()}")
+    with open(lock_path, encoding="utf-8") as lock:
+        for line in lock:
+            match = re.match(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)(\s*;[^\\]*)?", line)
+            if match and canonical(match.group(1)) not in installed:
+                print(f"{canonical(match.group(1))}=={match.group(2)}{(match.group(3) or '').rstrip()}")
 
 
 if __name__ == "__main__":

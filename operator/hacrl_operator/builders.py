@@ -2,7 +2,7 @@
 
 Per experiment: one ConfigMap with the rendered spec; per agent: a rollout Pod and a learner Pod
 (or, with ``spec.colocate``, one colocated Pod) running the same worker entry points as
-`hacrl run` (DESIGN.md sections 1 and 4), with the
+`hacrl run` (docs/architecture.md, "On a cluster"), with the
 experiment's env and envFrom and the agent's model cache claim; with ``spec.scheduling.gang`` the
 pods' gang labels and annotations (Kueue) or a PodGroup (Volcano).
 
@@ -11,12 +11,14 @@ A learner over several nodes (``agents[].learner.nodes`` N > 1) is N pods of the
 ``hacrl.io/node``, behind a headless Service of the agent (``rendezvous_service_name``) that gives
 each pod a DNS name (``hostname`` <role>-<node>, ``subdomain`` the Service): every pod gets
 HACRL_NODE_RANK, and MASTER_ADDR/MASTER_PORT pointing at node 0, which its launcher reads
-(hacrl_core.learner.distributed.node_placement). With N == 1 the pod is as it always was.
+(hacrl_core.learner.distributed.node_placement). With N == 1 it is one pod,
+``<experiment>-<agent>-<role>-<hash>``, without the node label, the Service or those variables.
 
 A rollout with several replicas (``agents[].rollout.replicas`` R > 1) is R rollout pods,
 ``<experiment>-<agent>-rollout-<replica>-<hash>`` with the label ``hacrl.io/replica`` and
 HACRL_ROLLOUT_REPLICA (the slice of each step's prompts the replica samples). Unlike a learner's
-nodes they run independently (no Service, no rendezvous). With R == 1 the pod is as it always was.
+nodes they run independently (no Service, no rendezvous). With R == 1 it is one pod,
+``<experiment>-<agent>-rollout-<hash>``, without the replica label and variable.
 """
 
 from __future__ import annotations

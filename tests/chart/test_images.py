@@ -39,7 +39,7 @@ def instructions(path: Path) -> list[tuple[str, str]]:
         current += line
         logical.append(current)
         current = ""
-    return [(l.split(None, 1)[0].upper(), l.split(None, 1)[1] if " " in l else "") for l in logical]
+    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1] if " " in line else "") for line in logical]
 
 
 def env_pairs(arguments: str) -> list[tuple[str, str]]:
@@ -137,7 +137,7 @@ def test_healthcheck(dockerfile: Path):
 def test_build_context_filter_keeps_what_is_copied(dockerfile: Path):
     ignore = dockerfile.with_name("Dockerfile.dockerignore")
     assert ignore.is_file(), f"{ignore.relative_to(ROOT)} missing"
-    patterns = [l.strip() for l in ignore.read_text().splitlines() if l.strip() and not l.startswith("#")]
+    patterns = [line.strip() for line in ignore.read_text().splitlines() if line.strip() and not line.startswith("#")]
     assert patterns[0] == "*", "an allow-list: exclude everything, then re-include"
 
     def included(path: str) -> bool:
@@ -177,7 +177,7 @@ def _pyproject_requirements() -> dict[str, Requirement]:
 
 def _operator_requirements() -> list[Requirement]:
     lines = (ROOT / "images" / "operator" / "requirements.txt").read_text().splitlines()
-    return [Requirement(l) for l in lines if l.strip() and not l.startswith("#")]
+    return [Requirement(line) for line in lines if line.strip() and not line.startswith("#")]
 
 
 def test_operator_requirements_match_pyproject():

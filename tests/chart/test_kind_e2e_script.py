@@ -7,7 +7,6 @@ import re
 import shutil
 import subprocess
 
-import pytest
 import yaml
 
 from tests.chart.rendering import CHART, KUBE_VERSIONS, ROOT

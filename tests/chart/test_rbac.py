@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 
 import pytest
-from hacrl_operator.rbac import RULES
 
+from hacrl_operator.rbac import RULES
 from tests.chart.rendering import CHART, NAMESPACE, is_crd_hook, objects, render
 
 Grant = tuple[str, str, str]  # (apiGroup, resource, verb)

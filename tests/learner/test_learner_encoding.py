@@ -1,6 +1,6 @@
 """A shard's training rows (`learner.batch.encode_rows`): read as the store's Arrow table or as row
 dicts, with batched tokenizer calls, they must be exactly the rows of one `encode_row_for` call
-per row (DESIGN.md section 2, step 5), and a peer's pi_old and the scores shard must be keyed the
+per row (docs/architecture.md, "One step", step 5), and a peer's pi_old and the scores shard must be keyed the
 same from tables as from dicts."""
 
 from __future__ import annotations

@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from hacrl_core.algorithms import CapabilityTracker, resolve_algorithm
+from hacrl_core.context import WorkerContext
 from hacrl_core.data.arithmetic import ArithmeticTask
 from hacrl_core.learner.backends import create_backend
 from hacrl_core.learner.batch import TrainRow, score_rows
 from hacrl_core.learner.guards import NonFiniteWeightsError, nonfinite_parameters
-from hacrl_core.context import WorkerContext
 from hacrl_core.learner.stages import LearnerState, pad_id, plan_updates, run_updates, score_own_rows
 from hacrl_core.learner.worker import publish_weights
 from hacrl_core.models.loading import load_policy

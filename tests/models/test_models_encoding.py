@@ -1,4 +1,4 @@
-"""Cross-encoding of rows between two different tokenizers (DESIGN.md section 2, step 5)."""
+"""Cross-encoding of rows between two different tokenizers (docs/architecture.md, "One step", step 5)."""
 
 from __future__ import annotations
 

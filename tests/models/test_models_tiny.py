@@ -10,7 +10,15 @@ from safetensors.torch import load_file
 
 from hacrl_core.data.arithmetic import ArithmeticTask
 from hacrl_core.models.loading import load_policy
-from hacrl_core.models.tiny import PRESETS, apply_overrides, build_tiny_model, cache_key, greedy_accuracy, parse_tiny_uri, read_build_record
+from hacrl_core.models.tiny import (
+    PRESETS,
+    apply_overrides,
+    build_tiny_model,
+    cache_key,
+    greedy_accuracy,
+    parse_tiny_uri,
+    read_build_record,
+)
 
 
 def test_presets_differ_in_architecture_size_and_tokenizer() -> None:

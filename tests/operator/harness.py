@@ -4,7 +4,7 @@
 (its own event loop) and writes a kubeconfig for it; the REAL kubectl (/usr/bin/kubectl) and the
 operator (kopf via ``KopfRunner``, plus the kubernetes client) talk to it over HTTP.
 
-kmock 0.8 gaps covered here (DESIGN.md section 5), each in ``PatchedEmulator``:
+kmock 0.8 gaps covered here, each in ``PatchedEmulator``:
 
 - no uid / resourceVersion / creationTimestamp / generation, no ``generateName`` (kopf's finalizer
   patch and event posting need them): stamped on create, resourceVersion bumped on every write
@@ -36,6 +36,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import secrets
 import socket
 import subprocess
@@ -341,7 +342,7 @@ class PatchedEmulator(kmock.KubernetesEmulator):
     async def _serve_list(self, request: Any) -> Any:
         result = await super()._serve_list(request)
         resource = request.resource
-        info = self._resources[resource] if resource in self._resources else None
+        info = self._resources.get(resource)
         kind = (info.kind if info and info.kind else resource.plural.capitalize()) + "List"
         labels = request.params.get("labelSelector")
         fields = request.params.get("fieldSelector")
@@ -592,6 +593,26 @@ class OperatorHandle:
         """Log records at ERROR level containing one of ``fragments`` are expected (e.g. an invalid spec)."""
         self.allowed_errors += fragments
 
+    def reconciles(self, trigger: str | None = None) -> float:
+        """Reconciles this operator has run to the end so far (of ``trigger``, or of every trigger);
+        a coalesced request is not one: another reconcile runs for it."""
+        return sum(sample.value for metric in self.reconciler.metrics.registry.collect() for sample in metric.samples
+                   if sample.name == "hacrl_operator_reconciles_total" and sample.labels["outcome"] != "coalesced"
+                   and trigger in (None, sample.labels["trigger"]))
+
+    def wait_for_reconciles(self, count: int, *, trigger: str | None = None, timeout: float = 10.0) -> None:
+        """Until ``count`` more reconciles have run: what a negative check waits for, so that the
+        operator has had its chances to (wrongly) act however slow the machine."""
+        target = self.reconciles(trigger) + count
+        wait_for(lambda: self.reconciles(trigger) >= target, timeout=timeout, what=f"{count} more {trigger or 'any'} reconciles")
+
+    def handled_events(self, handler: str, name: str) -> int:
+        """Events of object ``name`` that the kopf handler function ``handler`` has returned from: kopf
+        logs each with the object's reference, naming the handler by its qualified name."""
+        done = re.compile(rf"Handler '(?:.+\.)?{re.escape(handler)}' succeeded\.")
+        return sum(1 for record in self.logs.records
+                   if getattr(record, "k8s_ref", {}).get("name") == name and done.fullmatch(record.getMessage()))
+
 
 def operator_config(cluster: EmulatedCluster, **env: str) -> Any:
     """The ``OperatorConfig`` that ``run_operator`` runs with (the tests' settings, then ``env``);
@@ -619,8 +640,9 @@ def run_operator(cluster: EmulatedCluster, **env: str) -> Iterator[OperatorHandl
     error (except those declared with ``expect_errors``) and that kmock hit no internal error.
     """
     import kopf
-    from hacrl_operator.handlers import register
     from kopf.testing import KopfRunner
+
+    from hacrl_operator.handlers import register
 
     config = operator_config(cluster, **env)
     registry = kopf.OperatorRegistry()

@@ -9,8 +9,6 @@ from typing import Any
 
 import pytest
 import yaml
-from hacrl_operator import builders, rbac
-from hacrl_operator.config import ConfigError, OperatorConfig
 
 from hacrl_core.spec import (
     OPERATOR_ENV,
@@ -18,6 +16,8 @@ from hacrl_core.spec import (
     ModelCacheSpec,
     parse_experiment,
 )
+from hacrl_operator import builders, rbac
+from hacrl_operator.config import ConfigError, OperatorConfig
 
 REPO = Path(__file__).resolve().parents[2]
 OWNER = {"apiVersion": "hacrl.io/v1alpha1", "kind": "HACRLExperiment", "metadata": {"name": "quickstart", "namespace": "ns", "uid": "u-1"}}

@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 import yaml
-from hacrl_operator.builders import pod_name
 from harness import (
     REPO,
     EmulatedCluster,
@@ -30,6 +29,7 @@ from harness import (
 from hacrl_core.spec import parse_experiment
 from hacrl_core.store import open_trajectory_store
 from hacrl_core.store.ownership import Owner, claim
+from hacrl_operator.builders import pod_name
 
 NS = "hx-test"
 QUICKSTART = REPO / "examples/quickstart.yaml"
@@ -394,7 +394,7 @@ def test_a_secret_the_admin_did_not_approve_gets_no_pod_until_the_spec_names_one
     assert "experimentSecrets" in message and status["phase"] == "Pending"
     warnings = [e for e in cluster.get("events", namespace=NS) if e["reason"] == "SecretNotAllowed"]
     assert len(warnings) == 1 and warnings[0]["type"] == "Warning"
-    time.sleep(1.0)  # several reconciles (0.2 s apart): still no pod, still one warning
+    op.wait_for_reconciles(3, trigger="periodic")  # its chances to act: still no pod, still one warning
     assert pods_of(cluster) == {}
     assert len([e for e in cluster.get("events", namespace=NS) if e["reason"] == "SecretNotAllowed"]) == 1
     cluster.kubectl("patch", "hx", "quickstart", "-n", NS, "--type=merge", "-p",
@@ -618,9 +618,7 @@ def test_suspend_deletes_pods_keeps_the_rest_and_resume_recreates_them(cluster: 
 
     # Idempotent and quiet: several reconcile intervals pass without another status write.
     version = cluster.get("hx", "quickstart", NS)["metadata"]["resourceVersion"]
-    reconciles = lambda: sum(s.value for m in op.reconciler.metrics.registry.collect() for s in m.samples if s.name == "hacrl_operator_reconciles_total" and s.labels["trigger"] == "periodic")
-    before = reconciles()
-    wait_for(lambda: reconciles() >= before + 3, timeout=5, what="3 periodic reconciles")
+    op.wait_for_reconciles(3, trigger="periodic", timeout=5)
     assert cluster.get("hx", "quickstart", NS)["metadata"]["resourceVersion"] == version
     assert pods_of(cluster) == {}
 
@@ -647,7 +645,7 @@ def test_colocated_experiment_runs_one_pod_per_agent_and_can_switch_to_split_pod
     apply(cluster, document)
     pods = wait_for(lambda: len(pods_of(cluster)) == 2 and pods_of(cluster), what="2 colocated pods")
     assert sorted(pods) == sorted(pod_name("quickstart", a, "colocated") for a in AGENTS)
-    for name, pod in pods.items():
+    for pod in pods.values():
         agent_name = pod["metadata"]["labels"]["hacrl.io/agent"]
         assert pod["metadata"]["labels"]["hacrl.io/role"] == "colocated" and pod["metadata"]["labels"]["team"] == "a"
         assert pod["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"] == "2"
@@ -896,10 +894,13 @@ def test_pods_the_operator_created_trigger_no_reconcile_until_they_change(cluste
 
         apply(cluster, quickstart())
         pods = wait_for(lambda: len(pods_of(cluster)) == 4 and pods_of(cluster), what="4 pods")
+        # Each pod's first event is its ADDED one: once the handler has returned from it for every
+        # pod, a reconcile it started would have been counted.
+        wait_for(lambda: all(handle.handled_events("pod_event", name) for name in pods), what="every pod's ADDED event handled")
+        assert pod_event_reconciles() == 0
         first = sorted(pods)[0]
-        cluster.set_pod_phase(first, NS, "Running")  # after the 4 ADDED events in the watch stream
+        cluster.set_pod_phase(first, NS, "Running")
         wait_for(lambda: pod_event_reconciles() >= 1, what="a reconcile on the pod's change")
-        time.sleep(1.0)  # time for any late ADDED event to be handled (it would count here)
         assert pod_event_reconciles() == 1
 
 

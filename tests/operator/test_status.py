@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 import yaml
-from hacrl_operator.builders import pod_name
-from hacrl_operator.status import Observed, plan_reconcile, status_patch, summarize_pod
-from hacrl_operator.status.limits import cut
 
 from hacrl_core.spec import parse_experiment
 from hacrl_core.status import Condition
+from hacrl_operator.builders import pod_name
+from hacrl_operator.status import Observed, plan_reconcile, status_patch, summarize_pod
+from hacrl_operator.status.limits import cut
 
 REPO = Path(__file__).resolve().parents[2]
 NOW = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)

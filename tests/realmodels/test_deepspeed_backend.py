@@ -151,8 +151,8 @@ def test_update_matches_torch_backend(model_dir: Path, zero_stage: int) -> None:
 def test_checkpoint_resume_round_trip(model_dir: Path, tmp_path: Path) -> None:
     """Save weights + optimizer state after one update, restore both into a fresh backend:
     the next update is identical to continuing the original backend."""
-    from hacrl_core.models.tokenizers import load_tokenizer
     from hacrl_core.models.loading import save_policy
+    from hacrl_core.models.tokenizers import load_tokenizer
 
     first, second = make_batch(seed=3), make_batch(seed=4)
     original = fresh(model_dir, "deepspeed", zero_stage=2)

@@ -118,9 +118,10 @@ def run_operator_patiently(cluster: EmulatedCluster, stop_timeout: float, **env:
     finishes the pod-event reconciles it has queued before it exits, which takes more than the
     harness's 30 s on a loaded 2-core machine. The same checks on exit (exit 0, no handler error)."""
     import kopf
+    from kopf.testing import KopfRunner
+
     from hacrl_operator.config import OperatorConfig
     from hacrl_operator.handlers import register
-    from kopf.testing import KopfRunner
 
     settings = {"KUBECONFIG": str(cluster.kubeconfig), "HACRL_OPERATOR_METRICS_PORT": str(harness.free_port()),
                 "HACRL_OPERATOR_HEALTH_PORT": str(harness.free_port()), "HACRL_ROLLOUT_IMAGE": "registry.test/hacrl-rollout:test",
@@ -182,11 +183,11 @@ def test_operator_restarted_mid_reconcile_creates_no_duplicate_pods_and_converge
     survivors = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods(cluster, "restarted")}
     assert len(survivors) == 2, survivors
 
-    with run_operator(cluster):
+    with run_operator(cluster) as second:
         wait_for(lambda: len(pods(cluster, "restarted")) == 4, timeout=30, what="4 pods after the restart")
         run_pods(cluster, "restarted")
         wait_for(lambda: status(cluster, "restarted").get("phase") == "Running", timeout=30, what="phase Running")
-        time.sleep(1.0)  # several periodic reconciles: still exactly 4 pods
+        second.wait_for_reconciles(3, trigger="periodic", timeout=30)  # its chances to act: still exactly 4 pods
         final = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods(cluster)}
     assert len(final) == 4
     assert all(final[name] == uid for name, uid in survivors.items()), "an existing pod was recreated"

@@ -276,9 +276,9 @@ def test_operator_status_ignores_a_skewed_heartbeat_clock(skew_seconds: int) -> 
     import datetime as dt
 
     import yaml
-    from hacrl_operator.status import Observed, plan_reconcile
 
     from hacrl_core.spec import parse_experiment
+    from hacrl_operator.status import Observed, plan_reconcile
 
     now = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)
     experiment = parse_experiment(yaml.safe_load((REPO / "examples/quickstart.yaml").read_text()))

@@ -17,7 +17,13 @@ import torch
 
 from hacrl_core.algorithms import CapabilityTracker
 from hacrl_core.learner.backends import backend_factory
-from hacrl_core.learner.checkpoint import OPTIMIZER_FILE, RNG_FILE, UnsafeCheckpointError, restore_checkpoint, save_checkpoint
+from hacrl_core.learner.checkpoint import (
+    OPTIMIZER_FILE,
+    RNG_FILE,
+    UnsafeCheckpointError,
+    restore_checkpoint,
+    save_checkpoint,
+)
 from hacrl_core.models.loading import load_policy
 from hacrl_core.models.tiny import build_tiny_model
 from hacrl_core.spec import LearnerSettings

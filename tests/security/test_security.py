@@ -22,9 +22,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "operator"))
 
-from harness import EmulatedCluster, run_operator, wait_for
+from harness import EmulatedCluster, run_operator, wait_for  # noqa: E402 (found through the path set above)
 
-from tests.chart.rendering import CI_VALUES, objects, render
+from tests.chart.rendering import CI_VALUES, objects, render  # noqa: E402
 
 KNOWN_SECRET = "known-secret-value-4J9sQe"
 NS = "hx-sec"

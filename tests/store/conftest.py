@@ -14,8 +14,8 @@ _REPO_ROOT = str(Path(__file__).resolve().parents[2])
 if _REPO_ROOT not in sys.path:
     sys.path.insert(0, _REPO_ROOT)
 
-from hacrl_core.store import ObjectStore, open_object_store
-from tests.support.seaweed_fixtures import seaweed_server, seaweedfs  # noqa: F401 (fixtures)
+from hacrl_core.store import ObjectStore, open_object_store  # noqa: E402 (the path set up above first)
+from tests.support.seaweed_fixtures import seaweed_server, seaweedfs  # noqa: E402, F401 (fixtures)
 
 # Few tries so that tests of failures stay quick; the default is tested for its value.
 FAST_ATTEMPTS = 3

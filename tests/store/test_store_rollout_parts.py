@@ -47,7 +47,7 @@ def test_a_step_is_invisible_until_every_part_is_committed_then_read_in_replica_
     assert ts.objects.list(f"{EXP}/steps/000004/") == sorted(
         f"{EXP}/steps/000004/rollouts/alpha/part-{r:02d}-of-03.parquet{marker}" for r in range(3) for marker in ("", ".commit.json")
     )
-    # An agent with one replica keeps the single shard of DESIGN.md section 3.
+    # An agent with one replica keeps the single shard of docs/architecture.md, "The trajectory store".
     ts.write_rollouts(4, "beta", [rollout(4, "beta", 0)])
     assert ts.objects.exists(f"{EXP}/steps/000004/rollouts/beta.parquet.commit.json")
     assert ts.read_rollouts(4, "beta") == [rollout(4, "beta", 0)]

@@ -185,7 +185,7 @@ def test_a_skewed_clock_is_reported_as_clock_skew_not_access_denied(
     import botocore.auth
 
     _endpoint, bucket, _env = seaweedfs
-    skewed = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None) - datetime.timedelta(hours=1)
+    skewed = datetime.datetime.now(datetime.UTC).replace(tzinfo=None) - datetime.timedelta(hours=1)
     monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda *args, **kwargs: skewed)  # the node's clock
     store = S3ObjectStore(bucket, "p", attempts=FAST_ATTEMPTS)
     with pytest.raises(StoreUnavailable, match=r"clock .* differs from the S3 server's .*RequestTimeTooSkewed.*NTP") as info:

@@ -1,4 +1,4 @@
-"""TrajectoryStore: the key layout of DESIGN.md section 3 on both backends."""
+"""TrajectoryStore: the key layout of docs/architecture.md, "The trajectory store", on both backends."""
 
 from __future__ import annotations
 

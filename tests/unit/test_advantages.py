@@ -111,7 +111,7 @@ def test_capability_weighted_baseline_is_unbiased_for_learner_expected_reward(le
 
 
 def test_loop_reference_matches_vectorised_function_over_seeds():
-    """An independent per-group loop written straight from DESIGN.md step 4."""
+    """An independent per-group loop written straight from docs/algorithm.md, "Formulas", step 4."""
     for seed in range(20):
         generator = torch.Generator().manual_seed(seed)
         n_agents, group_size, prompts = 2, 3, 4

@@ -1,4 +1,4 @@
-"""CapabilityTracker: moving window, floor, clamped ratios, warm-up (DESIGN.md section 2, step 3)."""
+"""CapabilityTracker: moving window, floor, clamped ratios, warm-up (docs/algorithm.md, "Formulas", step 3)."""
 
 import pytest
 import torch

@@ -1,9 +1,10 @@
 """No import cycles: neither between files nor between the subpackages of hacrl_core and the operator.
 
-Only imports that run when a module is imported count: those at module level (in class bodies,
-``try`` and ``if`` blocks too), not those inside functions (deferred on purpose, e.g. to keep
-torch out of the operator) nor those under ``if TYPE_CHECKING:``. ``from a.b import c`` depends on
-the module ``a.b.c`` where that is a file, else on ``a.b``.
+Every import counts: those at module level (in class bodies, ``try`` and ``if`` blocks too) and
+those inside functions, which are deferred on purpose (to keep torch out of the operator, or
+`hacrl validate` instant) but are dependencies all the same: a cycle through one is a cycle.
+Only imports under ``if TYPE_CHECKING:`` never run and do not count. ``from a.b import c``
+depends on the module ``a.b.c`` where that is a file, else on ``a.b``.
 """
 
 from __future__ import annotations
@@ -35,29 +36,36 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _import_time_statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
-    """The statements of ``body`` that run on import: nested blocks yes, function bodies no."""
+def _statements(body: list[ast.stmt], *, deferred: bool) -> Iterator[ast.stmt]:
+    """The statements of ``body`` and of the blocks nested in it; function bodies only when
+    ``deferred`` (else: the statements that run on import); never those under TYPE_CHECKING."""
     for node in body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if deferred:
+                yield from _statements(node.body, deferred=deferred)
+            continue
+        if isinstance(node, ast.ClassDef):
+            yield from _statements(node.body, deferred=deferred)
             continue
         yield node
         if isinstance(node, ast.If):
             if not _is_type_checking(node.test):
-                yield from _import_time_statements(node.body)
-            yield from _import_time_statements(node.orelse)
+                yield from _statements(node.body, deferred=deferred)
+            yield from _statements(node.orelse, deferred=deferred)
             continue
         for field in ("body", "orelse", "finalbody", "handlers", "cases"):
             children = getattr(node, field, None) or []
             blocks = [child.body if isinstance(child, (ast.ExceptHandler, ast.match_case)) else [child] for child in children]
             for block in blocks:
-                yield from _import_time_statements(block)
+                yield from _statements(block, deferred=deferred)
 
 
-def imports_of(module: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The modules of ``modules`` that importing ``module`` imports directly."""
+def imports_of(module: str, path: Path, modules: dict[str, Path], *, deferred: bool = True) -> set[str]:
+    """The modules of ``modules`` that ``module`` imports directly (``deferred``: also inside its
+    functions; else only on import)."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found = set()
-    for node in _import_time_statements(ast.parse(path.read_text(), str(path)).body):
+    for node in _statements(ast.parse(path.read_text(), str(path)).body, deferred=deferred):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -77,9 +85,9 @@ def imports_of(module: str, path: Path, modules: dict[str, Path]) -> set[str]:
 
 
 @functools.cache
-def import_graph() -> dict[str, set[str]]:
+def import_graph(deferred: bool = True) -> dict[str, set[str]]:
     modules = module_files()
-    return {module: imports_of(module, path, modules) for module, path in modules.items()}
+    return {module: imports_of(module, path, modules, deferred=deferred) for module, path in modules.items()}
 
 
 def package_of(module: str) -> str:
@@ -122,7 +130,9 @@ def test_the_checker_finds_cycles_and_resolves_imports() -> None:
     graph = import_graph()
     assert "hacrl_core.store.s3_store" in graph["hacrl_core.store.objects"]  # from-import of a name
     assert "hacrl_core.data.rows" in graph["hacrl_core.data.hub"]
-    assert "hacrl_core.rollout.hf_engine" not in graph["hacrl_core.rollout.engine"]  # imported on use only
+    # Imported inside a function (on use only): a dependency, though not one of import time.
+    assert "hacrl_core.learner.distributed" in graph["hacrl_core.cli"]
+    assert "hacrl_core.learner.distributed" not in import_graph(deferred=False)["hacrl_core.cli"]
 
 
 def test_no_module_imports_itself_through_others() -> None:
@@ -130,6 +140,25 @@ def test_no_module_imports_itself_through_others() -> None:
     assert cycle is None, "import cycle between files: " + " -> ".join(cycle or [])
 
 
+# Package edges that close a cycle today, through imports inside functions: context.py looks up
+# the installed rollout engines and learner backends, which sit above it (issue 31, item 6: their
+# names are to come from torch-free tables below context). Remove an entry once its edge is gone;
+# nothing may be added.
+KNOWN_UPWARD_EDGES = {
+    ("hacrl_core.context", "hacrl_core.learner"),
+    ("hacrl_core.context", "hacrl_core.rollout"),
+}
+
+
 def test_no_subpackage_imports_itself_through_others() -> None:
-    cycle = find_cycle(package_graph(import_graph()))
+    graph = package_graph(import_graph())
+    for source, target in KNOWN_UPWARD_EDGES:
+        assert target in graph[source], f"{source} no longer imports {target}: remove the edge from KNOWN_UPWARD_EDGES"
+        graph[source].discard(target)
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle between packages: " + " -> ".join(cycle or [])
+
+
+def test_import_time_imports_alone_have_no_package_cycle() -> None:
+    cycle = find_cycle(package_graph(import_graph(deferred=False)))
     assert cycle is None, "import cycle between packages: " + " -> ".join(cycle or [])

@@ -85,7 +85,7 @@ def test_cross_row_golden_value_and_gradient(alpha, m, advantage):
     loss, grad, metrics = one_row(-2.18, -2.0, advantage, False, omega, m, alpha=alpha)
     if s >= low:
         assert loss == pytest.approx(-omega * s ** (1 + alpha) * advantage, rel=1e-10)
-        # Closed form of DESIGN.md: the gradient is omega * A * s^(alpha+1) times d(mean log pi).
+        # Closed form of docs/algorithm.md, "Formulas": the gradient is omega * A * s^(alpha+1) times d(mean log pi).
         assert grad == pytest.approx(-omega * advantage * s ** (alpha + 1), rel=1e-10)
         assert metrics["cross_clip_frac"] == 0.0
     else:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support.documents import DELETE, set_path
 from hacrl_core.spec import SpecError, dump_experiment, load_experiment, parse_experiment
+from tests.support.documents import DELETE, set_path
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
