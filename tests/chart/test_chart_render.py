@@ -186,9 +186,8 @@ def test_worker_images_and_watch_settings_reach_the_operator():
 def test_openshift_values_leave_every_uid_gid_and_fs_group_to_the_platform():
     """restricted-v2 refuses a fixed uid outside the namespace's range: the operator's pod and the
     worker pods it builds (from the config the chart gives it) set none, and stay non-root."""
-    from hacrl_operator.builders import build_pod
-
     from hacrl_core.spec import parse_experiment
+    from hacrl_operator.builders import build_pod
 
     fixed = ("runAsUser", "runAsGroup", "fsGroup")
     deployment = one(render((str(CHART / "ci" / "openshift-values.yaml"),)), "Deployment", RELEASE)

@@ -172,7 +172,6 @@ def test_a_version_tag_pushes_every_image_the_chart_and_operator_default_to():
     `ghcr.io/hacrl/hacrl-<role>:<version>`: the release workflow pushes exactly those, for every
     image of images/, the operator multi-arch as kind-e2e builds it, once the tag equals both."""
     import hacrl_operator.config as operator_config
-
     from hacrl_core import __version__
 
     chart = yaml.safe_load((ROOT / "charts" / "hacrl-operator" / "Chart.yaml").read_text())
@@ -183,8 +182,8 @@ def test_a_version_tag_pushes_every_image_the_chart_and_operator_default_to():
     registry = workflow["env"]["REGISTRY"]
     for image in ("operator", "rollout", "learner"):
         assert values["images"][image]["repository"] == f"{registry}/hacrl-{image}" and values["images"][image]["tag"] == ""
-    assert operator_config.DEFAULT_ROLLOUT_IMAGE == f"{registry}/hacrl-rollout:{__version__}"
-    assert operator_config.DEFAULT_LEARNER_IMAGE == f"{registry}/hacrl-learner:{__version__}"
+    assert f"{registry}/hacrl-rollout:{__version__}" == operator_config.DEFAULT_ROLLOUT_IMAGE
+    assert f"{registry}/hacrl-learner:{__version__}" == operator_config.DEFAULT_LEARNER_IMAGE
     check = "\n".join(_runs(workflow, "version"))
     assert "charts/hacrl-operator/Chart.yaml" in check and "hacrl_core/__init__.py" in check and "exit 1" in check
     matrix = workflow["jobs"]["images"]["strategy"]["matrix"]["include"]
