@@ -47,7 +47,7 @@ from hacrl_core.learner.stages import (
     step_metrics,
     update_capability,
 )
-from hacrl_core.metrics import WorkerMetrics
+from hacrl_core.metrics import WorkerMetrics, store_retries
 from hacrl_core.rollout.hf_engine import HFEngine
 from hacrl_core.rollout.sampling import rollout_metrics
 from hacrl_core.rollout.worker import sample_rollouts
@@ -268,7 +268,8 @@ def train_step(context: WorkerContext, state: LearnerState, step: int, algorithm
     seconds_update = clock.lap("update")
     tokens = sum(sum(r.response_mask) for r in rows)
     values.update(step_metrics(rows, advantages, mean_rewards, state.tracker, algorithm, context.agent_names, context.agent_index))
-    values["learner/tokens_per_second"] = tokens * spec.algorithm.epochs / max(seconds_update, 1e-9)
+    values["learner/trained_tokens"] = tokens * spec.algorithm.epochs
+    values["learner/tokens_per_second"] = values["learner/trained_tokens"] / max(seconds_update, 1e-9)
     # The weights being trained are version ``step``; rows sampled with an older one (maxStaleness) lag it.
     versions = rollout_columns(own_rollouts, ["policy_version"])["policy_version"]
     values["learner/policy_lag"] = step - sum(versions) / max(len(versions), 1)
@@ -304,6 +305,7 @@ def run_learner_worker(context: WorkerContext, *, colocated: bool = False) -> No
     sampler = HFEngine(batch_size=agent.rollout.batch_size) if colocated else None
     metrics = WorkerMetrics(context.experiment.name, agent.name, "learner")
     device = distributed.join_ranks(context)  # several learner ranks: the process group (one rank: nothing)
+    metrics.count_from("hacrl_store_retries", "Store requests sent again after a transient failure.", lambda: store_retries(context.store))
     if distributed.is_writer():  # one metrics endpoint per learner
         metrics.serve(spec.metrics.port, spec.metrics.bind_address)
     state = initialize(context, device)
@@ -340,7 +342,7 @@ def run_learner_worker(context: WorkerContext, *, colocated: bool = False) -> No
         writer = distributed.is_writer()  # several learner ranks: rank 0 writes, all checkpoint
         if writer:
             store.write_metrics(step, agent.name, values)
-        metrics.publish(values)
+        metrics.publish_step(values)
         steps_metrics.append(values)
         warning = None if warned or not writer else sharing_warning(agent.name, steps_metrics, delta=spec.algorithm.delta)
         if warning:

@@ -87,6 +87,8 @@ def rollout_metrics(rows: Sequence[dict], step: int, seconds: dict[str, float]) 
         "rollout/step": step,
         "rollout/weights_version": rows[0]["policy_version"],
         "rollout/reward_mean": sum(r["reward"] for r in rows) / len(rows),
+        "rollout/responses": len(rows),
+        "rollout/response_tokens": tokens,
         "rollout/response_tokens_mean": tokens / len(rows),
         "rollout/stop_fraction": sum(r["finish_reason"] == "stop" for r in rows) / len(rows),
         "rollout/tokens_per_second": tokens / max(seconds["generate"], 1e-9),
