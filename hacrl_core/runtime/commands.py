@@ -94,7 +94,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"\ninterrupted: workers stopped; continue with `hacrl run --resume {args.spec}`", file=sys.stderr)
         return 130
     print(f"done. report: {report}/summary.md")
-    print((report / "summary.md").read_text())
+    if not args.quiet:  # a quiet run says only where its report is
+        print((report / "summary.md").read_text())
     return 0
 
 
