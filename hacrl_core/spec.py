@@ -290,11 +290,31 @@ class EvalSet(DataSource):
     max_prompts: int = Field(256, ge=1, description="Prompts evaluated at most.")
 
 
+# A built-in reward's name, or the URL of a reward server (no spaces or control characters).
+REWARD_PATTERN = "^(" + "|".join(REWARD_NAMES) + r"|https?://[^\s]+)$"
+
+
+class RewardServerSpec(SpecModel):
+    timeout_seconds: float = Field(30.0, gt=0, le=3600, description="Seconds one request may take before it is retried.")
+    retries: int = Field(5, ge=0, le=20, description="Retries of a batch that timed out, could not connect or got HTTP 429/5xx (exponential backoff from 0.5 s); then the worker stops resumably.")
+    concurrency: int = Field(4, ge=1, le=256, description="Batches in flight at once.")
+    batch_size: int = Field(256, ge=1, le=65536, description="Responses per request.")
+
+
 class DataSpec(SpecModel):
     train: DataSource = Field(description="Training prompts.")
     eval: list[EvalSet] = Field(default_factory=list, max_length=32, description="Held-out sets evaluated every `evaluation.everySteps`.")
     template: str = Field("{question}", max_length=16384, description="Prompt template; `{question}` is replaced by the row's prompt. Each agent then applies its own chat template.")
-    reward: Literal[REWARD_NAMES] = Field("math", description="Verifier: `exact`, `numeric` or `math` (Math-Verify).")
+    reward: str = Field("math", max_length=2048, description="Verifier: `exact`, `numeric` or `math` (Math-Verify), or the http(s):// URL of a reward server (docs/rewards.md; its knobs: rewardServer).",
+                        json_schema_extra={"pattern": REWARD_PATTERN})
+    reward_server: RewardServerSpec = Field(default_factory=lambda: RewardServerSpec(), description="Timeout, retries, concurrency and batch size of the reward server that `reward` names (unused for a built-in reward).")
+
+    @field_validator("reward")
+    @classmethod
+    def _known_reward(cls, value: str) -> str:
+        if not re.fullmatch(REWARD_PATTERN, value):
+            raise ValueError(f"{value!r} is neither a reward ({', '.join(REWARD_NAMES)}) nor an http(s):// URL of a reward server")
+        return value
 
     @field_validator("template")
     @classmethod

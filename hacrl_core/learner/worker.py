@@ -48,6 +48,7 @@ from hacrl_core.learner.stages import (
     update_capability,
 )
 from hacrl_core.metrics import WorkerMetrics, store_retries
+from hacrl_core.rewards.remote import take_retries
 from hacrl_core.rollout.hf_engine import HFEngine
 from hacrl_core.rollout.sampling import rollout_metrics
 from hacrl_core.rollout.worker import sample_rollouts
@@ -287,7 +288,7 @@ def sample_with_live_policy(context: WorkerContext, state: LearnerState, engine:
             return {}
         engine.set_policy(model, state.tokenizer)
         rows, seconds = sample_rollouts(context, engine, step, version=step)
-    return rollout_metrics(rows, step, {"load_weights": 0.0, **seconds})
+    return rollout_metrics(rows, step, {"load_weights": 0.0, **seconds}, take_retries())
 
 
 def run_learner_worker(context: WorkerContext, *, colocated: bool = False) -> None:

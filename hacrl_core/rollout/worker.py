@@ -18,6 +18,7 @@ import time
 
 from hacrl_core.context import WorkerContext, log
 from hacrl_core.metrics import WorkerMetrics, store_retries
+from hacrl_core.rewards.remote import take_retries
 from hacrl_core.rollout.engine import RolloutEngine, engine_for
 from hacrl_core.rollout.replicas import check_replica_prompts, replica_slice
 from hacrl_core.rollout.sampling import rollout_metrics, rollout_rows, sample_step, sampling_params, sampling_version
@@ -47,7 +48,7 @@ def sample_rollouts(context: WorkerContext, engine: RolloutEngine, step: int, ve
     seconds["generate"] = time.perf_counter() - began
 
     began = time.perf_counter()
-    rows = rollout_rows(problems, prompts, samples, context.reward_fn, experiment=context.experiment.name, agent=agent.name,
+    rows = rollout_rows(problems, prompts, samples, context.score, experiment=context.experiment.name, agent=agent.name,
                         step=step, tokenizer=engine.tokenizer, policy_version=version)
     seconds["reward"] = time.perf_counter() - began
 
@@ -95,7 +96,7 @@ def run_rollout_worker(context: WorkerContext) -> None:
 
         rows, sampled = sample_rollouts(context, engine, step, version)
         seconds.update(sampled)
-        values = rollout_metrics(rows, step, seconds)
+        values = rollout_metrics(rows, step, seconds, take_retries())
         metrics.publish_step(values)
         log.info("rollout %s step %d: reward %.3f, %d tokens", name, step, values["rollout/reward_mean"],
                  sum(len(r["token_ids"]) for r in rows))
