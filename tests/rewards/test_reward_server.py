@@ -115,3 +115,26 @@ def test_the_spec_takes_a_reward_name_or_a_server_url() -> None:
     for bad in ("nosuch", "ftp://x/score", "http://", "https://a b"):
         with pytest.raises(ValueError, match="neither a reward"):
             DataSpec.model_validate({"train": {"source": "x"}, "reward": bad})
+
+
+def test_the_kubernetes_example_runs_the_command_the_experiment_names() -> None:
+    """examples/reward-server: the Deployment's command is a valid `hacrl reward-server`, its
+    Service forwards the port the experiment's data.reward calls, and both read the same token."""
+    from pathlib import Path
+
+    import yaml
+
+    from hacrl_core.cli import build_parser
+    from hacrl_core.spec import load_experiment
+
+    folder = Path(__file__).resolve().parents[2] / "examples" / "reward-server"
+    deployment, service = yaml.safe_load_all((folder / "server.yaml").read_text())
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    args = build_parser().parse_args(container["command"][1:])
+    assert (args.command, args.host) == ("reward-server", "0.0.0.0")
+    assert container["ports"][0]["containerPort"] == args.port == service["spec"]["ports"][0]["port"]
+    experiment = load_experiment(folder / "experiment.yaml")
+    assert experiment.spec.data.reward == f"http://{service['metadata']['name']}:{service['spec']['ports'][0]['port']}/score"
+    server_token = next(e for e in container["env"] if e["name"] == "REWARD_SERVER_TOKEN")["valueFrom"]
+    client_token = next(e for e in experiment.spec.env if e.name == "REWARD_SERVER_TOKEN").value_from
+    assert client_token.secret_key_ref.name == server_token["secretKeyRef"]["name"]
