@@ -22,7 +22,7 @@ install-core: $(LOCK_PINS)
 
 # Everything the test suite uses. kubernetes<37 avoids a python-dateutil conflict with botocore.
 install: install-core
-	$(PIP) install --quiet -c $(LOCK_PINS) -e '.[test,operator,math]'
+	$(PIP) install --quiet -c $(LOCK_PINS) -e '.[test,operator,math,tracking]'
 	# DeepSpeed for the `deepspeed` learner backend and its CPU tests. Its sdist imports torch
 	# while building: --no-build-isolation builds it against the torch above (an isolated build
 	# would download a multi-GB CUDA torch first).

@@ -49,6 +49,7 @@ from hacrl_core.learner.stages import (
 )
 from hacrl_core.metrics import WorkerMetrics, store_retries
 from hacrl_core.rewards.remote import take_retries
+from hacrl_core.tracking import open_tracking, steps_jsonl
 from hacrl_core.rollout.hf_engine import HFEngine
 from hacrl_core.rollout.sampling import rollout_metrics
 from hacrl_core.rollout.worker import sample_rollouts
@@ -310,6 +311,10 @@ def run_learner_worker(context: WorkerContext, *, colocated: bool = False) -> No
     if distributed.is_writer():  # one metrics endpoint per learner
         metrics.serve(spec.metrics.port, spec.metrics.bind_address)
     state = initialize(context, device)
+    tracking = open_tracking(context, state.next_step) if distributed.is_writer() else None  # rank 0 logs for the learner
+    if tracking:
+        metrics.count_from("hacrl_tracker_drops", "Steps of metrics a tracker never got: pushed out of its queue while it was down.",
+                           lambda: tracking.dropped)
     store = context.store
     # The learner reads the training set too (the rollout worker samples from it) so that its
     # heartbeat tells the operator what every dataset of the spec lost to bad rows.
@@ -344,6 +349,8 @@ def run_learner_worker(context: WorkerContext, *, colocated: bool = False) -> No
         if writer:
             store.write_metrics(step, agent.name, values)
         metrics.publish_step(values)
+        if tracking:
+            tracking.log(step, values)
         steps_metrics.append(values)
         warning = None if warned or not writer else sharing_warning(agent.name, steps_metrics, delta=spec.algorithm.delta)
         if warning:
@@ -353,8 +360,13 @@ def run_learner_worker(context: WorkerContext, *, colocated: bool = False) -> No
         if checkpoint_due:
             checkpoint(context, state, completed)
             last_checkpoint = completed
+            if tracking:  # the steps up to here are durable: a resume never trains them again
+                tracking.release()
         if not writer:
             continue
         store.write_progress(agent.name, progress_record(context, state, values, completed, last_checkpoint, datasets))
         log.info("learner %s step %d: reward %.3f loss %.4f", agent.name, step, values["rollout/reward_mean"], values.get("learner/pg_loss", 0.0))
+    if tracking:
+        tracking.artifact(steps_jsonl(context))
+        tracking.finish()
     distributed.leave_ranks()
