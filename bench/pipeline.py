@@ -133,7 +133,7 @@ def inprocess_loop(spec_path: Path) -> dict[str, float]:
             params = sampling_params(context.agent.rollout, group_size=settings.group_size, seed=settings.seed, step=step, agent_index=index)
             prompts, samples = sample_step(engine, problems, spec.data.template, params)
             t = lap("generate", t)
-            shards.append(rollout_rows(problems, prompts, samples, context.reward_fn, experiment=experiment.name, agent=names[index],
+            shards.append(rollout_rows(problems, prompts, samples, context.score, experiment=experiment.name, agent=names[index],
                                        step=step, tokenizer=engine.tokenizer))
             t = lap("reward", t)
         own, scores = [], []

@@ -6,7 +6,7 @@
 #
 # Needs `uv` (pip install uv, any venv). Every file has a --hash for every distribution it pins.
 #   lock.txt        what `make install` (CI, the README's test command) installs, for every
-#                   platform (--universal): the project with its math, operator and test extras,
+#                   platform (--universal): the project with its math, operator, test and tracking extras,
 #                   torch and DeepSpeed at the versions the CPU tests run. The images install the
 #                   subsets below, each resolved with lock.txt as constraints, so a version can
 #                   differ between them only by a mistake that tests/chart/test_lock.py catches.
@@ -23,7 +23,7 @@ UV=${UV:-uv}
 command -v "$UV" >/dev/null || { echo "constraints/compile.sh needs uv: pip install uv (any venv), or UV=/path/to/uv" >&2; exit 1; }
 COMMON=(--python-version 3.11 --generate-hashes --no-header --quiet "$@")
 
-"$UV" pip compile "${COMMON[@]}" --universal --extra math --extra operator --extra test \
+"$UV" pip compile "${COMMON[@]}" --universal --extra math --extra operator --extra test --extra tracking \
     pyproject.toml constraints/inputs/tested.in constraints/inputs/build.in -o constraints/lock.txt
 "$UV" pip compile "${COMMON[@]}" --universal -c constraints/lock.txt \
     images/operator/requirements.txt -o constraints/operator.txt

@@ -48,7 +48,7 @@ from hacrl_core.learner.stages import (
 )
 from hacrl_core.models.loading import load_policy
 from hacrl_core.models.uri import resolve_model
-from hacrl_core.rewards import get_reward
+from hacrl_core.rewards.scoring import scorer_for
 from hacrl_core.rollout.hf_engine import HFEngine
 from hacrl_core.rollout.sampling import rollout_rows, sample_step, sampling_params
 from hacrl_core.sharing import shared_rows_used
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     algorithm = resolve_algorithm(settings)  # what HACPO does differently from GSPO, as fields
     names = [agent.name for agent in spec.agents]
     train = open_dataset(spec.data, spec.data.train)
-    reward = get_reward(spec.data.reward)
+    score = scorer_for(spec.data)  # the spec's reward, every sample of a step in one call
 
     learners, samplers = [], []
     for agent in spec.agents:
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         for i, (agent, sampler) in enumerate(zip(spec.agents, samplers)):
             params = sampling_params(agent.rollout, group_size=settings.group_size, seed=settings.seed, step=step, agent_index=i)
             prompts, samples = sample_step(sampler, problems, spec.data.template, params)
-            shards.append(rollout_rows(problems, prompts, samples, reward, experiment="hacpo-step", agent=names[i], step=step,
+            shards.append(rollout_rows(problems, prompts, samples, score, experiment="hacpo-step", agent=names[i], step=step,
                                        tokenizer=sampler.tokenizer))
 
         # 2. Score: each agent's pi_old of its own rows (peers' importance ratios divide by it).

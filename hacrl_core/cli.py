@@ -1,4 +1,4 @@
-"""The `hacrl` command line: validate, crd, run, worker, eval.
+"""The `hacrl` command line: validate, crd, run, worker, eval, reward-server.
 
 Each sub-command is a thin wrapper over a library function; heavy imports (torch, transformers)
 happen inside the commands that need them so `hacrl validate` stays instant.
@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
+from hacrl_core.rewards.server import register as register_reward_server
 from hacrl_core.runtime.commands import register as register_runtime_commands
 
 
@@ -96,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     crd.set_defaults(func=cmd_crd)
 
     register_runtime_commands(commands)
+    register_reward_server(commands)
     return parser
 
 

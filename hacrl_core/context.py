@@ -16,7 +16,7 @@ from hacrl_core.data.report import (
     open_dataset,
     spec_datasets,
 )
-from hacrl_core.rewards import get_reward
+from hacrl_core.rewards.scoring import Scorer, scorer_for
 from hacrl_core.spec import (
     AgentSpec,
     Experiment,
@@ -145,8 +145,9 @@ class WorkerContext:
         ]
 
     @cached_property
-    def reward_fn(self):
-        return get_reward(self.spec.data.reward)
+    def score(self) -> Scorer:
+        """The spec's reward as a scorer of a step's items (built in, or a reward server)."""
+        return scorer_for(self.spec.data)
 
     def step_problems(self, step: int) -> list[Problem]:
         return step_problems(self.train_source, self.spec.algorithm, step)

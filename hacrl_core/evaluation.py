@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hacrl_core.context import WorkerContext
 from hacrl_core.data.templates import render_prompt
+from hacrl_core.rewards.scoring import RewardItem
 from hacrl_core.rollout.engine import RolloutEngine, SamplingParams
 from hacrl_core.rollout.hf_engine import HFEngine
 
@@ -21,7 +22,6 @@ def evaluate_engine(context: WorkerContext, engine: RolloutEngine, *, samples: i
     spec = context.spec
     tokenizer = engine.tokenizer
     k = samples or spec.evaluation.samples
-    reward = context.reward_fn
     results: dict[str, float] = {}
     for eval_set in spec.data.eval:
         if sets and eval_set.name not in sets:
@@ -38,7 +38,13 @@ def evaluate_engine(context: WorkerContext, engine: RolloutEngine, *, samples: i
             seed=spec.algorithm.seed,
         )
         outputs = engine.generate(prompts, params)
-        scores = [[reward(sample.text, problem.answer) for sample in group] for problem, group in zip(problems, outputs)]
+        flat = context.score([RewardItem(prompt, sample.text, problem.answer, {"question": problem.question},
+                                         f"eval {eval_set.name} prompt {problem.uid} sample {i}")
+                              for problem, prompt, group in zip(problems, prompts, outputs) for i, sample in enumerate(group)])
+        scores, start = [], 0
+        for group in outputs:
+            scores.append(flat[start : start + len(group)])
+            start += len(group)
         results[f"eval/{eval_set.name}/accuracy"] = sum(sum(s) / len(s) for s in scores) / max(len(scores), 1)
         if k > 1:
             results[f"eval/{eval_set.name}/pass@{k}"] = sum(max(s) for s in scores) / max(len(scores), 1)

@@ -310,11 +310,31 @@ class EvalSet(DataSource):
     max_prompts: int = Field(256, ge=1, description="Prompts evaluated at most.")
 
 
+# A built-in reward's name, or the URL of a reward server (no spaces or control characters).
+REWARD_PATTERN = "^(" + "|".join(REWARD_NAMES) + r"|https?://[^\s]+)$"
+
+
+class RewardServerSpec(SpecModel):
+    timeout_seconds: float = Field(30.0, gt=0, le=3600, description="Seconds one request may take before it is retried.")
+    retries: int = Field(5, ge=0, le=20, description="Retries of a batch that timed out, could not connect or got HTTP 429/5xx (exponential backoff from 0.5 s); then the worker stops resumably.")
+    concurrency: int = Field(4, ge=1, le=256, description="Batches in flight at once.")
+    batch_size: int = Field(256, ge=1, le=65536, description="Responses per request.")
+
+
 class DataSpec(SpecModel):
     train: DataSource = Field(description="Training prompts.")
     eval: list[EvalSet] = Field(default_factory=list, max_length=32, description="Held-out sets evaluated every `evaluation.everySteps`.")
     template: str = Field("{question}", max_length=16384, description="Prompt template; `{question}` is replaced by the row's prompt. Each agent then applies its own chat template.")
-    reward: Literal[REWARD_NAMES] = Field("math", description="Verifier: `exact`, `numeric` or `math` (Math-Verify).")
+    reward: str = Field("math", max_length=2048, description="Verifier: `exact`, `numeric` or `math` (Math-Verify), or the http(s):// URL of a reward server (docs/rewards.md; its knobs: rewardServer).",
+                        json_schema_extra={"pattern": REWARD_PATTERN})
+    reward_server: RewardServerSpec = Field(default_factory=lambda: RewardServerSpec(), description="Timeout, retries, concurrency and batch size of the reward server that `reward` names (unused for a built-in reward).")
+
+    @field_validator("reward")
+    @classmethod
+    def _known_reward(cls, value: str) -> str:
+        if not re.fullmatch(REWARD_PATTERN, value):
+            raise ValueError(f"{value!r} is neither a reward ({', '.join(REWARD_NAMES)}) nor an http(s):// URL of a reward server")
+        return value
 
     @field_validator("template")
     @classmethod
@@ -492,6 +512,40 @@ class EvaluationSpec(SpecModel):
     samples: int = Field(1, ge=1, le=1024, description="k samples per prompt: avg@k, pass@k (greedy when 1).")
 
 
+class MlflowTracking(SpecModel):
+    tracking_uri: str = Field(max_length=2048, description="MLflow tracking server (`http(s)://...`, `databricks`) or a local file store (`file:///path`). Credentials (MLFLOW_TRACKING_TOKEN, or _USERNAME and _PASSWORD) through spec.env from an approved Secret.",
+                              json_schema_extra={"pattern": r"^(https?://|file:/|databricks)\S*$"})
+    experiment_name: str | None = Field(None, max_length=256, description="MLflow experiment the runs go into; default: the HACRL experiment's name.")
+
+    @field_validator("tracking_uri")
+    @classmethod
+    def _tracking_uri(cls, value: str) -> str:
+        if not re.fullmatch(r"(https?://|file:/|databricks)\S*", value):
+            raise ValueError(f"{value!r} is not an MLflow tracking URI: http(s)://host[:port], file:///path or databricks")
+        return value
+
+
+class WandbTracking(SpecModel):
+    project: str = Field(max_length=128, description="W&B project.", json_schema_extra={"pattern": r"^[^/\\#?%:]+$"})
+    entity: str | None = Field(None, max_length=128, description="W&B entity (team or user); default: the API key's.")
+    mode: Literal["online", "offline", "disabled"] = Field("online", description="`offline` writes the runs locally (`wandb sync` uploads them later). Credentials (WANDB_API_KEY) through spec.env from an approved Secret.")
+    dir: str | None = Field(None, max_length=4096, description="Folder of W&B's local files; default: the worker's work folder.")
+
+
+class TensorBoardTracking(SpecModel):
+    log_dir: str = Field(max_length=4096, description="Folder of the event files, one subfolder per agent: a local path, or a PVC mounted in the learner pods (podTemplate).")
+
+
+class TrackingSpec(SpecModel):
+    mlflow: MlflowTracking | None = Field(None, description="Log to MLflow: one run per agent.")
+    wandb: WandbTracking | None = Field(None, description="Log to Weights & Biases: one run per agent, grouped by experiment.")
+    tensorboard: TensorBoardTracking | None = Field(None, description="Write TensorBoard event files.")
+    buffer_steps: int = Field(1000, ge=1, le=100000, description="Steps of metrics kept for a tracker while it is unreachable; past that the oldest are dropped and counted (hacrl_tracker_drops_total).")
+
+    def enabled(self) -> list[str]:
+        return [name for name in ("mlflow", "wandb", "tensorboard") if getattr(self, name) is not None]
+
+
 class MetricsSpec(SpecModel):
     port: int = Field(9400, ge=0, le=65535, description="First Prometheus metrics port; each local worker takes the next free one (0 disables).")
     bind_address: str = Field("127.0.0.1", description="Address the metrics endpoint binds: an IP address (`0.0.0.0` in pods) or `localhost`.")
@@ -601,6 +655,7 @@ class ExperimentSpec(SpecModel):
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec, description="Checkpointing.")
     evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec, description="Evaluation during and after training.")
     metrics: MetricsSpec = Field(default_factory=MetricsSpec, description="Prometheus endpoints of the workers.")
+    tracking: TrackingSpec = Field(default_factory=TrackingSpec, description="Experiment trackers (MLflow, W&B, TensorBoard) each learner logs its step metrics to (docs/tracking.md; needs the `tracking` extra).")
     images: ImageSpec = Field(default_factory=ImageSpec, description="Container images (operator only).")
     scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec, description="Pod placement (operator only).")
     colocate: bool | None = Field(None, description=(

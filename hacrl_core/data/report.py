@@ -8,6 +8,7 @@ from typing import Any
 
 from hacrl_core.data.base import PromptSource
 from hacrl_core.data.datasets import open_source
+from hacrl_core.rewards.remote import is_reward_url
 from hacrl_core.skipped_rows import DatasetReport
 
 __all__ = ["DatasetReport", "describe_source", "open_dataset", "read_datasets", "spec_datasets"]
@@ -26,7 +27,8 @@ def spec_datasets(data_spec) -> Iterator[tuple[str, Any]]:
 
 def open_dataset(data_spec, dataset) -> PromptSource:
     """The ``PromptSource`` of one ``DataSource`` of ``spec.data`` (keys and reward applied)."""
-    return open_source(dataset.source, prompt_key=dataset.prompt_key, answer_key=dataset.answer_key, reward=data_spec.reward)
+    return open_source(dataset.source, prompt_key=dataset.prompt_key, answer_key=dataset.answer_key,
+                       reward=None if is_reward_url(data_spec.reward) else data_spec.reward)  # a reward server checks its own golds
 
 
 def read_datasets(data_spec) -> list[DatasetReport]:

@@ -47,11 +47,13 @@ from hacrl_core.learner.stages import (
     step_metrics,
     update_capability,
 )
-from hacrl_core.metrics import WorkerMetrics
+from hacrl_core.metrics import WorkerMetrics, store_retries
 from hacrl_core.models.loading import default_device, load_policy, save_policy
+from hacrl_core.rewards.remote import take_retries
 from hacrl_core.rollout.hf_engine import HFEngine
 from hacrl_core.rollout.sampling import rollout_metrics
 from hacrl_core.rollout.worker import sample_rollouts
+from hacrl_core.tracking import open_tracking, steps_jsonl
 from hacrl_core.sharing import shared_rows_used, sharing_warning
 from hacrl_core.spec import SpecError
 
@@ -268,7 +270,8 @@ def train_step(context: WorkerContext, state: LearnerState, step: int, algorithm
     seconds_update = clock.lap("update")
     tokens = sum(sum(r.response_mask) for r in rows)
     values.update(step_metrics(rows, advantages, mean_rewards, state.tracker, algorithm, context.agent_names, context.agent_index))
-    values["learner/tokens_per_second"] = tokens * spec.algorithm.epochs / max(seconds_update, 1e-9)
+    values["learner/trained_tokens"] = tokens * spec.algorithm.epochs
+    values["learner/tokens_per_second"] = values["learner/trained_tokens"] / max(seconds_update, 1e-9)
     # The weights being trained are version ``step``; rows sampled with an older one (maxStaleness) lag it.
     versions = rollout_columns(own_rollouts, ["policy_version"])["policy_version"]
     values["learner/policy_lag"] = step - sum(versions) / max(len(versions), 1)
@@ -286,7 +289,7 @@ def sample_with_live_policy(context: WorkerContext, state: LearnerState, engine:
             return {}
         engine.set_policy(model, state.tokenizer)
         rows, seconds = sample_rollouts(context, engine, step, version=step)
-    return rollout_metrics(rows, step, {"load_weights": 0.0, **seconds})
+    return rollout_metrics(rows, step, {"load_weights": 0.0, **seconds}, take_retries())
 
 
 def run_learner_worker(context: WorkerContext, *, colocated: bool = False) -> None:
@@ -304,9 +307,14 @@ def run_learner_worker(context: WorkerContext, *, colocated: bool = False) -> No
     sampler = HFEngine(batch_size=agent.rollout.batch_size) if colocated else None
     metrics = WorkerMetrics(context.experiment.name, agent.name, "learner")
     device = distributed.join_ranks(context)  # several learner ranks: the process group (one rank: nothing)
+    metrics.count_from("hacrl_store_retries", "Store requests sent again after a transient failure.", lambda: store_retries(context.store))
     if distributed.is_writer():  # one metrics endpoint per learner
         metrics.serve(spec.metrics.port, spec.metrics.bind_address)
     state = initialize(context, device)
+    tracking = open_tracking(context, state.next_step) if distributed.is_writer() else None  # rank 0 logs for the learner
+    if tracking:
+        metrics.count_from("hacrl_tracker_drops", "Steps of metrics a tracker never got: pushed out of its queue while it was down.",
+                           lambda: tracking.dropped)
     store = context.store
     # The learner reads the training set too (the rollout worker samples from it) so that its
     # heartbeat tells the operator what every dataset of the spec lost to bad rows.
@@ -340,7 +348,9 @@ def run_learner_worker(context: WorkerContext, *, colocated: bool = False) -> No
         writer = distributed.is_writer()  # several learner ranks: rank 0 writes, all checkpoint
         if writer:
             store.write_metrics(step, agent.name, values)
-        metrics.publish(values)
+        metrics.publish_step(values)
+        if tracking:
+            tracking.log(step, values)
         steps_metrics.append(values)
         warning = None if warned or not writer else sharing_warning(agent.name, steps_metrics, delta=spec.algorithm.delta)
         if warning:
@@ -350,8 +360,13 @@ def run_learner_worker(context: WorkerContext, *, colocated: bool = False) -> No
         if checkpoint_due:
             checkpoint(context, state, completed)
             last_checkpoint = completed
+            if tracking:  # the steps up to here are durable: a resume never trains them again
+                tracking.release()
         if not writer:
             continue
         store.write_progress(agent.name, progress_record(context, state, values, completed, last_checkpoint, datasets))
         log.info("learner %s step %d: reward %.3f loss %.4f", agent.name, step, values["rollout/reward_mean"], values.get("learner/pg_loss", 0.0))
+    if tracking:
+        tracking.artifact(steps_jsonl(context))
+        tracking.finish()
     distributed.leave_ranks()

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from hacrl_core.data.base import Problem
 from hacrl_core.data.templates import render_prompt
 from hacrl_core.models.tokenizers import tokenizer_fingerprint
+from hacrl_core.rewards.scoring import RewardItem, Scorer
 from hacrl_core.rollout.engine import RolloutEngine, Sample, SamplingParams
 
 
@@ -51,11 +52,16 @@ def sample_step(engine: RolloutEngine, problems: Sequence[Problem], template: st
 
 
 def rollout_rows(problems: Sequence[Problem], prompts: Sequence[str], samples: Sequence[Sequence[Sample]],
-                 reward: Callable[[str, str], float], *, experiment: str, agent: str, step: int, tokenizer,
+                 score: Scorer, *, experiment: str, agent: str, step: int, tokenizer,
                  policy_version: int | None = None) -> list[dict]:
-    """The step's rollout shard: one row per sample, its reward scored on the response text;
-    ``policy_version``: the weights that sampled it (default: the step's own)."""
+    """The step's rollout shard: one row per sample, its reward scored on the response text
+    (``score``: every sample of the step in one call, ``rewards.scoring``); ``policy_version``: the
+    weights that sampled it (default: the step's own)."""
     tokenizer_id = tokenizer_fingerprint(tokenizer)
+    items = [RewardItem(prompt, sample.text, problem.answer, {"question": problem.question},
+                        f"prompt {problem.uid} sample {index}")
+             for problem, prompt, group in zip(problems, prompts, samples) for index, sample in enumerate(group)]
+    rewards = iter(score(items))
     rows = []
     for problem, prompt, group in zip(problems, prompts, samples):
         for index, sample in enumerate(group):
@@ -71,7 +77,7 @@ def rollout_rows(problems: Sequence[Problem], prompts: Sequence[str], samples: S
                     "prompt": prompt,
                     "response": sample.text,
                     "token_ids": sample.token_ids,
-                    "reward": float(reward(sample.text, problem.answer)),
+                    "reward": next(rewards),
                     "finish_reason": sample.finish_reason,
                     "extra": json.dumps({"question": problem.question, "answer": problem.answer}),
                 }
@@ -79,14 +85,17 @@ def rollout_rows(problems: Sequence[Problem], prompts: Sequence[str], samples: S
     return rows
 
 
-def rollout_metrics(rows: Sequence[dict], step: int, seconds: dict[str, float]) -> dict[str, float]:
+def rollout_metrics(rows: Sequence[dict], step: int, seconds: dict[str, float], retries: dict[str, int] | None = None) -> dict[str, float]:
     """The ``rollout/*`` metrics of a step's shard; ``seconds``: time per stage (load_weights,
-    generate, reward, write)."""
+    generate, reward, write); ``retries``: the reward server's retried requests by reason
+    (``rewards.remote.take_retries``)."""
     tokens = sum(len(r["token_ids"]) for r in rows)
     return {
         "rollout/step": step,
         "rollout/weights_version": rows[0]["policy_version"],
         "rollout/reward_mean": sum(r["reward"] for r in rows) / len(rows),
+        "rollout/responses": len(rows),
+        "rollout/response_tokens": tokens,
         "rollout/response_tokens_mean": tokens / len(rows),
         "rollout/stop_fraction": sum(r["finish_reason"] == "stop" for r in rows) / len(rows),
         "rollout/tokens_per_second": tokens / max(seconds["generate"], 1e-9),
@@ -95,4 +104,5 @@ def rollout_metrics(rows: Sequence[dict], step: int, seconds: dict[str, float]) 
         "rollout/seconds_generate": seconds["generate"],
         "rollout/seconds_reward": seconds["reward"],
         "rollout/seconds_write": seconds["write"],
+        **(retries or {}),
     }

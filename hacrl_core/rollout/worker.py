@@ -17,7 +17,8 @@ import shutil
 import time
 
 from hacrl_core.context import WorkerContext, log
-from hacrl_core.metrics import WorkerMetrics
+from hacrl_core.metrics import WorkerMetrics, store_retries
+from hacrl_core.rewards.remote import take_retries
 from hacrl_core.rollout.engine import RolloutEngine, engine_for
 from hacrl_core.rollout.replicas import check_replica_prompts, replica_slice
 from hacrl_core.rollout.sampling import rollout_metrics, rollout_rows, sample_step, sampling_params, sampling_version
@@ -47,7 +48,7 @@ def sample_rollouts(context: WorkerContext, engine: RolloutEngine, step: int, ve
     seconds["generate"] = time.perf_counter() - began
 
     began = time.perf_counter()
-    rows = rollout_rows(problems, prompts, samples, context.reward_fn, experiment=context.experiment.name, agent=agent.name,
+    rows = rollout_rows(problems, prompts, samples, context.score, experiment=context.experiment.name, agent=agent.name,
                         step=step, tokenizer=engine.tokenizer, policy_version=version)
     seconds["reward"] = time.perf_counter() - began
 
@@ -63,6 +64,7 @@ def run_rollout_worker(context: WorkerContext) -> None:
     check_replica_prompts(spec.algorithm.prompts_per_step, replicas, f"spec.agents[{context.agent_index}].rollout.replicas")
     name = agent.name if replicas == 1 else f"{agent.name} replica {context.replica}/{replicas}"
     metrics = WorkerMetrics(context.experiment.name, agent.name, "rollout", replica=context.replica if replicas > 1 else None)
+    metrics.count_from("hacrl_store_retries", "Store requests sent again after a transient failure.", lambda: store_retries(context.store))
     metrics.serve(spec.metrics.port, spec.metrics.bind_address)
     for report in context.dataset_reports(include_eval=False):  # logs what the reader skipped
         metrics.publish(report.metrics())
@@ -94,7 +96,7 @@ def run_rollout_worker(context: WorkerContext) -> None:
 
         rows, sampled = sample_rollouts(context, engine, step, version)
         seconds.update(sampled)
-        values = rollout_metrics(rows, step, seconds)
-        metrics.publish(values)
+        values = rollout_metrics(rows, step, seconds, take_retries())
+        metrics.publish_step(values)
         log.info("rollout %s step %d: reward %.3f, %d tokens", name, step, values["rollout/reward_mean"],
                  sum(len(r["token_ids"]) for r in rows))

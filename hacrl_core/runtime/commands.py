@@ -70,7 +70,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from hacrl_core.runtime.display import make_display
     from hacrl_core.runtime.local import RunError, run_local
     from hacrl_core.spec import SpecError, load_experiment
+    from hacrl_core.store import open_experiment_store
     from hacrl_core.store.errors import StoreError
+    from hacrl_core.tracking import log_report
 
     try:
         experiment = load_experiment(args.spec)
@@ -93,8 +95,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"\ninterrupted: workers stopped; continue with `hacrl run --resume {args.spec}`", file=sys.stderr)
         return 130
+    log_report(experiment, open_experiment_store(experiment), report, report.parent)
     print(f"done. report: {report}/summary.md")
-    print((report / "summary.md").read_text())
+    if not args.quiet:  # a quiet run says only where its report is
+        print((report / "summary.md").read_text())
     return 0
 
 

@@ -128,6 +128,11 @@ def progress_key(experiment: str, agent: str) -> str:
     return f"{experiment_prefix(experiment)}/progress/{check_name('agent', agent)}.json"
 
 
+def tracking_key(experiment: str, agent: str) -> str:
+    """The agent's run ids in the experiment trackers (a resume continues those runs)."""
+    return f"{experiment_prefix(experiment)}/tracking/{check_name('agent', agent)}.json"
+
+
 def owner_key(experiment: str) -> str:
     return f"{experiment_prefix(experiment)}/owner.json"
 

@@ -285,6 +285,26 @@ class TrajectoryStore:
         except ValueError as exc:
             raise CorruptObject(f"progress {key!r} is not valid JSON: {exc}") from None
 
+    # -- experiment trackers' run ids ----------------------------------------------------------
+
+    def write_tracking(self, agent: str, record: dict[str, Any]) -> str:
+        """The agent's tracker runs: ``{"runs": {tracker: run id}, "logged_through": step}``."""
+        self._before_write()
+        key = layout.tracking_key(self.experiment, agent)
+        self.objects.put(key, json.dumps(record, sort_keys=True).encode())
+        return key
+
+    def read_tracking(self, agent: str) -> dict[str, Any]:
+        key = layout.tracking_key(self.experiment, agent)
+        try:
+            raw = self.objects.get(key)
+        except ObjectNotFound:
+            return {}
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            raise CorruptObject(f"tracking runs {key!r} is not valid JSON: {exc}") from None
+
     # -- lifecycle ---------------------------------------------------------------------------
 
     def delete_experiment(self) -> int:

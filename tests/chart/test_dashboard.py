@@ -9,12 +9,13 @@ import re
 
 import pytest
 
-from hacrl_core.metrics import prometheus_name
+from hacrl_core.metrics import COUNTED_KEYS, WorkerMetrics, prometheus_name
 from hacrl_operator.metrics import OperatorMetrics
 from tests.chart.rendering import CHART, ROOT
 
 DASHBOARD = json.loads((CHART / "files" / "dashboards" / "hacrl.json").read_text())
-WORKER_FAMILIES = ("hacrl_rollout_", "hacrl_learner_", "hacrl_capability_", "hacrl_eval_")
+WORKER_FAMILIES = ("hacrl_rollout_", "hacrl_learner_", "hacrl_capability_", "hacrl_eval_", "hacrl_worker_", "hacrl_steps_",
+                   "hacrl_weights_", "hacrl_store_")
 
 
 def expressions() -> list[str]:
@@ -37,8 +38,20 @@ def operator_series() -> set[str]:
     return set(operator_labels())
 
 
+def served_by_workers() -> set[str]:
+    """Series a worker's registry serves for a step: its info, counters, histograms and gauges."""
+    served = set()
+    for role in ("rollout", "learner"):
+        metrics = WorkerMetrics("exp", "agent", role)
+        metrics.count_from("hacrl_store_retries", "retries", lambda: 0)
+        metrics.publish_step({"learner/cross_rows": 4, "learner/cross_clip_frac": 0.5, "learner/seconds_update": 0.1, "weights_version": 1})
+        served |= {sample.name for family in metrics.registry.collect() for sample in family.samples}
+    return served
+
+
 def worker_series() -> set[str]:
-    """Gauge names the workers can publish: the keys written in hacrl_core, through prometheus_name."""
+    """Series the workers can serve: the step keys written in hacrl_core through prometheus_name
+    (gauges; the counted keys are counters instead), and what a worker's registry serves."""
     keys = set()
     sources = [p.read_text() for p in (ROOT / "hacrl_core").rglob("*.py")]
     for text in sources:
@@ -48,8 +61,8 @@ def worker_series() -> set[str]:
         keys |= {f"learner/{k}" for k in re.findall(r'"([a-z][a-z0-9_]*)"\s*:', path.read_text())}
         keys |= {f"learner/{k}" for k in re.findall(r'(?:metrics|collected)(?:\[|\.setdefault\()"([a-z_]+)"', path.read_text())}
     # per-agent and per-eval-set keys, with sample names
-    keys |= {"capability/qwen-bpe", "capability/ratio/llama-char", "eval/arithmetic/accuracy"}
-    return {prometheus_name(k) for k in keys}
+    keys |= {"capability/qwen-bpe", "capability/ratio/llama-char", "eval/arithmetic/accuracy", "weights_version"}
+    return {prometheus_name(k) for k in keys - COUNTED_KEYS} | served_by_workers()
 
 
 def test_dashboard_shape():
@@ -78,7 +91,7 @@ def test_queried_metrics_exist(expr):
             assert name in operator, f"{name} is not an operator metric: {sorted(operator)}"
         else:
             assert name.startswith(WORKER_FAMILIES), name
-            assert name in worker, f"{name}: no worker writes a key that becomes this gauge"
+            assert name in worker, f"{name}: no worker serves this series"
     for pattern in re.findall(r'__name__=~"([^"]+)"', expr):
         assert pattern.startswith(WORKER_FAMILIES), pattern
         assert any(re.fullmatch(pattern, name) for name in worker), f"{pattern} matches no worker metric"
@@ -89,6 +102,13 @@ def test_the_check_is_not_vacuous():
     assert "hacrl_operator_reconciles_total" in operator_series()
     names = set(re.findall(r"\b(hacrl_[a-z0-9_]+)\b", re.sub(r'"[^"]*"', '""', " ".join(expressions()))))
     assert len(names) > 20, names
+
+
+def test_counted_keys_are_counters_not_gauges():
+    served = served_by_workers()
+    assert {"hacrl_learner_cross_rows_total", "hacrl_learner_shared_rows_used_total", "hacrl_steps_total",
+            "hacrl_store_retries_total", "hacrl_worker_info", "hacrl_learner_step_seconds_bucket"} <= served
+    assert "hacrl_learner_cross_rows" not in worker_series()
 
 
 def test_worker_metric_naming_rule():

@@ -256,6 +256,7 @@ def test_isolated_baselines_train_on_own_rows_only(tmp_path, cache, algorithm):
     result = subprocess.run([sys.executable, "-m", "hacrl_core.cli", "run", str(spec), "--workdir", str(tmp_path / "work"), "--quiet"],
                             cwd=tmp_path, env=run_env(cache), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines() == [f"done. report: {tmp_path / 'work' / 'report'}/summary.md"]  # --quiet: one line
     store = open_trajectory_store(store_uri, f"e2e-{algorithm}")
     for agent in ("llama", "qwen"):
         metrics = store.read_metrics(0, agent)

@@ -76,8 +76,9 @@ def test_the_spec_offers_exactly_the_registered_names() -> None:
     from hacrl_core.learner.backends import BACKENDS, OPTIONAL_BACKENDS
     from hacrl_core.rewards import reward_names
     from hacrl_core.rollout.engine import ENGINES
-    from hacrl_core.spec import REWARD_NAMES, DataSpec, LearnerSettings, RolloutSettings
+    from hacrl_core.spec import REWARD_NAMES, REWARD_PATTERN, LearnerSettings, RolloutSettings
 
-    assert list(REWARD_NAMES) == reward_names() == list(get_args(DataSpec.model_fields["reward"].annotation))
+    assert list(REWARD_NAMES) == reward_names()
+    assert REWARD_PATTERN.startswith("^(" + "|".join(reward_names()) + "|")  # data.reward: a name, or a reward server's URL
     assert sorted(get_args(RolloutSettings.model_fields["engine"].annotation)) == ENGINES.names()
     assert sorted(get_args(LearnerSettings.model_fields["backend"].annotation)) == sorted(set(BACKENDS.names()) | set(OPTIONAL_BACKENDS))

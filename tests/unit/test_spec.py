@@ -72,7 +72,7 @@ BAD_SPECS = [
     ("spec.algorithm", {"ratioBounds": [2, 10]}, "spec.algorithm.ratioBounds", "0 < low <= 1 <= high"),
     ("spec.algorithm", {"delta": 1.5}, "spec.algorithm.delta", "less than 1"),
     ("spec.algorithm", {"name": "gspo", "ablations": {"discrepancyCoefficient": False}}, "spec.algorithm", "ablations apply to hacpo only"),
-    ("spec.data.reward", "fuzzy", "spec.data.reward", "'exact', 'math' or 'numeric'"),
+    ("spec.data.reward", "fuzzy", "spec.data.reward", "neither a reward (exact, math, numeric) nor an http(s):// URL"),
     ("spec.data.template", "Solve it.", "spec.data.template", "{question}"),
     ("spec.data.train", DELETE, "spec.data.train", "Field required"),
     ("spec.store", {"uri": "gs://bucket"}, "spec.store.uri", "use file://path or s3://bucket/prefix"),
