@@ -53,9 +53,9 @@ from hacrl_core.rewards.remote import take_retries
 from hacrl_core.rollout.hf_engine import HFEngine
 from hacrl_core.rollout.sampling import rollout_metrics
 from hacrl_core.rollout.worker import sample_rollouts
-from hacrl_core.tracking import open_tracking, steps_jsonl
 from hacrl_core.sharing import shared_rows_used, sharing_warning
 from hacrl_core.spec import SpecError
+from hacrl_core.tracking import open_tracking, steps_jsonl
 
 log = logging.getLogger("hacrl")
 

@@ -23,12 +23,13 @@ import os
 import random
 import threading
 import time
-from collections import Counter
 import urllib.error
 import urllib.request
+from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+
 from hacrl_core.rewards.scoring import RewardItem
 
 TOKEN_ENV = "REWARD_SERVER_TOKEN"

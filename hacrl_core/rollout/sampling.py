@@ -5,7 +5,7 @@ writes what ``rollout_rows`` returns, and in-memory loops use the rows directly.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from hacrl_core.data.base import Problem
 from hacrl_core.data.templates import render_prompt

@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 from harness import EmulatedCluster, OperatorHandle, wait_for
-from hacrl_operator.builders import pod_name
 from test_operator_integration import NS, agent, quickstart, start_running, status_of
 
+from hacrl_operator.builders import pod_name
 from tests.chart.test_dashboard import DASHBOARD
 from tests.support.prometheus import prometheus_server
 

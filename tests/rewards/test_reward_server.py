@@ -104,9 +104,8 @@ def test_a_server_that_stays_down_stops_the_worker_with_the_reason() -> None:
     ({"rewards": [0.5, 0.5]}, r"expected \{\"scores\": \[...\]\}"),
 ])
 def test_an_answer_that_is_not_a_score_per_item_is_refused_naming_the_item(body: dict, expected: str) -> None:
-    with misbehaving(lambda n, batch: (200, body)) as url:
-        with pytest.raises(RewardServerError, match=expected):
-            RemoteReward(url, retries=0).score(items(2))
+    with misbehaving(lambda n, batch: (200, body)) as url, pytest.raises(RewardServerError, match=expected):
+        RemoteReward(url, retries=0).score(items(2))
 
 
 def test_the_spec_takes_a_reward_name_or_a_server_url() -> None:

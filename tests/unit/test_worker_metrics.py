@@ -29,8 +29,8 @@ def test_a_taken_port_moves_the_endpoint_instead_of_failing_the_worker(monkeypat
 
 def scrape(metrics: WorkerMetrics) -> dict[str, float]:
     """Every sample of the worker's registry, keyed by name and sorted labels, as Prometheus reads it."""
-    from prometheus_client.parser import text_string_to_metric_families
     from prometheus_client.exposition import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
 
     samples = {}
     for family in text_string_to_metric_families(generate_latest(metrics.registry).decode()):
