@@ -73,6 +73,10 @@ def unsupported_settings(experiment: Experiment) -> list[str]:
                 f"spec.agents[{index}].learner.backend: {agent.learner.backend!r} is not available in this installation "
                 f"(available: {', '.join(backends)}); use backend: torch, or install DeepSpeed"
             )
+    from hacrl_core.tracking.backends import missing_tracker_packages
+
+    problems += [f"spec.tracking.{tracker}: needs the {package!r} package; {fix}"
+                 for tracker, package, fix in missing_tracker_packages(experiment.spec.tracking)]
     return problems
 
 

@@ -26,6 +26,18 @@ class Tracker(Protocol):
     def finish(self) -> None: ...
 
 
+# The package each tracker imports (its client), by the spec's name of the tracker.
+TRACKER_PACKAGES = {"mlflow": "mlflow", "wandb": "wandb", "tensorboard": "tensorboard"}
+
+
+def missing_tracker_packages(tracking: Any) -> list[tuple[str, str, str]]:
+    """(tracker, package, fix) of every tracker the spec names whose client is not installed."""
+    import importlib.util
+
+    return [(name, TRACKER_PACKAGES[name], EXTRA_HINT) for name in tracking.enabled()
+            if importlib.util.find_spec(TRACKER_PACKAGES[name]) is None]
+
+
 def _require(module: str, tracker: str):
     try:
         return __import__(module, fromlist=["_"])

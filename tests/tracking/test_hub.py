@@ -141,3 +141,19 @@ def test_the_real_mlflow_client_against_a_dead_server_never_stops_training(tmp_p
     tracking.finish()
     assert tracking.dropped == 2
     assert "tracker mlflow unreachable" in caplog.text and "2 steps never sent" in caplog.text
+
+
+def test_a_tracker_whose_client_is_not_installed_is_refused_before_the_run_names_the_field(monkeypatch: pytest.MonkeyPatch) -> None:
+    import yaml
+
+    from hacrl_core.context import unsupported_settings
+    from hacrl_core.spec import parse_experiment
+    from hacrl_core.tracking import backends
+
+    document = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml").read_text())
+    document["spec"]["tracking"] = {"wandb": {"project": "p", "mode": "offline"}, "tensorboard": {"logDir": "/tmp/tb"}}
+    experiment = parse_experiment(document)
+    assert not [p for p in unsupported_settings(experiment) if "tracking" in p]  # both installed here
+    monkeypatch.setitem(backends.TRACKER_PACKAGES, "wandb", "wandb_not_installed")  # as on a machine without it
+    (problem,) = [p for p in unsupported_settings(experiment) if "tracking" in p]
+    assert problem.startswith("spec.tracking.wandb: needs the 'wandb_not_installed' package") and "hacrl[tracking]" in problem
