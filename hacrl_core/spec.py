@@ -25,6 +25,7 @@ from pydantic.alias_generators import to_camel
 
 from hacrl_core.pod_policy import override_problems
 from hacrl_core.rewards import reward_names
+from hacrl_core.store_uri import parse_store_uri
 
 API_GROUP = "hacrl.io"
 API_VERSION = "v1alpha1"
@@ -33,6 +34,9 @@ PLURAL = "hacrlexperiments"
 SHORT_NAME = "hx"
 
 MAX_TTL_SECONDS = 10 * 365 * 86400
+# Name patterns are written as the CRD's (ECMA/RE2) `pattern` strings, where `$` ends the text;
+# in Python `$` also matches before a final newline, so every check here uses ``fullmatch``
+# (tests/unit/test_spec_patterns.py holds the two readings equal on hostile strings).
 # An RFC 1123 subdomain: what Kubernetes accepts as a Secret name.
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _ENDPOINT = re.compile(r"^https?://[^\s/?#@]+(:\d{1,5})?/?$")
@@ -158,7 +162,7 @@ class ModelCacheSpec(SpecModel):
     @field_validator("claim_name")
     @classmethod
     def _claim(cls, value: str) -> str:
-        if len(value) > 253 or not DNS_SUBDOMAIN.match(value):
+        if len(value) > 253 or not DNS_SUBDOMAIN.fullmatch(value):
             raise ValueError(f"{value!r} is not a PersistentVolumeClaim name: lower-case letters, digits, '-' and '.', at most 253 characters")
         return value
 
@@ -176,7 +180,7 @@ class AgentSpec(SpecModel):
     @field_validator("name")
     @classmethod
     def _dns_label(cls, value: str) -> str:
-        if len(value) > 40 or not DNS_LABEL.match(value):
+        if len(value) > 40 or not DNS_LABEL.fullmatch(value):
             raise ValueError(
                 f"{value!r} is not a valid agent name: use at most 40 lower-case letters, digits and '-', "
                 "starting and ending with a letter or digit (e.g. 'qwen-small')"
@@ -305,7 +309,7 @@ class DataSpec(SpecModel):
 
 
 def secret_name(value: str | None) -> str | None:
-    if value is not None and (len(value) > 253 or not DNS_SUBDOMAIN.match(value)):
+    if value is not None and (len(value) > 253 or not DNS_SUBDOMAIN.fullmatch(value)):
         raise ValueError(f"{value!r} is not a Secret name: lower-case letters, digits, '-' and '.', at most 253 characters (e.g. hacrl-store)")
     return value
 
@@ -358,7 +362,7 @@ class KeyReference(SpecModel):
     @field_validator("key")
     @classmethod
     def _key(cls, value: str) -> str:
-        if not KEY_NAME.match(value):
+        if not KEY_NAME.fullmatch(value):
             raise ValueError(f"{value!r} is not a ConfigMap or Secret key: letters, digits, '-', '_' and '.'")
         return value
 
@@ -402,7 +406,7 @@ class EnvVar(SpecModel):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not ENV_NAME.match(value):
+        if not ENV_NAME.fullmatch(value):
             raise ValueError(f"{value!r} is not an environment variable name: letters, digits, '_', '-' and '.', not starting with a digit")
         problem = operator_env_problem(value)
         if problem:
@@ -428,7 +432,7 @@ class EnvFromSource(SpecModel):
     def _one(self) -> "EnvFromSource":
         if (self.config_map_ref is None) == (self.secret_ref is None):
             raise ValueError("each envFrom entry takes exactly one of configMapRef and secretRef")
-        if self.prefix is not None and not ENV_NAME.match(self.prefix):
+        if self.prefix is not None and not ENV_NAME.fullmatch(self.prefix):
             raise ValueError(f"prefix: {self.prefix!r} does not start a valid variable name")
         return self
 
@@ -447,12 +451,13 @@ class StoreSpec(SpecModel):
             raise ValueError(f"unsupported store {value!r}: use file://path or s3://bucket/prefix")
         if value.startswith("s3://") and not value[len("s3://"):].strip("/"):
             raise ValueError("s3 store needs a bucket: s3://bucket/prefix")
+        parse_store_uri(value)  # what `hacrl run` and the workers open: refused here, not there
         return value
 
     @field_validator("endpoint")
     @classmethod
     def _endpoint_url(cls, value: str | None) -> str | None:
-        if value and not _ENDPOINT.match(value):
+        if value and not _ENDPOINT.fullmatch(value):
             raise ValueError(f"{value!r} is not an S3 endpoint URL: use http(s)://host[:port], e.g. http://minio.minio:9000 (no path, no credentials)")
         return value or None
 
@@ -540,7 +545,7 @@ class SchedulingSpec(SpecModel):
     @field_validator("queue_name")
     @classmethod
     def _queue_name(cls, value: str | None) -> str | None:
-        if value is not None and (len(value) > 63 or not DNS_SUBDOMAIN.match(value)):
+        if value is not None and (len(value) > 63 or not DNS_SUBDOMAIN.fullmatch(value)):
             raise ValueError(f"{value!r} is not a queue name: use at most 63 lower-case letters, digits, '-' and '.' (a Kueue LocalQueue or Volcano Queue name)")
         return value
 
@@ -697,8 +702,17 @@ class Metadata(SpecModel):
     @field_validator("name")
     @classmethod
     def _dns(cls, value: str) -> str:
-        if len(value) > 40 or not DNS_LABEL.match(value):
+        if len(value) > 40 or not DNS_LABEL.fullmatch(value):
             raise ValueError(f"{value!r} is not a valid experiment name: at most 40 lower-case letters, digits and '-'")
+        return value
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, value: str | None) -> str | None:
+        # A Kubernetes namespace is a DNS label; `hacrl run` also makes it a folder of the store.
+        if value is not None and (len(value) > 63 or not DNS_LABEL.fullmatch(value)):
+            raise ValueError(f"{value!r} is not a namespace: at most 63 lower-case letters, digits and '-', "
+                             "starting and ending with a letter or digit")
         return value
 
 
