@@ -7,6 +7,7 @@ is accepted must be used. YAML keys are camelCase as in Kubernetes; Python attri
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import re
 from pathlib import Path
@@ -814,10 +815,36 @@ def load_spec_document(text: str, source: str) -> Any:
         loader.dispose()
 
 
-def load_experiment(path: str | Path) -> Experiment:
-    path = Path(path)
+#: `hacrl run` sets it on each worker: the sha256 of the rendered spec file the run started the
+#: worker with. The worker refuses a file with other contents: the spec it trains is the run's.
+SPEC_DIGEST_ENV = "HACRL_SPEC_SHA256"
+
+
+def read_spec_bytes(path: str | Path) -> bytes:
+    """The bytes of a spec file, reading at most ``MAX_SPEC_BYTES`` + 1 (a huge file or
+    /dev/zero is refused without being read); ``OSError`` when it cannot be read."""
+    with open(path, "rb") as handle:
+        data = handle.read(MAX_SPEC_BYTES + 1)
+    if len(data) > MAX_SPEC_BYTES:
+        raise SpecError(str(path), [f"<document>: larger than {MAX_SPEC_BYTES} bytes, the most an experiment spec may be (is this the right file?)"])
+    return data
+
+
+def spec_digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def load_experiment(path: str | Path, *, sha256: str | None = None) -> Experiment:
+    """The experiment in the spec file ``path``; with ``sha256``, only if the file's bytes have that
+    digest (``SPEC_DIGEST_ENV``: a worker's pinned spec)."""
+    data = read_spec_bytes(path)
+    if sha256 is not None and spec_digest(data) != sha256:
+        raise SpecError(str(path), [
+            f"<document>: this is not the spec this worker was started with (sha256 {spec_digest(data)[:12]}..., expected "
+            f"{sha256[:12]}...): something replaced the file since its run started; the worker stops rather than train "
+            "another experiment. Resume the run with `hacrl run --resume <spec>`"])
     try:
-        text = path.read_text(encoding="utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise SpecError(str(path), [f"<document>: not UTF-8 text (byte {error.start}): save the spec as UTF-8 YAML"]) from None
     return parse_experiment(load_spec_document(text, str(path)), str(path))

@@ -29,10 +29,20 @@ from hacrl_core.data.report import DatasetReport, read_datasets
 from hacrl_core.context import unsupported_settings
 from hacrl_core.runtime.cpus import THREADS_ENV, available_cpus, worker_threads
 from hacrl_core.runtime.forkserver import ForkedProcess, ForkServer, cli_command, fork_server
-from hacrl_core.spec import ROLLOUT_REPLICA_ENV, Experiment, SpecError, dump_experiment, load_experiment
+from hacrl_core.runtime.resume import ResumeRefused, check_resume
+from hacrl_core.runtime.workdir import WorkdirBusy, hold_workdir, release_workdir
+from hacrl_core.spec import (
+    ROLLOUT_REPLICA_ENV,
+    SPEC_DIGEST_ENV,
+    Experiment,
+    SpecError,
+    dump_experiment,
+    load_experiment,
+    spec_digest,
+)
 from hacrl_core.store import TrajectoryStore, describe_prefix, open_experiment_store
 from hacrl_core.store.fencing import FENCED_EXIT_CODE, claim_run_generation
-from hacrl_core.store.ownership import Owner, StoreOwnedByAnother, claim
+from hacrl_core.store.ownership import Owner, StoreOwnedByAnother, check_owner, claim
 
 ROLES = ("rollout", "learner")
 COLOCATED_ROLES = ("colocated",)
@@ -103,6 +113,11 @@ class LocalRun:
     generation: int = 0  # fencing generation of this run's workers (store/fencing.py)
     roles: tuple[str, ...] = ROLES  # the workers of each agent
     forks: ForkServer | None = None  # where the workers are forked from (None: fresh interpreters)
+    resume: bool = False
+    owner: Owner | None = None  # who claims the store (claim_store)
+    rendered: str = ""  # the spec as the workers read it (run.spec_path) and the store keeps it
+    spec_digest: str = ""  # its sha256: each worker checks that it reads this spec (SPEC_DIGEST_ENV)
+    workdir_lock: int | None = None  # the descriptor that holds workdir for this run (workdir.py)
 
 
 def free_ports(first: int, count: int, host: str) -> list[int]:
@@ -122,6 +137,11 @@ def free_ports(first: int, count: int, host: str) -> list[int]:
 
 
 def prepare(spec_path: str | Path, *, resume: bool, workdir: str | Path | None = None) -> LocalRun:
+    """Everything `hacrl run` checks before it writes to the store: the spec, that this
+    installation can run it, the work folder (locked for this run: ``hold_workdir``), and whether
+    the store's run may be started or resumed with it. The store is claimed later, by
+    ``claim_store``, once the pre-flight (datasets, models) passed: a run that never started
+    leaves the store as it found it."""
     from hacrl_core.learner.distributed import multi_node_problems
 
     experiment = load_experiment(spec_path)
@@ -130,37 +150,63 @@ def prepare(spec_path: str | Path, *, resume: bool, workdir: str | Path | None =
         problems.append("spec.suspend: the experiment is suspended; set suspend: false to run it")
     if problems:
         raise SpecError(str(spec_path), problems)
-    store_spec = experiment.spec.store
-    store = open_experiment_store(experiment)
-    started = any(store.read_progress(a.name) for a in experiment.spec.agents) or bool(store.list_steps())
-    if started and not resume:
-        raise RunError(
-            f"experiment {experiment.name!r} already has data in {store_spec.uri}: continue it with "
-            f"`hacrl run --resume {spec_path}`, or rename metadata.name to start afresh"
-        )
-    rendered = dump_experiment(experiment)
-    if resume and started:
-        try:
-            previous = store.get_spec()
-        except Exception:
-            previous = None
-        if previous is not None and previous != rendered:
-            raise RunError(
-                f"the spec of {experiment.name!r} changed since the run started; resuming with a different spec would mix "
-                "two experiments in one store prefix: restore the original spec or use a new metadata.name"
-            )
-    # A fresh run owns the prefix; --resume is the explicit request to take over whatever ran there.
-    owner = Owner(name=experiment.name, uid=f"local-{uuid.uuid4()}", namespace=experiment.metadata.namespace)
-    try:
-        claim(store, owner, adopt=resume, where=describe_prefix(experiment))
-    except StoreOwnedByAnother as error:
-        raise RunError(f"{error} (or `hacrl run --resume` to take it over)") from None
-    store.put_spec(rendered)
     workdir = Path(workdir or Path("hacrl-runs") / experiment.name).resolve()
-    (workdir / "logs").mkdir(parents=True, exist_ok=True)
-    local_spec = workdir / "spec.yaml"
-    local_spec.write_text(rendered, encoding="utf-8")
-    return LocalRun(experiment, local_spec, workdir, store, generation=claim_run_generation(store))
+    try:
+        lock = hold_workdir(workdir)
+    except WorkdirBusy as error:
+        raise RunError(str(error)) from None
+    try:
+        store = open_experiment_store(experiment)
+        started = any(store.read_progress(a.name) for a in experiment.spec.agents) or bool(store.list_steps())
+        if started and not resume:
+            raise RunError(
+                f"experiment {experiment.name!r} already has data in {experiment.spec.store.uri}: continue it with "
+                f"`hacrl run --resume {spec_path}`, or rename metadata.name to start afresh"
+            )
+        rendered = dump_experiment(experiment)
+        if resume and started:
+            try:
+                check_resume(store, experiment.name, rendered, str(spec_path))
+            except ResumeRefused as error:
+                raise RunError(str(error)) from None
+        owner = local_owner(experiment)
+        try:  # read only: the claim itself waits for the pre-flight
+            check_owner(store, owner, adopt=may_adopt(experiment, resume), where=describe_prefix(experiment))
+        except StoreOwnedByAnother as error:
+            raise RunError(owner_refusal(error)) from None
+        local_spec = workdir / "spec.yaml"
+        local_spec.write_text(rendered, encoding="utf-8")
+    except BaseException:
+        release_workdir(lock)
+        raise
+    return LocalRun(experiment, local_spec, workdir, store, resume=resume, owner=owner, rendered=rendered,
+                    spec_digest=spec_digest(rendered.encode("utf-8")), workdir_lock=lock)
+
+
+def local_owner(experiment: Experiment) -> Owner:
+    return Owner(name=experiment.name, uid=f"local-{uuid.uuid4()}", namespace=experiment.metadata.namespace)
+
+
+def may_adopt(experiment: Experiment, resume: bool) -> bool:
+    """A fresh run owns the prefix; ``--resume`` is the explicit request to take over whatever ran
+    there, and ``spec.store.adoptExisting`` says the same in the spec (as it does to the operator)."""
+    return resume or experiment.spec.store.adopt_existing
+
+
+def owner_refusal(error: StoreOwnedByAnother) -> str:
+    return f"{error} (for `hacrl run`: adoptExisting, or `hacrl run --resume`, takes it over)"
+
+
+def claim_store(run: LocalRun) -> None:
+    """Make the store this run's: its owner record, the spec it runs, its workers' fencing
+    generation. Called once the pre-flight passed, right before the workers start."""
+    experiment = run.experiment
+    try:
+        claim(run.store, run.owner, adopt=may_adopt(experiment, run.resume), where=describe_prefix(experiment))
+    except StoreOwnedByAnother as error:
+        raise RunError(owner_refusal(error)) from None
+    run.store.put_spec(run.rendered)
+    run.generation = claim_run_generation(run.store)
 
 
 def check_datasets(run: LocalRun, display) -> None:
@@ -219,6 +265,7 @@ def start_workers(run: LocalRun) -> None:
             OMP_NUM_THREADS=share,
             **{THREADS_ENV: share},
             HACRL_FENCE_GENERATION=str(run.generation),
+            **{SPEC_DIGEST_ENV: run.spec_digest},
         )
         if replica is not None:
             env[ROLLOUT_REPLICA_ENV] = str(replica)
@@ -313,11 +360,18 @@ def run_local(spec_path: str | Path, *, resume: bool = False, workdir: str | Pat
     (`--colocate`/`--split`; None: the spec's ``colocate``, else whenever the experiment allows
     it): one worker per agent that samples and trains (``hacrl worker colocated``) instead of a
     rollout and a learner worker."""
+    began = time.perf_counter()
+    run = prepare(spec_path, resume=resume, workdir=workdir)
+    try:
+        return _run_prepared(run, spec_path, began, display, colocate)
+    finally:
+        release_workdir(run.workdir_lock)
+
+
+def _run_prepared(run: LocalRun, spec_path: str | Path, began: float, display, colocate: bool | None) -> Path:
     from hacrl_core.runtime.display import make_display
     from hacrl_core.runtime.report import load_plotting, write_report
 
-    began = time.perf_counter()
-    run = prepare(spec_path, resume=resume, workdir=workdir)
     spec = run.experiment.spec
     if colocate:
         blockers = spec.colocation_blockers()
@@ -333,6 +387,7 @@ def run_local(spec_path: str | Path, *, resume: bool = False, workdir: str | Pat
         display.warn(f"spec.{line}")
     check_datasets(run, display)
     build_models(run, display.note)
+    claim_store(run)
     start_workers(run)
     write_worker_table(run)
     threading.Thread(target=load_plotting, name="load-plotting", daemon=True).start()  # off the run's tail
