@@ -301,6 +301,15 @@ class DataSpec(SpecModel):
     template: str = Field("{question}", max_length=16384, description="Prompt template; `{question}` is replaced by the row's prompt. Each agent then applies its own chat template.")
     reward: Literal[REWARD_NAMES] = Field("math", description="Verifier: `exact`, `numeric` or `math` (Math-Verify).")
 
+    @model_validator(mode="after")
+    def _unique_eval_names(self) -> "DataSpec":
+        names = [e.name for e in self.eval]
+        for index, name in enumerate(names):
+            if name in names[:index]:
+                raise ValueError(f"eval[{index}].name: {name!r} names an earlier eval set too; eval set names must be unique "
+                                 "(they key the metrics and the report)")
+        return self
+
     @field_validator("template")
     @classmethod
     def _has_question(cls, value: str) -> str:
@@ -794,6 +803,30 @@ def _expanded_nodes(root: yaml.Node) -> int:
     return sizes[id(root)]
 
 
+def _duplicate_keys(root: yaml.Node) -> list[str]:
+    """``path: key`` of every key that a mapping of the document holds twice (YAML would keep the
+    last silently); the merge key ``<<`` excepted."""
+    found, seen_nodes = [], set()
+    stack: list[tuple[yaml.Node, str]] = [(root, "")]
+    while stack:
+        node, path = stack.pop()
+        if id(node) in seen_nodes:
+            continue
+        seen_nodes.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            keys: set[str] = set()
+            for key_node, value_node in node.value:
+                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+                if key is not None and key != "<<":
+                    if key in keys:
+                        found.append(f"{path}.{key}" if path else key)
+                    keys.add(key)
+                stack.append((value_node, f"{path}.{key}" if path else str(key)))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((item, f"{path}[{index}]") for index, item in enumerate(node.value))
+    return sorted(set(found))
+
+
 def load_spec_document(text: str, source: str) -> Any:
     """The YAML document of a spec, refusing what would exhaust memory or the stack."""
     if len(text) > MAX_SPEC_BYTES:
@@ -806,6 +839,9 @@ def load_spec_document(text: str, source: str) -> Any:
         nodes = _expanded_nodes(node)
         if nodes > MAX_SPEC_NODES:
             raise SpecError(source, [f"<document>: {nodes} values once YAML aliases are expanded (at most {MAX_SPEC_NODES}); write the spec without nested aliases"])
+        duplicates = _duplicate_keys(node)
+        if duplicates:
+            raise SpecError(source, [f"{path}: the key is given twice (YAML keeps only the last); keep one" for path in duplicates])
         return loader.construct_document(node)
     except yaml.YAMLError as error:
         raise SpecError(source, [f"<document>: not valid YAML: {error}"]) from None
@@ -826,7 +862,7 @@ def read_spec_bytes(path: str | Path) -> bytes:
     with open(path, "rb") as handle:
         data = handle.read(MAX_SPEC_BYTES + 1)
     if len(data) > MAX_SPEC_BYTES:
-        raise SpecError(str(path), [f"<document>: larger than {MAX_SPEC_BYTES} bytes, the most an experiment spec may be (is this the right file?)"])
+        raise SpecError(str(path), [f"<document>: larger than {MAX_SPEC_BYTES} bytes; an experiment spec is at most {MAX_SPEC_BYTES} bytes (is this the right file?)"])
     return data
 
 
