@@ -66,7 +66,13 @@ def cmd_crd(args: argparse.Namespace) -> int:
         return 0
     files = [(Path(args.output), render_crd())] if args.output else generated_files()
     if args.check:
-        stale = [target for target, text in files if (target.read_text(encoding="utf-8") if target.exists() else "") != text]
+        missing = [target for target, _ in files if not target.is_file()]
+        for target in missing:
+            where = "" if args.output else " (the chart's files are found from the repository root: run it there)"
+            print(f"hacrl crd --check: {target} does not exist or is not a file{where}", file=sys.stderr)
+        if missing:
+            return 2
+        stale = [target for target, text in files if target.read_text(encoding="utf-8") != text]
         for target in stale:
             print(f"{target} is out of date with hacrl_core/spec.py; run `hacrl crd` to regenerate it", file=sys.stderr)
         for target, _ in files:
@@ -74,8 +80,13 @@ def cmd_crd(args: argparse.Namespace) -> int:
                 print(f"{target} is up to date")
         return 1 if stale else 0
     for target, text in files:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+        except OSError as error:
+            print(f"hacrl crd: cannot write {target}: {error.strerror or error} (a folder on its path is a file, or not writable)",
+                  file=sys.stderr)
+            return 1
         print(f"wrote {target}")
     return 0
 
