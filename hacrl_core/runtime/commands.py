@@ -115,29 +115,9 @@ def stop_on_signals() -> None:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     _setup_worker_process()
-    import json
-    import tempfile
-    from pathlib import Path
+    from hacrl_core.runtime.eval_command import cmd_eval as evaluate
 
-    from hacrl_core.rollout.engine import engine_for
-    from hacrl_core.context import WorkerContext
-    from hacrl_core.evaluation import evaluate_engine
-
-    context = WorkerContext.from_spec_file(args.spec, args.agent)
-    if not context.spec.data.eval:
-        print("the spec has no data.eval sets to evaluate on", file=sys.stderr)
-        return 2
-    version = args.version if args.version is not None else context.store.latest_weights_version(args.agent)
-    if version is None:
-        print(f"no weights of agent {args.agent!r} in the store yet; run the experiment first", file=sys.stderr)
-        return 1
-    with tempfile.TemporaryDirectory() as tmp:
-        context.store.fetch_weights(args.agent, version, Path(tmp) / "w", wait=0)
-        engine = engine_for(context.agent.rollout)  # the agent's own engine: vllm on GPU clusters
-        engine.load(Path(tmp) / "w")
-        results = evaluate_engine(context, engine, samples=args.samples, sets=args.set)
-    print(json.dumps({"agent": args.agent, "weights_version": version, **results}, indent=2))
-    return 0
+    return evaluate(args)
 
 
 def register(commands: argparse._SubParsersAction) -> None:

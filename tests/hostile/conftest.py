@@ -7,12 +7,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.hostile.harness import LEDGER
+from tests.hostile.harness import LEDGER, run_executable
+from tests.integration.runs import run_env, tiny_spec, write_spec
 
 
-@pytest.fixture
-def cache(model_cache) -> Path:
-    return model_cache
+@pytest.fixture(scope="session")
+def finished(tmp_path_factory, model_cache) -> dict:
+    """A one-step tiny run, trained once for the suite: ``root`` (its spec, ``store`` and ``work``
+    folders) and its spec ``document``. Cases that change what it holds work on a copy."""
+    root = tmp_path_factory.mktemp("finished")
+    document = tiny_spec("hostile-run", (root / "store").as_uri(), steps=1)
+    spec = write_spec(root, document)
+    outcome = run_executable(["run", str(spec), "--quiet", "--workdir", str(root / "work")], root, run_env(model_cache))
+    assert outcome.code == 0, outcome.output
+    return {"root": root, "document": document, "spec": spec}
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

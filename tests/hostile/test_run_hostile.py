@@ -1,8 +1,8 @@
 """`hacrl run` and `--resume` against hostile conditions: a second run with the same name, changed
 and damaged specs on resume, a failed pre-flight, a work folder that is a file.
 
-One tiny one-step run (``finished``) is trained once for the module; the resume cases each work
-on their own copy of its store. The cases that stop before training run ``hacrl run`` in this
+One tiny one-step run (``finished``, tests/hostile/conftest.py) is trained once for the suite; the
+resume cases each work on their own copy of its store. The cases that stop before training run ``hacrl run`` in this
 process; a second live run uses the executable against a `hacrl run` held with SIGSTOP.
 """
 
@@ -20,17 +20,6 @@ from tests.hostile.harness import check, run_cli, run_executable
 from tests.integration.runs import run_env, start_run, tiny_spec, wait_for, write_spec
 
 FAMILY = "run"
-
-
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory, model_cache) -> dict:
-    """A one-step tiny run, finished: its folder, spec document and store folder."""
-    root = tmp_path_factory.mktemp("finished")
-    document = tiny_spec("hostile-run", (root / "store").as_uri(), steps=1)
-    spec = write_spec(root, document)
-    outcome = run_executable(["run", str(spec), "--quiet", "--workdir", str(root / "work")], root, run_env(model_cache))
-    assert outcome.code == 0, outcome.output
-    return {"root": root, "document": document}
 
 
 def copied_run(finished: dict, tmp_path: Path, change=None, *, store_name: str = "store") -> Path:
