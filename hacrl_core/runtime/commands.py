@@ -19,9 +19,12 @@ def _setup_worker_process() -> None:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    from hacrl_core.runtime.supervisor_watch import watch_supervisor
+
+    watch_supervisor()  # started by `hacrl run`: stop when it is gone (kill -9)
     _setup_worker_process()
     from hacrl_core.context import WorkerContext
-    from hacrl_core.store.fencing import FENCED_EXIT_CODE, FencedOut, Lease
+    from hacrl_core.store.fencing import FENCED_EXIT_CODE, STORE_GONE_EXIT_CODE, FencedOut, Lease, StoreGone
 
     context = WorkerContext.from_spec_file(args.spec, args.agent)
     from hacrl_core.learner.distributed import launch_learner_ranks, ranks_from_env
@@ -60,6 +63,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     except FencedOut as error:
         logging.getLogger("hacrl.worker").error("%s", error)
         return FENCED_EXIT_CODE
+    except StoreGone as error:
+        logging.getLogger("hacrl.worker").error("%s", error)
+        return STORE_GONE_EXIT_CODE
     return 0
 
 

@@ -30,6 +30,7 @@ from hacrl_core.context import unsupported_settings
 from hacrl_core.runtime.cpus import THREADS_ENV, available_cpus, worker_threads
 from hacrl_core.runtime.forkserver import ForkedProcess, ForkServer, cli_command, fork_server
 from hacrl_core.runtime.resume import ResumeRefused, check_resume
+from hacrl_core.runtime.supervisor_watch import SUPERVISOR_PID_ENV
 from hacrl_core.runtime.workdir import WorkdirBusy, hold_workdir, release_workdir
 from hacrl_core.spec import (
     ROLLOUT_REPLICA_ENV,
@@ -41,7 +42,7 @@ from hacrl_core.spec import (
     spec_digest,
 )
 from hacrl_core.store import TrajectoryStore, describe_prefix, open_experiment_store
-from hacrl_core.store.fencing import FENCED_EXIT_CODE, claim_run_generation
+from hacrl_core.store.fencing import FENCED_EXIT_CODE, STORE_GONE_EXIT_CODE, claim_run_generation
 from hacrl_core.store.ownership import Owner, StoreOwnedByAnother, check_owner, claim
 
 ROLES = ("rollout", "learner")
@@ -265,7 +266,7 @@ def start_workers(run: LocalRun) -> None:
             OMP_NUM_THREADS=share,
             **{THREADS_ENV: share},
             HACRL_FENCE_GENERATION=str(run.generation),
-            **{SPEC_DIGEST_ENV: run.spec_digest},
+            **{SPEC_DIGEST_ENV: run.spec_digest, SUPERVISOR_PID_ENV: str(os.getpid())},
         )
         if replica is not None:
             env[ROLLOUT_REPLICA_ENV] = str(replica)
@@ -309,6 +310,12 @@ def supervise(run: LocalRun, display) -> None:
             if code == 0:
                 worker.finished = True
                 continue
+            if code == STORE_GONE_EXIT_CODE:  # restarting it would re-create the deleted store piecemeal
+                raise RunError(
+                    f"the store of experiment {run.experiment.name!r} is gone ({describe_prefix(run.experiment)} was deleted while "
+                    f"the run wrote to it): the {worker.title} stopped ({worker.log_path}: {worker.log_tail(1)}); every worker "
+                    "is stopped. Restore the store from a copy and `hacrl run --resume`, or start afresh"
+                )
             if code == FENCED_EXIT_CODE:  # restarting it would fence the newer worker in turn
                 raise RunError(
                     f"another run took over experiment {run.experiment.name!r}: the {worker.title} "

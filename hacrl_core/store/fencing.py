@@ -47,8 +47,18 @@ from hacrl_core.store.trajectory_store import TrajectoryStore
 FENCED_EXIT_CODE = 3
 
 
+# Exit code of a worker that stopped because its store (or the experiment's prefix in it) was
+# deleted under it: restarting it would re-create the store piecemeal, so its supervisor stops.
+STORE_GONE_EXIT_CODE = 4
+
+
 class FencedOut(StoreError):
     """A newer worker holds this worker's lease; the message names it."""
+
+
+class StoreGone(StoreError):
+    """This worker's lease vanished from the store: the store, or the experiment's prefix, was
+    deleted. Nothing more may be written (it would re-create the store piecemeal)."""
 
 
 def _holder() -> str:
@@ -58,9 +68,14 @@ def _holder() -> str:
 
 def _read(store: TrajectoryStore, key: str) -> dict | None:
     try:
-        record = json.loads(store.objects.get(key))
+        return _parse(store.objects.get(key))
     except ObjectNotFound:
         return None
+
+
+def _parse(data: bytes) -> dict | None:
+    try:
+        record = json.loads(data)
     except ValueError:
         return None  # a torn or foreign object: the next claim replaces it
     return record if isinstance(record, dict) else None
@@ -111,8 +126,16 @@ class Lease:
         return lease
 
     def check(self) -> None:
-        """Raise ``FencedOut`` unless this lease is still the newest claim."""
-        current = _read(self.store, self.key) or {}
+        """Raise ``FencedOut`` unless this lease is still the newest claim, ``StoreGone`` when it
+        is no longer there at all."""
+        try:  # one read, as before: a missing lease is told apart from a replaced one
+            current = _parse(self.store.objects.get(self.key)) or {}
+        except ObjectNotFound:
+            raise StoreGone(
+                f"the store of experiment {self.store.experiment!r} is gone: the lease {self.key} of the {self.worker} worker of "
+                f"agent {self.agent!r} vanished from {self.store.objects.uri} (the store, or the experiment's data in it, was deleted); "
+                "this worker stops and writes nothing further"
+            ) from None
         if current.get("token") != self.token:
             raise FencedOut(
                 f"the {self.worker} worker of agent {self.agent!r} was superseded by {current.get('holder', 'another worker')} "

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.hostile.harness import check, run_cli, run_executable
+from tests.hostile.harness import check, judged_output, run_cli, run_executable
 from tests.integration.runs import run_env, start_run, tiny_spec, wait_for, write_spec
 
 FAMILY = "run"
@@ -189,3 +189,51 @@ def test_adopt_existing_lets_hacrl_run_take_over_a_prefix_it_advises_to_adopt(tm
 
         release_workdir(run.workdir_lock)
     assert read_owner(open_trajectory_store(store_uri, "adopted")).uid == run.owner.uid
+
+
+def test_workers_stop_when_their_hacrl_run_is_killed_and_the_run_resumes(tmp_path, model_cache):
+    """Issue 35, 10: after `kill -9` of `hacrl run` its workers (each in its own session) noticed
+    nothing and trained on unsupervised. They now stop, and `--resume` finishes the run."""
+    from tests.reliability.faults import held, pid_alive, worker_table
+
+    env = run_env(model_cache)
+    spec = write_spec(tmp_path, tiny_spec("orphans", (tmp_path / "store").as_uri(), steps=2, colocate=False))
+    process = start_run(spec, tmp_path, env, "--quiet")
+    try:
+        workers = wait_for(lambda: worker_table(tmp_path / "work"), 180, "the workers to start")
+        pids = [w["pid"] for w in workers]
+        with held(pids):  # none can finish meanwhile: what stops them is the missing supervisor
+            process.kill()
+            process.wait(timeout=60)
+        wait_for(lambda: not any(pid_alive(pid) for pid in pids), 120, "every worker to stop after its `hacrl run` was killed")
+    finally:
+        if process.poll() is None:
+            process.kill()
+    logs = [Path(w["log"]).read_text(errors="replace") for w in workers]
+    assert all(f"(pid {process.pid}) is gone: this worker stops" in log for log in logs), logs
+    resumed = run_executable(["run", str(spec), "--resume", "--quiet", "--workdir", str(tmp_path / "work")], tmp_path, env)
+    check(FAMILY, resumed, 0, "done")
+
+
+def test_deleting_the_store_mid_run_stops_the_run_saying_the_store_is_gone(tmp_path, model_cache):
+    """Issue 35, 7: it was reported as "another run took over (generation ?)", and a worker still
+    wrote a shard after the delete."""
+    from tests.reliability.faults import held, worker_table
+
+    env = run_env(model_cache)
+    store = tmp_path / "store"
+    spec = write_spec(tmp_path, tiny_spec("vanishing", store.as_uri(), steps=3, colocate=False))
+    process = start_run(spec, tmp_path, env, "--quiet")
+    try:
+        wait_for(lambda: (store / "vanishing" / "progress" / "llama.json").exists(), 300, "llama's learner to finish a step")
+        with held([w["pid"] for w in worker_table(tmp_path / "work")]):
+            shutil.rmtree(store)
+        output, _ = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    outcome = judged_output(process.returncode, output)
+    check(FAMILY, outcome, 1, "store of experiment 'vanishing' is gone", "--resume")
+    assert "another run took over" not in output
+    written = [p for p in store.rglob("*") if p.is_file()] if store.exists() else []
+    assert not written, f"written after the store was deleted: {written}"
