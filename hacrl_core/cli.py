@@ -55,6 +55,13 @@ def check_data(path: str, spec) -> bool:
         print(f"  {report.summary()}")
         for line in report.lines():
             print(f"  warning: {line}")
+    # Models already on this machine (local folders) are checked here; the others are fetched by
+    # `hacrl run`, which checks them before its workers start.
+    from hacrl_core.data.context_fit import overlong_prompts
+
+    local = {agent.name: Path(agent.model) for agent in spec.agents if Path(agent.model).is_dir()}
+    for line in overlong_prompts(spec, local):
+        print(f"  warning: {line}")
     return True
 
 

@@ -25,6 +25,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hacrl_core.data.context_fit import overlong_prompts
 from hacrl_core.data.report import DatasetReport, read_datasets
 from hacrl_core.context import unsupported_settings
 from hacrl_core.runtime.cpus import THREADS_ENV, available_cpus, worker_threads
@@ -119,6 +120,7 @@ class LocalRun:
     rendered: str = ""  # the spec as the workers read it (run.spec_path) and the store keeps it
     spec_digest: str = ""  # its sha256: each worker checks that it reads this spec (SPEC_DIGEST_ENV)
     workdir_lock: int | None = None  # the descriptor that holds workdir for this run (workdir.py)
+    model_dirs: dict[str, Path] = field(default_factory=dict)  # agent -> its resolved model (build_models)
 
 
 def free_ports(first: int, count: int, host: str) -> list[int]:
@@ -233,6 +235,7 @@ def build_models(run: LocalRun, say) -> None:
         began = time.perf_counter()
         say(f"preparing model of {agent.name}: {agent.model}")
         path = resolve_model(agent.model, cache_root() / "models")
+        run.model_dirs[agent.name] = path
         say(f"  ready in {time.perf_counter() - began:.1f}s: {path}")
 
 
@@ -394,6 +397,8 @@ def _run_prepared(run: LocalRun, spec_path: str | Path, began: float, display, c
         display.warn(f"spec.{line}")
     check_datasets(run, display)
     build_models(run, display.note)
+    for line in overlong_prompts(spec, run.model_dirs):
+        display.warn(line)
     claim_store(run)
     start_workers(run)
     write_worker_table(run)

@@ -49,3 +49,25 @@ def test_a_long_line_is_not_held_in_memory(tmp_path: Path) -> None:
     skipped, peak_mib = done.stdout.rsplit(" ", 1)
     assert skipped == "{'too_long': 1}"
     assert int(peak_mib) < 150, f"the reader peaked at {peak_mib} MiB reading a 200 MiB line"
+
+
+def test_prompts_longer_than_the_model_context_are_said_at_validation(finished, model_cache, tmp_path) -> None:
+    """Issue 35, 10: `hacrl validate --data` names the dataset, the agent and the context."""
+    import copy
+
+    import yaml
+
+    from hacrl_core.models.uri import resolve_model
+    from tests.hostile.harness import check, run_cli
+
+    document = copy.deepcopy(finished["document"])
+    llama = document["spec"]["agents"][0]
+    llama["model"] = str(resolve_model(llama["model"], model_cache / "models"))  # built by the finished run: a local folder
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"prompt": "1+1", "answer": "2"}\n' + '{"prompt": "%s", "answer": "2"}\n' % ("1+" * 400 + "1"))
+    document["spec"]["data"]["train"] = {"source": str(rows)}
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(document))
+    outcome = run_cli(["validate", "--data", str(spec)])
+    check("data", outcome, 0, "warning: spec.data.train: 1 of its 2 longest prompts", "agent 'llama'", "context of 512 tokens")
+    assert "agent 'qwen'" not in outcome.output  # a hub or tiny:// model is checked by `hacrl run`, once fetched
