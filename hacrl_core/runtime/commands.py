@@ -26,7 +26,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from hacrl_core.context import WorkerContext
     from hacrl_core.store.fencing import FENCED_EXIT_CODE, STORE_GONE_EXIT_CODE, FencedOut, Lease, StoreGone
 
-    context = WorkerContext.from_spec_file(args.spec, args.agent)
+    from hacrl_core.spec import SpecError
+
+    try:
+        context = WorkerContext.from_spec_file(args.spec, args.agent)
+    except (SpecError, KeyError) as error:  # KeyError: --agent not in the spec (the message lists its agents)
+        logging.getLogger("hacrl.worker").error("%s", error if isinstance(error, SpecError) else error.args[0])
+        return 2
     from hacrl_core.learner.distributed import launch_learner_ranks, ranks_from_env
 
     # learner.processesPerNode > 1: this process starts the learner's local ranks and ends as they do.

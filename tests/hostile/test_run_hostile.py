@@ -237,3 +237,12 @@ def test_deleting_the_store_mid_run_stops_the_run_saying_the_store_is_gone(tmp_p
     assert "another run took over" not in output
     written = [p for p in store.rglob("*") if p.is_file()] if store.exists() else []
     assert not written, f"written after the store was deleted: {written}"
+
+
+def test_a_worker_given_another_spec_than_its_pinned_one_exits_with_one_line(finished, tmp_path, model_cache):
+    from hacrl_core.spec import SPEC_DIGEST_ENV
+
+    spec = copied_run(finished, tmp_path)
+    env = run_env(model_cache, {SPEC_DIGEST_ENV: "0" * 64})
+    outcome = run_executable(["worker", "learner", "--spec", str(spec), "--agent", "llama"], tmp_path, env)
+    check(FAMILY, outcome, 2, str(spec), "not the spec this worker was started with")
