@@ -65,9 +65,12 @@ def changed_fields(previous: dict[str, Any], current: dict[str, Any]) -> list[st
     for path in sorted(set(before) | set(after)):
         old, new = before.get(path, missing), after.get(path, missing)
         if old != new and not resumable(path):
-            show = lambda value: "(absent)" if value is missing else repr(value)  # noqa: E731
-            lines.append(f"{path}: {show(old)} -> {show(new)}")
+            lines.append(f"{path}: {_shown(old, missing)} -> {_shown(new, missing)}")
     return lines
+
+
+def _shown(value: Any, missing: object) -> str:
+    return "(absent)" if value is missing else repr(value)
 
 
 def stored_spec(store: TrajectoryStore, name: str) -> dict[str, Any]:

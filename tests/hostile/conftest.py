@@ -3,8 +3,6 @@ at the end of the run (docs/reliability.md, "Hostile inputs and faults")."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from tests.hostile.harness import LEDGER, run_executable

@@ -14,7 +14,6 @@ import signal
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.hostile.harness import check, judged_output, run_cli, run_executable
 from tests.integration.runs import run_env, start_run, tiny_spec, wait_for, write_spec

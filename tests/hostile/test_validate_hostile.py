@@ -5,8 +5,9 @@ paths. Each case: its exit code, and the field, file or key its message names.""
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import yaml
