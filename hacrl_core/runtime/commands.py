@@ -24,7 +24,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     watch_supervisor()  # started by `hacrl run`: stop when it is gone (kill -9)
     _setup_worker_process()
     from hacrl_core.context import WorkerContext
-    from hacrl_core.store.fencing import FENCED_EXIT_CODE, STORE_GONE_EXIT_CODE, FencedOut, Lease, StoreGone
+    from hacrl_core.store.fencing import FENCED_EXIT_CODE, STORE_GONE_EXIT_CODE, FencedOut, Lease, StoreGone, require_run_generation
 
     from hacrl_core.spec import SpecError
 
@@ -51,6 +51,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
             return 2
     try:
         generation = os.environ.get("HACRL_FENCE_GENERATION")  # set by `hacrl run`; pods take the next one
+        if generation:
+            require_run_generation(context.store)
         # A colocated worker does both jobs, so it holds both leases: it fences out a rollout or
         # learner worker of an older run of the agent, and a newer one of either fences it out.
         # Each rollout replica holds its own lease: replicas write disjoint parts.

@@ -38,7 +38,7 @@ import uuid
 from dataclasses import dataclass
 
 from hacrl_core.store import layout
-from hacrl_core.store.errors import ObjectNotFound, StoreError
+from hacrl_core.store.errors import ObjectNotFound, StoreError, StoreGone
 from hacrl_core.store.ownership import utc_timestamp
 from hacrl_core.store.trajectory_store import TrajectoryStore
 
@@ -54,11 +54,6 @@ STORE_GONE_EXIT_CODE = 4
 
 class FencedOut(StoreError):
     """A newer worker holds this worker's lease; the message names it."""
-
-
-class StoreGone(StoreError):
-    """This worker's lease vanished from the store: the store, or the experiment's prefix, was
-    deleted. Nothing more may be written (it would re-create the store piecemeal)."""
 
 
 def _holder() -> str:
@@ -142,6 +137,15 @@ class Lease:
                 f"(generation {current.get('generation', '?')}, claimed {current.get('claimedAt', '?')}); this one "
                 f"(generation {self.generation}) stops and writes nothing further"
             )
+
+
+def require_run_generation(store: TrajectoryStore) -> None:
+    """``StoreGone`` unless the record ``claim_run_generation`` wrote when this worker's `hacrl run`
+    started is still there: a worker (re)started after the store was deleted must not re-create it."""
+    key = layout.run_lease_key(store.experiment)
+    if not store.objects.exists(key):
+        raise StoreGone(f"the store of experiment {store.experiment!r} is gone: {key}, written when the run started, "
+                        f"vanished from {store.objects.uri}; this worker starts nothing")
 
 
 def claim_run_generation(store: TrajectoryStore) -> int:
