@@ -18,6 +18,7 @@ from hacrl_core.data.report import (
 )
 from hacrl_core.rewards.scoring import Scorer, scorer_for
 from hacrl_core.spec import (
+    SPEC_DIGEST_ENV,
     AgentSpec,
     Experiment,
     ExperimentSpec,
@@ -93,7 +94,8 @@ class WorkerContext:
 
     @classmethod
     def from_spec_file(cls, spec_path: str | Path, agent: str) -> WorkerContext:
-        experiment = load_experiment(spec_path)
+        # `hacrl run` pins its workers to the spec it started them with (SPEC_DIGEST_ENV).
+        experiment = load_experiment(spec_path, sha256=os.environ.get(SPEC_DIGEST_ENV) or None)
         experiment.spec.agent(agent)  # fail early, naming the agents, on a wrong --agent
         problems = unsupported_settings(experiment)
         if problems:

@@ -7,6 +7,7 @@ is accepted must be used. YAML keys are camelCase as in Kubernetes; Python attri
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import re
 from pathlib import Path
@@ -25,6 +26,7 @@ from pydantic.alias_generators import to_camel
 
 from hacrl_core.pod_policy import override_problems
 from hacrl_core.rewards import reward_names
+from hacrl_core.store_uri import parse_store_uri
 
 API_GROUP = "hacrl.io"
 API_VERSION = "v1alpha1"
@@ -33,6 +35,9 @@ PLURAL = "hacrlexperiments"
 SHORT_NAME = "hx"
 
 MAX_TTL_SECONDS = 10 * 365 * 86400
+# Name patterns are written as the CRD's (ECMA/RE2) `pattern` strings, where `$` ends the text;
+# in Python `$` also matches before a final newline, so every check here uses ``fullmatch``
+# (tests/unit/test_spec_patterns.py holds the two readings equal on hostile strings).
 # An RFC 1123 subdomain: what Kubernetes accepts as a Secret name.
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _ENDPOINT = re.compile(r"^https?://[^\s/?#@]+(:\d{1,5})?/?$")
@@ -158,7 +163,7 @@ class ModelCacheSpec(SpecModel):
     @field_validator("claim_name")
     @classmethod
     def _claim(cls, value: str) -> str:
-        if len(value) > 253 or not DNS_SUBDOMAIN.match(value):
+        if len(value) > 253 or not DNS_SUBDOMAIN.fullmatch(value):
             raise ValueError(f"{value!r} is not a PersistentVolumeClaim name: lower-case letters, digits, '-' and '.', at most 253 characters")
         return value
 
@@ -176,7 +181,7 @@ class AgentSpec(SpecModel):
     @field_validator("name")
     @classmethod
     def _dns_label(cls, value: str) -> str:
-        if len(value) > 40 or not DNS_LABEL.match(value):
+        if len(value) > 40 or not DNS_LABEL.fullmatch(value):
             raise ValueError(
                 f"{value!r} is not a valid agent name: use at most 40 lower-case letters, digits and '-', "
                 "starting and ending with a letter or digit (e.g. 'qwen-small')"
@@ -336,6 +341,15 @@ class DataSpec(SpecModel):
             raise ValueError(f"{value!r} is neither a reward ({', '.join(REWARD_NAMES)}) nor an http(s):// URL of a reward server")
         return value
 
+    @model_validator(mode="after")
+    def _unique_eval_names(self) -> "DataSpec":
+        names = [e.name for e in self.eval]
+        for index, name in enumerate(names):
+            if name in names[:index]:
+                raise ValueError(f"eval[{index}].name: {name!r} names an earlier eval set too; eval set names must be unique "
+                                 "(they key the metrics and the report)")
+        return self
+
     @field_validator("template")
     @classmethod
     def _has_question(cls, value: str) -> str:
@@ -345,7 +359,7 @@ class DataSpec(SpecModel):
 
 
 def secret_name(value: str | None) -> str | None:
-    if value is not None and (len(value) > 253 or not DNS_SUBDOMAIN.match(value)):
+    if value is not None and (len(value) > 253 or not DNS_SUBDOMAIN.fullmatch(value)):
         raise ValueError(f"{value!r} is not a Secret name: lower-case letters, digits, '-' and '.', at most 253 characters (e.g. hacrl-store)")
     return value
 
@@ -398,7 +412,7 @@ class KeyReference(SpecModel):
     @field_validator("key")
     @classmethod
     def _key(cls, value: str) -> str:
-        if not KEY_NAME.match(value):
+        if not KEY_NAME.fullmatch(value):
             raise ValueError(f"{value!r} is not a ConfigMap or Secret key: letters, digits, '-', '_' and '.'")
         return value
 
@@ -442,7 +456,7 @@ class EnvVar(SpecModel):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not ENV_NAME.match(value):
+        if not ENV_NAME.fullmatch(value):
             raise ValueError(f"{value!r} is not an environment variable name: letters, digits, '_', '-' and '.', not starting with a digit")
         problem = operator_env_problem(value)
         if problem:
@@ -468,7 +482,7 @@ class EnvFromSource(SpecModel):
     def _one(self) -> EnvFromSource:
         if (self.config_map_ref is None) == (self.secret_ref is None):
             raise ValueError("each envFrom entry takes exactly one of configMapRef and secretRef")
-        if self.prefix is not None and not ENV_NAME.match(self.prefix):
+        if self.prefix is not None and not ENV_NAME.fullmatch(self.prefix):
             raise ValueError(f"prefix: {self.prefix!r} does not start a valid variable name")
         return self
 
@@ -487,12 +501,13 @@ class StoreSpec(SpecModel):
             raise ValueError(f"unsupported store {value!r}: use file://path or s3://bucket/prefix")
         if value.startswith("s3://") and not value[len("s3://"):].strip("/"):
             raise ValueError("s3 store needs a bucket: s3://bucket/prefix")
+        parse_store_uri(value)  # what `hacrl run` and the workers open: refused here, not there
         return value
 
     @field_validator("endpoint")
     @classmethod
     def _endpoint_url(cls, value: str | None) -> str | None:
-        if value and not _ENDPOINT.match(value):
+        if value and not _ENDPOINT.fullmatch(value):
             raise ValueError(f"{value!r} is not an S3 endpoint URL: use http(s)://host[:port], e.g. http://minio.minio:9000 (no path, no credentials)")
         return value or None
 
@@ -614,7 +629,7 @@ class SchedulingSpec(SpecModel):
     @field_validator("queue_name")
     @classmethod
     def _queue_name(cls, value: str | None) -> str | None:
-        if value is not None and (len(value) > 63 or not DNS_SUBDOMAIN.match(value)):
+        if value is not None and (len(value) > 63 or not DNS_SUBDOMAIN.fullmatch(value)):
             raise ValueError(f"{value!r} is not a queue name: use at most 63 lower-case letters, digits, '-' and '.' (a Kueue LocalQueue or Volcano Queue name)")
         return value
 
@@ -772,8 +787,17 @@ class Metadata(SpecModel):
     @field_validator("name")
     @classmethod
     def _dns(cls, value: str) -> str:
-        if len(value) > 40 or not DNS_LABEL.match(value):
+        if len(value) > 40 or not DNS_LABEL.fullmatch(value):
             raise ValueError(f"{value!r} is not a valid experiment name: at most 40 lower-case letters, digits and '-'")
+        return value
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, value: str | None) -> str | None:
+        # A Kubernetes namespace is a DNS label; `hacrl run` also makes it a folder of the store.
+        if value is not None and (len(value) > 63 or not DNS_LABEL.fullmatch(value)):
+            raise ValueError(f"{value!r} is not a namespace: at most 63 lower-case letters, digits and '-', "
+                             "starting and ending with a letter or digit")
         return value
 
 
@@ -854,6 +878,30 @@ def _expanded_nodes(root: yaml.Node) -> int:
     return sizes[id(root)]
 
 
+def _duplicate_keys(root: yaml.Node) -> list[str]:
+    """``path: key`` of every key that a mapping of the document holds twice (YAML would keep the
+    last silently); the merge key ``<<`` excepted."""
+    found, seen_nodes = [], set()
+    stack: list[tuple[yaml.Node, str]] = [(root, "")]
+    while stack:
+        node, path = stack.pop()
+        if id(node) in seen_nodes:
+            continue
+        seen_nodes.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            keys: set[str] = set()
+            for key_node, value_node in node.value:
+                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+                if key is not None and key != "<<":
+                    if key in keys:
+                        found.append(f"{path}.{key}" if path else key)
+                    keys.add(key)
+                stack.append((value_node, f"{path}.{key}" if path else str(key)))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((item, f"{path}[{index}]") for index, item in enumerate(node.value))
+    return sorted(set(found))
+
+
 def load_spec_document(text: str, source: str) -> Any:
     """The YAML document of a spec, refusing what would exhaust memory or the stack."""
     if len(text) > MAX_SPEC_BYTES:
@@ -866,6 +914,9 @@ def load_spec_document(text: str, source: str) -> Any:
         nodes = _expanded_nodes(node)
         if nodes > MAX_SPEC_NODES:
             raise SpecError(source, [f"<document>: {nodes} values once YAML aliases are expanded (at most {MAX_SPEC_NODES}); write the spec without nested aliases"])
+        duplicates = _duplicate_keys(node)
+        if duplicates:
+            raise SpecError(source, [f"{path}: the key is given twice (YAML keeps only the last); keep one" for path in duplicates])
         return loader.construct_document(node)
     except yaml.YAMLError as error:
         raise SpecError(source, [f"<document>: not valid YAML: {error}"]) from None
@@ -875,10 +926,36 @@ def load_spec_document(text: str, source: str) -> Any:
         loader.dispose()
 
 
-def load_experiment(path: str | Path) -> Experiment:
-    path = Path(path)
+#: `hacrl run` sets it on each worker: the sha256 of the rendered spec file the run started the
+#: worker with. The worker refuses a file with other contents: the spec it trains is the run's.
+SPEC_DIGEST_ENV = "HACRL_SPEC_SHA256"
+
+
+def read_spec_bytes(path: str | Path) -> bytes:
+    """The bytes of a spec file, reading at most ``MAX_SPEC_BYTES`` + 1 (a huge file or
+    /dev/zero is refused without being read); ``OSError`` when it cannot be read."""
+    with open(path, "rb") as handle:
+        data = handle.read(MAX_SPEC_BYTES + 1)
+    if len(data) > MAX_SPEC_BYTES:
+        raise SpecError(str(path), [f"<document>: larger than {MAX_SPEC_BYTES} bytes; an experiment spec is at most {MAX_SPEC_BYTES} bytes (is this the right file?)"])
+    return data
+
+
+def spec_digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def load_experiment(path: str | Path, *, sha256: str | None = None) -> Experiment:
+    """The experiment in the spec file ``path``; with ``sha256``, only if the file's bytes have that
+    digest (``SPEC_DIGEST_ENV``: a worker's pinned spec)."""
+    data = read_spec_bytes(path)
+    if sha256 is not None and spec_digest(data) != sha256:
+        raise SpecError(str(path), [
+            f"<document>: this is not the spec this worker was started with (sha256 {spec_digest(data)[:12]}..., expected "
+            f"{sha256[:12]}...): something replaced the file since its run started; the worker stops rather than train "
+            "another experiment. Resume the run with `hacrl run --resume <spec>`"])
     try:
-        text = path.read_text(encoding="utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise SpecError(str(path), [f"<document>: not UTF-8 text (byte {error.start}): save the spec as UTF-8 YAML"]) from None
     return parse_experiment(load_spec_document(text, str(path)), str(path))

@@ -39,9 +39,36 @@ from hacrl_core.data.rows import BadRow, RowSource, decode_bytes
 from hacrl_core.uri import uri_query
 
 
+#: The longest JSONL line read as a row: room for a prompt and answer at their limits
+#: (rows.MAX_PROMPT_CHARS, MAX_ANSWER_CHARS; up to 4 UTF-8 bytes or a 6-byte JSON escape per
+#: character) and other keys. A longer line is skipped as ``too_long`` without being held in
+#: memory: a 1 GB line cost 3.2 GB per reader when read whole.
+MAX_LINE_BYTES = 4 << 20
+
+
+def _lines(handle, limit: int = MAX_LINE_BYTES) -> Iterator[tuple[int, bytes | None]]:
+    """``(line number, bytes)`` of each line, ``None`` for one longer than ``limit`` (read
+    through in ``limit``-sized pieces and dropped)."""
+    position = 0
+    while True:
+        raw = handle.readline(limit + 1)
+        if not raw:
+            return
+        if len(raw) > limit and not raw.endswith(b"\n"):
+            while raw and not raw.endswith(b"\n"):
+                raw = handle.readline(limit)
+            yield position, None
+        else:
+            yield position, raw
+        position += 1
+
+
 def _jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
     with path.open("rb") as handle:
-        for position, raw in enumerate(handle):
+        for position, raw in _lines(handle):
+            if raw is None:
+                yield position, BadRow("too_long")
+                continue
             if not raw.strip():
                 continue
             try:
@@ -51,7 +78,9 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
                 continue
             try:
                 yield position, json.loads(text)
-            except (json.JSONDecodeError, RecursionError):  # RecursionError: nested thousands deep
+            # ValueError besides JSONDecodeError: an integer of more digits than Python converts
+            # (sys.get_int_max_str_digits, 4300); RecursionError: nested thousands deep.
+            except (ValueError, RecursionError):
                 yield position, BadRow("invalid_json")
 
 

@@ -19,11 +19,20 @@ def _setup_worker_process() -> None:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    from hacrl_core.runtime.supervisor_watch import watch_supervisor
+
+    watch_supervisor()  # started by `hacrl run`: stop when it is gone (kill -9)
     _setup_worker_process()
     from hacrl_core.context import WorkerContext
-    from hacrl_core.store.fencing import FENCED_EXIT_CODE, FencedOut, Lease
+    from hacrl_core.store.fencing import FENCED_EXIT_CODE, STORE_GONE_EXIT_CODE, FencedOut, Lease, StoreGone, require_run_generation
 
-    context = WorkerContext.from_spec_file(args.spec, args.agent)
+    from hacrl_core.spec import SpecError
+
+    try:
+        context = WorkerContext.from_spec_file(args.spec, args.agent)
+    except (SpecError, KeyError) as error:  # KeyError: --agent not in the spec (the message lists its agents)
+        logging.getLogger("hacrl.worker").error("%s", error if isinstance(error, SpecError) else error.args[0])
+        return 2
     from hacrl_core.learner.distributed import launch_learner_ranks, ranks_from_env
 
     # learner.processesPerNode > 1: this process starts the learner's local ranks and ends as they do.
@@ -42,6 +51,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
             return 2
     try:
         generation = os.environ.get("HACRL_FENCE_GENERATION")  # set by `hacrl run`; pods take the next one
+        if generation:
+            require_run_generation(context.store)
         # A colocated worker does both jobs, so it holds both leases: it fences out a rollout or
         # learner worker of an older run of the agent, and a newer one of either fences it out.
         # Each rollout replica holds its own lease: replicas write disjoint parts.
@@ -60,6 +71,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     except FencedOut as error:
         logging.getLogger("hacrl.worker").error("%s", error)
         return FENCED_EXIT_CODE
+    except StoreGone as error:
+        logging.getLogger("hacrl.worker").error("%s", error)
+        return STORE_GONE_EXIT_CODE
     return 0
 
 
@@ -119,29 +133,9 @@ def stop_on_signals() -> None:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     _setup_worker_process()
-    import json
-    import tempfile
-    from pathlib import Path
+    from hacrl_core.runtime.eval_command import cmd_eval as evaluate
 
-    from hacrl_core.context import WorkerContext
-    from hacrl_core.evaluation import evaluate_engine
-    from hacrl_core.rollout.engine import engine_for
-
-    context = WorkerContext.from_spec_file(args.spec, args.agent)
-    if not context.spec.data.eval:
-        print("the spec has no data.eval sets to evaluate on", file=sys.stderr)
-        return 2
-    version = args.version if args.version is not None else context.store.latest_weights_version(args.agent)
-    if version is None:
-        print(f"no weights of agent {args.agent!r} in the store yet; run the experiment first", file=sys.stderr)
-        return 1
-    with tempfile.TemporaryDirectory() as tmp:
-        context.store.fetch_weights(args.agent, version, Path(tmp) / "w", wait=0)
-        engine = engine_for(context.agent.rollout)  # the agent's own engine: vllm on GPU clusters
-        engine.load(Path(tmp) / "w")
-        results = evaluate_engine(context, engine, samples=args.samples, sets=args.set)
-    print(json.dumps({"agent": args.agent, "weights_version": version, **results}, indent=2))
-    return 0
+    return evaluate(args)
 
 
 def register(commands: argparse._SubParsersAction) -> None:

@@ -25,14 +25,26 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hacrl_core.context import unsupported_settings
+from hacrl_core.data.context_fit import overlong_prompts
 from hacrl_core.data.report import DatasetReport, read_datasets
+from hacrl_core.context import unsupported_settings
 from hacrl_core.runtime.cpus import THREADS_ENV, available_cpus, worker_threads
 from hacrl_core.runtime.forkserver import ForkedProcess, ForkServer, cli_command, fork_server
-from hacrl_core.spec import ROLLOUT_REPLICA_ENV, Experiment, SpecError, dump_experiment, load_experiment
+from hacrl_core.runtime.resume import ResumeRefused, check_resume
+from hacrl_core.runtime.supervisor_watch import SUPERVISOR_PID_ENV
+from hacrl_core.runtime.workdir import WorkdirBusy, hold_workdir, release_workdir
+from hacrl_core.spec import (
+    ROLLOUT_REPLICA_ENV,
+    SPEC_DIGEST_ENV,
+    Experiment,
+    SpecError,
+    dump_experiment,
+    load_experiment,
+    spec_digest,
+)
 from hacrl_core.store import TrajectoryStore, describe_prefix, open_experiment_store
-from hacrl_core.store.fencing import FENCED_EXIT_CODE, claim_run_generation
-from hacrl_core.store.ownership import Owner, StoreOwnedByAnother, claim
+from hacrl_core.store.fencing import FENCED_EXIT_CODE, STORE_GONE_EXIT_CODE, claim_run_generation
+from hacrl_core.store.ownership import Owner, StoreOwnedByAnother, check_owner, claim
 
 ROLES = ("rollout", "learner")
 COLOCATED_ROLES = ("colocated",)
@@ -102,6 +114,12 @@ class LocalRun:
     generation: int = 0  # fencing generation of this run's workers (store/fencing.py)
     roles: tuple[str, ...] = ROLES  # the workers of each agent
     forks: ForkServer | None = None  # where the workers are forked from (None: fresh interpreters)
+    resume: bool = False
+    owner: Owner | None = None  # who claims the store (claim_store)
+    rendered: str = ""  # the spec as the workers read it (run.spec_path) and the store keeps it
+    spec_digest: str = ""  # its sha256: each worker checks that it reads this spec (SPEC_DIGEST_ENV)
+    workdir_lock: int | None = None  # the descriptor that holds workdir for this run (workdir.py)
+    model_dirs: dict[str, Path] = field(default_factory=dict)  # agent -> its resolved model (build_models)
 
 
 def free_ports(first: int, count: int, host: str) -> list[int]:
@@ -121,6 +139,11 @@ def free_ports(first: int, count: int, host: str) -> list[int]:
 
 
 def prepare(spec_path: str | Path, *, resume: bool, workdir: str | Path | None = None) -> LocalRun:
+    """Everything `hacrl run` checks before it writes to the store: the spec, that this
+    installation can run it, the work folder (locked for this run: ``hold_workdir``), and whether
+    the store's run may be started or resumed with it. The store is claimed later, by
+    ``claim_store``, once the pre-flight (datasets, models) passed: a run that never started
+    leaves the store as it found it."""
     from hacrl_core.learner.distributed import multi_node_problems
 
     experiment = load_experiment(spec_path)
@@ -129,37 +152,63 @@ def prepare(spec_path: str | Path, *, resume: bool, workdir: str | Path | None =
         problems.append("spec.suspend: the experiment is suspended; set suspend: false to run it")
     if problems:
         raise SpecError(str(spec_path), problems)
-    store_spec = experiment.spec.store
-    store = open_experiment_store(experiment)
-    started = any(store.read_progress(a.name) for a in experiment.spec.agents) or bool(store.list_steps())
-    if started and not resume:
-        raise RunError(
-            f"experiment {experiment.name!r} already has data in {store_spec.uri}: continue it with "
-            f"`hacrl run --resume {spec_path}`, or rename metadata.name to start afresh"
-        )
-    rendered = dump_experiment(experiment)
-    if resume and started:
-        try:
-            previous = store.get_spec()
-        except Exception:
-            previous = None
-        if previous is not None and previous != rendered:
-            raise RunError(
-                f"the spec of {experiment.name!r} changed since the run started; resuming with a different spec would mix "
-                "two experiments in one store prefix: restore the original spec or use a new metadata.name"
-            )
-    # A fresh run owns the prefix; --resume is the explicit request to take over whatever ran there.
-    owner = Owner(name=experiment.name, uid=f"local-{uuid.uuid4()}", namespace=experiment.metadata.namespace)
-    try:
-        claim(store, owner, adopt=resume, where=describe_prefix(experiment))
-    except StoreOwnedByAnother as error:
-        raise RunError(f"{error} (or `hacrl run --resume` to take it over)") from None
-    store.put_spec(rendered)
     workdir = Path(workdir or Path("hacrl-runs") / experiment.name).resolve()
-    (workdir / "logs").mkdir(parents=True, exist_ok=True)
-    local_spec = workdir / "spec.yaml"
-    local_spec.write_text(rendered, encoding="utf-8")
-    return LocalRun(experiment, local_spec, workdir, store, generation=claim_run_generation(store))
+    try:
+        lock = hold_workdir(workdir)
+    except WorkdirBusy as error:
+        raise RunError(str(error)) from None
+    try:
+        store = open_experiment_store(experiment)
+        started = any(store.read_progress(a.name) for a in experiment.spec.agents) or bool(store.list_steps())
+        if started and not resume:
+            raise RunError(
+                f"experiment {experiment.name!r} already has data in {experiment.spec.store.uri}: continue it with "
+                f"`hacrl run --resume {spec_path}`, or rename metadata.name to start afresh"
+            )
+        rendered = dump_experiment(experiment)
+        if resume and started:
+            try:
+                check_resume(store, experiment.name, rendered, str(spec_path))
+            except ResumeRefused as error:
+                raise RunError(str(error)) from None
+        owner = local_owner(experiment)
+        try:  # read only: the claim itself waits for the pre-flight
+            check_owner(store, owner, adopt=may_adopt(experiment, resume), where=describe_prefix(experiment))
+        except StoreOwnedByAnother as error:
+            raise RunError(owner_refusal(error)) from None
+        local_spec = workdir / "spec.yaml"
+        local_spec.write_text(rendered, encoding="utf-8")
+    except BaseException:
+        release_workdir(lock)
+        raise
+    return LocalRun(experiment, local_spec, workdir, store, resume=resume, owner=owner, rendered=rendered,
+                    spec_digest=spec_digest(rendered.encode("utf-8")), workdir_lock=lock)
+
+
+def local_owner(experiment: Experiment) -> Owner:
+    return Owner(name=experiment.name, uid=f"local-{uuid.uuid4()}", namespace=experiment.metadata.namespace)
+
+
+def may_adopt(experiment: Experiment, resume: bool) -> bool:
+    """A fresh run owns the prefix; ``--resume`` is the explicit request to take over whatever ran
+    there, and ``spec.store.adoptExisting`` says the same in the spec (as it does to the operator)."""
+    return resume or experiment.spec.store.adopt_existing
+
+
+def owner_refusal(error: StoreOwnedByAnother) -> str:
+    return f"{error} (for `hacrl run`: adoptExisting, or `hacrl run --resume`, takes it over)"
+
+
+def claim_store(run: LocalRun) -> None:
+    """Make the store this run's: its owner record, the spec it runs, its workers' fencing
+    generation. Called once the pre-flight passed, right before the workers start."""
+    experiment = run.experiment
+    try:
+        claim(run.store, run.owner, adopt=may_adopt(experiment, run.resume), where=describe_prefix(experiment))
+    except StoreOwnedByAnother as error:
+        raise RunError(owner_refusal(error)) from None
+    run.store.put_spec(run.rendered)
+    run.generation = claim_run_generation(run.store)
 
 
 def check_datasets(run: LocalRun, display) -> None:
@@ -185,6 +234,7 @@ def build_models(run: LocalRun, say) -> None:
         began = time.perf_counter()
         say(f"preparing model of {agent.name}: {agent.model}")
         path = resolve_model(agent.model, cache_root() / "models")
+        run.model_dirs[agent.name] = path
         say(f"  ready in {time.perf_counter() - began:.1f}s: {path}")
 
 
@@ -218,6 +268,7 @@ def start_workers(run: LocalRun) -> None:
             OMP_NUM_THREADS=share,
             **{THREADS_ENV: share},
             HACRL_FENCE_GENERATION=str(run.generation),
+            **{SPEC_DIGEST_ENV: run.spec_digest, SUPERVISOR_PID_ENV: str(os.getpid())},
         )
         if replica is not None:
             env[ROLLOUT_REPLICA_ENV] = str(replica)
@@ -261,6 +312,12 @@ def supervise(run: LocalRun, display) -> None:
             if code == 0:
                 worker.finished = True
                 continue
+            if code == STORE_GONE_EXIT_CODE:  # restarting it would re-create the deleted store piecemeal
+                raise RunError(
+                    f"the store of experiment {run.experiment.name!r} is gone ({describe_prefix(run.experiment)} was deleted while "
+                    f"the run wrote to it): the {worker.title} stopped ({worker.log_path}: {worker.log_tail(1)}); every worker "
+                    "is stopped. Restore the store from a copy and `hacrl run --resume`, or start afresh"
+                )
             if code == FENCED_EXIT_CODE:  # restarting it would fence the newer worker in turn
                 raise RunError(
                     f"another run took over experiment {run.experiment.name!r}: the {worker.title} "
@@ -312,11 +369,18 @@ def run_local(spec_path: str | Path, *, resume: bool = False, workdir: str | Pat
     (`--colocate`/`--split`; None: the spec's ``colocate``, else whenever the experiment allows
     it): one worker per agent that samples and trains (``hacrl worker colocated``) instead of a
     rollout and a learner worker."""
+    began = time.perf_counter()
+    run = prepare(spec_path, resume=resume, workdir=workdir)
+    try:
+        return _run_prepared(run, spec_path, began, display, colocate)
+    finally:
+        release_workdir(run.workdir_lock)
+
+
+def _run_prepared(run: LocalRun, spec_path: str | Path, began: float, display, colocate: bool | None) -> Path:
     from hacrl_core.runtime.display import make_display
     from hacrl_core.runtime.report import load_plotting, write_report
 
-    began = time.perf_counter()
-    run = prepare(spec_path, resume=resume, workdir=workdir)
     spec = run.experiment.spec
     if colocate:
         blockers = spec.colocation_blockers()
@@ -332,6 +396,9 @@ def run_local(spec_path: str | Path, *, resume: bool = False, workdir: str | Pat
         display.warn(f"spec.{line}")
     check_datasets(run, display)
     build_models(run, display.note)
+    for line in overlong_prompts(spec, run.model_dirs):
+        display.warn(line)
+    claim_store(run)
     start_workers(run)
     write_worker_table(run)
     threading.Thread(target=load_plotting, name="load-plotting", daemon=True).start()  # off the run's tail

@@ -22,6 +22,7 @@ from hacrl_core.store.errors import (
     CorruptObject,
     ObjectNotFound,
     StoreError,
+    StoreGone,
     StoreUnavailable,
 )
 from hacrl_core.store.file_store import FileObjectStore
@@ -43,6 +44,7 @@ __all__ = [
     "ObjectStore",
     "S3ObjectStore",
     "StoreError",
+    "StoreGone",
     "StoreUnavailable",
     "TrajectoryStore",
     "describe_prefix",

@@ -25,3 +25,8 @@ class StoreUnavailable(StoreError):
 
 class CorruptObject(StoreError):
     """An object's bytes do not match the size/sha256 recorded in its commit marker or manifest."""
+
+
+class StoreGone(StoreError):
+    """The store, or an experiment's data in it, was deleted while it was in use: nothing more may
+    be written (a write would re-create it piecemeal)."""

@@ -38,13 +38,18 @@ import uuid
 from dataclasses import dataclass
 
 from hacrl_core.store import layout
-from hacrl_core.store.errors import ObjectNotFound, StoreError
+from hacrl_core.store.errors import ObjectNotFound, StoreError, StoreGone
 from hacrl_core.store.ownership import utc_timestamp
 from hacrl_core.store.trajectory_store import TrajectoryStore
 
 # Exit code of a worker that stopped because a newer worker of its agent and role took over:
 # its supervisor (`hacrl run`) must not restart it, or the two would take turns fencing each other.
 FENCED_EXIT_CODE = 3
+
+
+# Exit code of a worker that stopped because its store (or the experiment's prefix in it) was
+# deleted under it: restarting it would re-create the store piecemeal, so its supervisor stops.
+STORE_GONE_EXIT_CODE = 4
 
 
 class FencedOut(StoreError):
@@ -58,9 +63,14 @@ def _holder() -> str:
 
 def _read(store: TrajectoryStore, key: str) -> dict | None:
     try:
-        record = json.loads(store.objects.get(key))
+        return _parse(store.objects.get(key))
     except ObjectNotFound:
         return None
+
+
+def _parse(data: bytes) -> dict | None:
+    try:
+        record = json.loads(data)
     except ValueError:
         return None  # a torn or foreign object: the next claim replaces it
     return record if isinstance(record, dict) else None
@@ -111,14 +121,31 @@ class Lease:
         return lease
 
     def check(self) -> None:
-        """Raise ``FencedOut`` unless this lease is still the newest claim."""
-        current = _read(self.store, self.key) or {}
+        """Raise ``FencedOut`` unless this lease is still the newest claim, ``StoreGone`` when it
+        is no longer there at all."""
+        try:  # one read, as before: a missing lease is told apart from a replaced one
+            current = _parse(self.store.objects.get(self.key)) or {}
+        except ObjectNotFound:
+            raise StoreGone(
+                f"the store of experiment {self.store.experiment!r} is gone: the lease {self.key} of the {self.worker} worker of "
+                f"agent {self.agent!r} vanished from {self.store.objects.uri} (the store, or the experiment's data in it, was deleted); "
+                "this worker stops and writes nothing further"
+            ) from None
         if current.get("token") != self.token:
             raise FencedOut(
                 f"the {self.worker} worker of agent {self.agent!r} was superseded by {current.get('holder', 'another worker')} "
                 f"(generation {current.get('generation', '?')}, claimed {current.get('claimedAt', '?')}); this one "
                 f"(generation {self.generation}) stops and writes nothing further"
             )
+
+
+def require_run_generation(store: TrajectoryStore) -> None:
+    """``StoreGone`` unless the record ``claim_run_generation`` wrote when this worker's `hacrl run`
+    started is still there: a worker (re)started after the store was deleted must not re-create it."""
+    key = layout.run_lease_key(store.experiment)
+    if not store.objects.exists(key):
+        raise StoreGone(f"the store of experiment {store.experiment!r} is gone: {key}, written when the run started, "
+                        f"vanished from {store.objects.uri}; this worker starts nothing")
 
 
 def claim_run_generation(store: TrajectoryStore) -> int:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-from hacrl_core.store.errors import ObjectNotFound
+from hacrl_core.store.errors import ObjectNotFound, StoreGone
 from hacrl_core.store.keys import TMP_SUFFIX, check_key, check_prefix
 
 
@@ -60,6 +60,9 @@ class FileObjectStore:
 
     def __init__(self, root: Path | str) -> None:
         self.root = Path(root).expanduser().absolute()
+        # Once the root existed, a write never re-creates it: a deleted store stays deleted
+        # (``StoreGone``) instead of coming back piecemeal from the writes in flight.
+        self._root_seen = self.root.is_dir()
 
     def __repr__(self) -> str:
         return f"FileObjectStore({str(self.root)!r})"
@@ -71,13 +74,20 @@ class FileObjectStore:
     def _path(self, key: str) -> Path:
         return self.root.joinpath(*check_key(key).split("/"))
 
+    def _write_path(self, key: str) -> Path:
+        path = self._path(key)
+        if self._root_seen and not self.root.is_dir():
+            raise StoreGone(f"the store {self.uri} is gone (deleted while in use); {key!r} was not written")
+        self._root_seen = True
+        return path
+
     def put(self, key: str, data: bytes) -> None:
-        atomic_write(self._path(key), lambda f: f.write(data))
+        atomic_write(self._write_path(key), lambda f: f.write(data))
 
     def put_file(self, key: str, local_path: Path | str) -> None:
         """Upload the local file ``local_path`` as ``key`` without reading it into memory."""
         with open(local_path, "rb") as src:
-            atomic_write(self._path(key), lambda f: shutil.copyfileobj(src, f, 1 << 20))
+            atomic_write(self._write_path(key), lambda f: shutil.copyfileobj(src, f, 1 << 20))
 
     def get(self, key: str) -> bytes:
         path = self._path(key)

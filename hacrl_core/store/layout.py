@@ -36,7 +36,7 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 def check_name(kind: str, name: str) -> str:
     """An experiment or agent name: 1-128 of ``[A-Za-z0-9._-]``, starting alphanumeric."""
-    if not isinstance(name, str) or not NAME_RE.match(name):
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise ValueError(
             f"{kind} name {name!r} must be 1-128 characters of letters, digits, '.', '_' or '-', "
             "starting with a letter or digit"

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Protocol, runtime_checkable
-from urllib.parse import unquote, urlsplit
 
 from hacrl_core.store.file_store import FileObjectStore
 from hacrl_core.store.s3_store import DEFAULT_ATTEMPTS, S3ObjectStore
-
-ALLOWED_SCHEMES = ("file://", "s3://")
+from hacrl_core.store_uri import parse_store_uri
 
 
 @runtime_checkable
@@ -65,35 +63,14 @@ def open_object_store(
     ``endpoint``/``region``/``attempts``/``connect_timeout`` apply to ``s3://`` only (see
     ``s3_store`` for the environment variables they default to).
     """
-    if not uri:
-        raise ValueError(
-            f"store URI must be non-empty; allowed: {', '.join(ALLOWED_SCHEMES)} or a path"
-        )
-    parts = urlsplit(uri)
-    scheme = parts.scheme.lower()
-    if "://" not in uri:
-        return FileObjectStore(Path(uri))
-    if scheme == "file":
-        # file:///abs/path and file://localhost/abs/path are absolute; file://./runs and
-        # file://runs are relative to the working directory (the spec's default is file://./runs).
-        rest = unquote(uri[len("file://") :])
-        if rest.startswith("localhost/"):
-            rest = rest[len("localhost") :]
-        if not rest:
-            raise ValueError(f"file store URI {uri!r} has no path; use file:///absolute/path")
-        return FileObjectStore(Path(rest))
-    if scheme == "s3":
-        if not parts.netloc:
-            raise ValueError(f"s3 store URI {uri!r} has no bucket; use s3://bucket/prefix")
-        return S3ObjectStore(
-            parts.netloc,
-            unquote(parts.path),
-            endpoint=endpoint,
-            region=region,
-            attempts=attempts,
-            connect_timeout=connect_timeout,
-        )
-    raise ValueError(
-        f"unknown store scheme {parts.scheme!r} in {uri!r}; allowed: "
-        f"{', '.join(ALLOWED_SCHEMES)} or a plain path"
+    location = parse_store_uri(uri)
+    if location.scheme == "file":
+        return FileObjectStore(Path(location.path))
+    return S3ObjectStore(
+        location.bucket,
+        location.path,
+        endpoint=endpoint,
+        region=region,
+        attempts=attempts,
+        connect_timeout=connect_timeout,
     )

@@ -89,3 +89,31 @@ def test_a_rank_that_ends_still_in_its_group_leaves_it_and_keeps_its_exit_code(h
     assert result.returncode == code, result.stderr
     assert "joined at exit: False" in result.stdout, result.stdout + result.stderr
     assert how != "raise" or "RuntimeError: the learner failed" in result.stderr
+
+
+HANDLER_PROGRAM = """
+import sys
+from hacrl_core import cli
+
+def validate_that_fails(args):
+    raise ValueError("an input no command handles\\nsecond line")
+
+cli.cmd_validate = validate_that_fails
+code = cli.main(sys.argv[1:])
+print("exit", code, "fired", cli.unexpected_errors)
+"""
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_an_escaping_exception_is_one_line_and_a_hint_unless_debug(debug: bool) -> None:
+    """The last-resort handler: one line naming the command and the error, exit 70, counted;
+    ``--debug`` (anywhere on the line) lets the traceback through."""
+    argv = ["validate", "x.yaml"] + (["--debug"] if debug else [])
+    done = subprocess.run([sys.executable, "-c", HANDLER_PROGRAM, *argv], cwd=REPO, capture_output=True, text=True, timeout=120)
+    if debug:
+        assert done.returncode == 1 and "Traceback (most recent call last)" in done.stderr
+        assert "ValueError: an input no command handles" in done.stderr
+    else:
+        assert done.stdout.strip() == "exit 70 fired 1", done.stdout + done.stderr
+        assert done.stderr.strip() == ("hacrl validate: unexpected ValueError: an input no command handles "
+                                       "(rerun with --debug for the traceback)")

@@ -1,0 +1,112 @@
+"""Whether `hacrl run --resume` may continue a run with the spec it is given.
+
+A resumed run continues the stored run's training, so every field that decides what is trained
+must equal the stored spec's: otherwise one store prefix would hold two experiments (steps 0-7
+HACPO, 8-11 GSPO) under one name. The fields in ``RESUMABLE_FIELDS`` change only how the run is
+watched, checkpointed, restarted or reached, and may differ (docs/runtime.md, "Resuming").
+The check fails closed: a stored spec that cannot be read refuses the resume.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from hacrl_core.store import CorruptObject, ObjectNotFound, TrajectoryStore
+from hacrl_core.store.layout import spec_key
+
+#: Field paths (and everything under them) a resumed run may change.
+RESUMABLE_FIELDS = (
+    "spec.metrics",  # where the workers' Prometheus endpoints listen
+    "spec.evaluation",  # how often and with how many samples held-out sets are scored: read, never trained on
+    "spec.checkpoint",  # how often checkpoints are taken and how many are kept; a resume reads the latest either way
+    "spec.restartLimit",
+    "spec.cleanup",
+    "spec.suspend",
+    # Where the store is reached: a store copied to another folder or bucket is the same run. The
+    # prefix below it (namespace, name) is not here: it decides which run is resumed.
+    "spec.store.uri",
+    "spec.store.endpoint",
+    "spec.store.region",
+    "spec.store.credentialsSecret",
+    "spec.store.adoptExisting",
+)
+
+
+class ResumeRefused(RuntimeError):
+    """The run cannot be resumed with this spec; the message says which fields or what to fix."""
+
+
+def leaves(node: Any, path: str = "") -> dict[str, Any]:
+    """``{dotted.path[index]: value}`` of every scalar in a YAML document."""
+    if isinstance(node, dict):
+        found: dict[str, Any] = {}
+        for key, value in node.items():
+            found.update(leaves(value, f"{path}.{key}" if path else str(key)))
+        return found or {path: {}}
+    if isinstance(node, list):
+        found = {}
+        for index, value in enumerate(node):
+            found.update(leaves(value, f"{path}[{index}]"))
+        return found or {path: []}
+    return {path: node}
+
+
+def resumable(path: str) -> bool:
+    return any(path == allowed or path.startswith((f"{allowed}.", f"{allowed}[")) for allowed in RESUMABLE_FIELDS)
+
+
+def changed_fields(previous: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """``field: old -> new`` for every field that differs, resumable ones left out."""
+    before, after = leaves(previous), leaves(current)
+    missing = object()
+    lines = []
+    for path in sorted(set(before) | set(after)):
+        old, new = before.get(path, missing), after.get(path, missing)
+        if old != new and not resumable(path):
+            lines.append(f"{path}: {_shown(old, missing)} -> {_shown(new, missing)}")
+    return lines
+
+
+def _shown(value: Any, missing: object) -> str:
+    return "(absent)" if value is missing else repr(value)
+
+
+def stored_spec(store: TrajectoryStore, name: str) -> dict[str, Any]:
+    """The spec the run started with, as stored; ``CorruptObject`` when it is missing or unreadable."""
+    key = spec_key(name)
+    try:
+        text = store.get_spec()
+    except (ObjectNotFound, TimeoutError):  # TimeoutError: no commit marker (waited 0 s for one)
+        raise CorruptObject(f"the stored spec {key} of a run with progress is missing or incomplete") from None
+    except CorruptObject as error:
+        raise CorruptObject(f"the stored spec {key} is damaged ({error})") from None
+    except UnicodeDecodeError as error:
+        raise CorruptObject(f"the stored spec {key} is not UTF-8 text (byte {error.start})") from None
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise CorruptObject(f"the stored spec {key} is not valid YAML ({str(error).splitlines()[0]})") from None
+    if not isinstance(document, dict):
+        raise CorruptObject(f"the stored spec {key} is not a mapping")
+    return document
+
+
+def check_resume(store: TrajectoryStore, name: str, rendered: str, spec_path: str) -> None:
+    """Refuse (``ResumeRefused``) to resume the run ``name`` in ``store`` with the rendered spec
+    ``rendered`` when a field outside ``RESUMABLE_FIELDS`` changed or the stored spec is unreadable."""
+    try:
+        previous = stored_spec(store, name)
+    except CorruptObject as error:
+        raise ResumeRefused(
+            f"cannot resume {name!r}: {error}; without it the run's spec cannot be checked, so nothing was started. "
+            f"Restore the store from a copy, or start afresh under a new metadata.name"
+        ) from None
+    changes = changed_fields(previous, yaml.safe_load(rendered))
+    if changes:
+        raise ResumeRefused(
+            f"the spec of {name!r} changed since the run started ({spec_path}); resuming would mix two experiments in one "
+            f"store prefix. Changed: {'; '.join(changes)}. Restore these fields, or use a new metadata.name "
+            f"(fields that may change on resume: {', '.join(RESUMABLE_FIELDS)})"
+        )

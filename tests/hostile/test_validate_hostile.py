@@ -1,0 +1,162 @@
+"""`hacrl validate` (and `hacrl run`, which must refuse exactly what validate refuses, with the
+same field named) against malformed, oversized and hostile specs; `hacrl crd` against hostile
+paths. Each case: its exit code, and the field, file or key its message names."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from hacrl_core.spec import MAX_SPEC_BYTES
+from tests.hostile.harness import check, run_cli
+from tests.integration.runs import tiny_spec
+
+BASE = tiny_spec("hostile", "file:///tmp/hostile-validate-store", steps=1)
+GOOD_TEXT = yaml.safe_dump(BASE, sort_keys=False)
+
+
+def changed(put: Callable[[dict], Any]) -> str:
+    document = copy.deepcopy(BASE)
+    put(document)
+    return yaml.safe_dump(document, sort_keys=False)
+
+
+def spec_of(key: str, value: Any) -> Callable[[dict], Any]:
+    return lambda d: d["spec"].__setitem__(key, value)
+
+
+# (case id, the file's text or bytes, names the message must hold)
+MALFORMED = [
+    ("not-yaml", "spec: [\n", ["not valid YAML"]),
+    ("empty-file", "", ["<document>", "expected a mapping"]),
+    ("list-document", "- 1\n- 2\n", ["expected a mapping", "list"]),
+    ("scalar-document", "42\n", ["expected a mapping", "int"]),
+    ("two-documents", GOOD_TEXT + "---\n" + GOOD_TEXT, ["not valid YAML"]),
+    ("not-utf8", b"\xff\xfe" + GOOD_TEXT.encode(), ["not UTF-8"]),
+    ("binary-garbage", bytes(range(256)) * 4, ["<document>"]),
+    ("over-the-size-limit", GOOD_TEXT + "#" * MAX_SPEC_BYTES, [f"at most {MAX_SPEC_BYTES} bytes"]),
+    ("billion-laughs", "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n" for i in range(8)), ["aliases"]),
+    ("nested-thousands-deep", "a: " + "[" * 5000 + "]" * 5000 + "\n", ["<document>"]),
+    ("duplicate-top-key", GOOD_TEXT + "spec: {}\n", ["spec: the key is given twice"]),
+    ("duplicate-nested-key", GOOD_TEXT.replace("  - name: llama\n", "  - name: llama\n    name: other\n", 1),
+     ["spec.agents[0].name: the key is given twice"]),
+    ("duplicate-key-in-flow-mapping", GOOD_TEXT.replace("metadata:\n  name: hostile\n", "metadata: {name: hostile, name: other}\n"),
+     ["metadata.name: the key is given twice"]),
+    ("tab-indentation", GOOD_TEXT.replace("  agents:", "\tagents:"), ["not valid YAML"]),
+    ("unknown-top-field", GOOD_TEXT + "extra: 1\n", ["extra: unknown field"]),
+    ("python-tag", GOOD_TEXT + "x: !!python/object/apply:os.system ['true']\n", ["not valid YAML"]),
+]
+
+HOSTILE_NAMES = [
+    ("experiment-name-trailing-newline", changed(lambda d: d["metadata"].__setitem__("name", "hostile\n")), ["metadata.name"]),
+    ("experiment-name-path", changed(lambda d: d["metadata"].__setitem__("name", "../x")), ["metadata.name"]),
+    ("experiment-name-41-chars", changed(lambda d: d["metadata"].__setitem__("name", "a" * 41)), ["metadata.name"]),
+    ("experiment-name-unicode", changed(lambda d: d["metadata"].__setitem__("name", "exp\u00e9")), ["metadata.name"]),
+    ("namespace-path", changed(lambda d: d["metadata"].__setitem__("namespace", "../../x")), ["metadata.namespace"]),
+    ("namespace-trailing-newline", changed(lambda d: d["metadata"].__setitem__("namespace", "team\n")), ["metadata.namespace"]),
+    ("namespace-absolute-path", changed(lambda d: d["metadata"].__setitem__("namespace", "/etc")), ["metadata.namespace"]),
+    ("agent-name-trailing-newline", changed(lambda d: d["spec"]["agents"][0].__setitem__("name", "llama\n")), ["spec.agents[0].name"]),
+    ("agents-differing-by-newline", changed(lambda d: d["spec"]["agents"][1].__setitem__("name", "llama\n")), ["spec.agents[1].name"]),
+    ("agent-name-path", changed(lambda d: d["spec"]["agents"][0].__setitem__("name", "../../etc")), ["spec.agents[0].name"]),
+    ("duplicate-agent-names", changed(lambda d: d["spec"]["agents"][1].__setitem__("name", "llama")), ["spec.agents"]),
+    ("duplicate-eval-set-names", changed(lambda d: d["spec"]["data"]["eval"].append(dict(d["spec"]["data"]["eval"][0]))),
+     ["spec.data.eval[1].name", "'arith'"]),
+    ("secret-name-trailing-newline", changed(lambda d: d["spec"]["store"].__setitem__("credentialsSecret", "s3\n")),
+     ["spec.store.credentialsSecret"]),
+    ("token-secret-trailing-newline", changed(spec_of("modelTokenSecret", "hf\n")), ["spec.modelTokenSecret"]),
+    ("endpoint-trailing-newline", changed(lambda d: d["spec"]["store"].update(uri="s3://b/p", endpoint="http://minio:9000\n")),
+     ["spec.store.endpoint"]),
+    ("env-name-trailing-newline", changed(spec_of("env", [{"name": "X\n", "value": "1"}])), ["spec.env[0].name"]),
+    ("env-operator-variable", changed(spec_of("env", [{"name": "HACRL_SPEC_SHA256", "value": "0"}])), ["spec.env[0].name"]),
+    ("claim-name-trailing-newline", changed(spec_of("modelCache", {"claimName": "cache\n"})), ["spec.modelCache.claimName"]),
+]
+
+STORE = [
+    ("store-uri-empty", changed(lambda d: d["spec"]["store"].__setitem__("uri", "")), ["spec.store.uri", "non-empty"]),
+    ("store-uri-blank", changed(lambda d: d["spec"]["store"].__setitem__("uri", "   ")), ["spec.store.uri", "non-empty"]),
+    ("store-uri-file-without-path", changed(lambda d: d["spec"]["store"].__setitem__("uri", "file://")), ["spec.store.uri", "no path"]),
+    ("store-uri-s3-without-bucket", changed(lambda d: d["spec"]["store"].__setitem__("uri", "s3://")), ["spec.store.uri", "bucket"]),
+    ("store-uri-unknown-scheme", changed(lambda d: d["spec"]["store"].__setitem__("uri", "ftp://host/x")), ["spec.store.uri", "ftp"]),
+    ("store-uri-nul", changed(lambda d: d["spec"]["store"].__setitem__("uri", "file:///tmp/a\x00b")), ["spec.store.uri", "NUL"]),
+    ("store-uri-not-a-string", changed(lambda d: d["spec"]["store"].__setitem__("uri", 5)), ["spec.store.uri"]),
+]
+
+VALUES = [
+    ("no-agents", changed(spec_of("agents", [])), ["spec.agents"]),
+    ("negative-steps", changed(lambda d: d["spec"]["algorithm"].__setitem__("steps", -1)), ["spec.algorithm.steps"]),
+    ("unknown-algorithm", changed(lambda d: d["spec"]["algorithm"].__setitem__("name", "ppo")), ["spec.algorithm.name"]),
+    ("unknown-reward", changed(lambda d: d["spec"]["data"].__setitem__("reward", "eval")), ["spec.data.reward"]),
+    ("template-without-question", changed(lambda d: d["spec"]["data"].__setitem__("template", "{answer}")), ["spec.data.template"]),
+    ("empty-model", changed(lambda d: d["spec"]["agents"][0].__setitem__("model", " ")), ["spec.agents[0].model"]),
+    ("huge-integer", changed(lambda d: d["spec"]["algorithm"].__setitem__("steps", 10**400)), ["spec.algorithm.steps"]),
+]
+
+FAMILIES = {"spec: malformed": MALFORMED, "spec: hostile names": HOSTILE_NAMES, "spec: store URI": STORE, "spec: values": VALUES}
+CASES = [(family, *case) for family, cases in FAMILIES.items() for case in cases]
+
+
+def write(tmp_path: Path, content: str | bytes) -> Path:
+    path = tmp_path / "hostile.yaml"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("family, case, content, names", CASES, ids=[f"{c[0]}:{c[1]}" for c in CASES])
+def test_validate_refuses_naming_the_field(family, case, content, names, tmp_path):
+    spec = write(tmp_path, content)
+    check(family, run_cli(["validate", str(spec)]), 1, "hostile.yaml", *names)
+
+
+@pytest.mark.parametrize("family, case, content, names", [c for c in CASES if c[0] != "spec: malformed"],
+                         ids=[f"{c[0]}:{c[1]}" for c in CASES if c[0] != "spec: malformed"])
+def test_run_refuses_what_validate_refuses_with_the_same_field(family, case, content, names, tmp_path):
+    """Issue 35, 3: one validator serves both commands."""
+    spec = write(tmp_path, content)
+    check(family, run_cli(["run", str(spec), "--quiet", "--workdir", str(tmp_path / "work")], cwd=tmp_path), 2, "hostile.yaml", *names)
+    assert not (tmp_path / "work").exists()
+
+
+FILES = [
+    ("missing-file", lambda t: t / "absent.yaml", 1, ["absent.yaml"]),
+    ("a-directory", lambda t: t, 1, [""]),
+    ("dev-zero", lambda t: Path("/dev/zero"), 1, ["/dev/zero", f"at most {MAX_SPEC_BYTES} bytes"]),
+    ("dev-null", lambda t: Path("/dev/null"), 1, ["/dev/null", "expected a mapping"]),
+]
+
+
+@pytest.mark.parametrize("case, path, code, names", FILES, ids=[f[0] for f in FILES])
+def test_validate_of_a_path_that_is_no_spec_file(case, path, code, names, tmp_path):
+    check("spec: files", run_cli(["validate", str(path(tmp_path))]), code, str(path(tmp_path)), *names)
+
+
+@pytest.mark.parametrize("case, path, names", [(f[0], f[1], f[3]) for f in FILES], ids=[f[0] for f in FILES])
+def test_run_of_a_path_that_is_no_spec_file(case, path, names, tmp_path):
+    check("spec: files", run_cli(["run", str(path(tmp_path)), "--workdir", str(tmp_path / "work")], cwd=tmp_path), 2,
+          str(path(tmp_path)), *names)
+
+
+CRD = [
+    ("check-outside-the-repository", lambda t: ["crd", "--check"], 2, ["does not exist", "repository root"]),
+    ("check-a-missing-output", lambda t: ["crd", "--check", "-o", str(t / "absent.yaml")], 2, ["absent.yaml", "does not exist"]),
+    ("check-a-stale-output", lambda t: (t / "stale.yaml").write_text("x") and ["crd", "--check", "-o", str(t / "stale.yaml")], 1,
+     ["stale.yaml is out of date"]),
+    ("output-under-a-file", lambda t: (t / "file").write_text("x") and ["crd", "-o", str(t / "file" / "crd.yaml")], 1,
+     ["cannot write", "file/crd.yaml"]),
+    ("output-is-a-directory", lambda t: ["crd", "-o", str(t)], 1, ["cannot write", "Is a directory"]),
+    ("output-in-a-read-only-folder", lambda t: ["crd", "-o", "/proc/crd.yaml"], 1, ["cannot write", "/proc/crd.yaml"]),
+    ("stdout", lambda t: ["crd", "--stdout"], 0, ["openAPIV3Schema"]),
+]
+
+
+@pytest.mark.parametrize("case, argv, code, names", CRD, ids=[c[0] for c in CRD])
+def test_hostile_crd(case, argv, code, names, tmp_path):
+    check("crd", run_cli(argv(tmp_path), cwd=tmp_path), code, *names)
