@@ -342,7 +342,7 @@ class DataSpec(SpecModel):
         return value
 
     @model_validator(mode="after")
-    def _unique_eval_names(self) -> "DataSpec":
+    def _unique_eval_names(self) -> DataSpec:
         names = [e.name for e in self.eval]
         for index, name in enumerate(names):
             if name in names[:index]:

@@ -38,7 +38,6 @@ from hacrl_core.data.base import Problem, PromptSource
 from hacrl_core.data.rows import BadRow, RowSource, decode_bytes
 from hacrl_core.uri import uri_query
 
-
 #: The longest JSONL line read as a row: room for a prompt and answer at their limits
 #: (rows.MAX_PROMPT_CHARS, MAX_ANSWER_CHARS; up to 4 UTF-8 bytes or a 6-byte JSON escape per
 #: character) and other keys. A longer line is skipped as ``too_long`` without being held in

@@ -24,9 +24,15 @@ def cmd_worker(args: argparse.Namespace) -> int:
     watch_supervisor()  # started by `hacrl run`: stop when it is gone (kill -9)
     _setup_worker_process()
     from hacrl_core.context import WorkerContext
-    from hacrl_core.store.fencing import FENCED_EXIT_CODE, STORE_GONE_EXIT_CODE, FencedOut, Lease, StoreGone, require_run_generation
-
     from hacrl_core.spec import SpecError
+    from hacrl_core.store.fencing import (
+        FENCED_EXIT_CODE,
+        STORE_GONE_EXIT_CODE,
+        FencedOut,
+        Lease,
+        StoreGone,
+        require_run_generation,
+    )
 
     try:
         context = WorkerContext.from_spec_file(args.spec, args.agent)
