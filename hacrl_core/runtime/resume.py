@@ -19,6 +19,8 @@ from hacrl_core.store.layout import spec_key
 #: Field paths (and everything under them) a resumed run may change.
 RESUMABLE_FIELDS = (
     "spec.metrics",  # where the workers' Prometheus endpoints listen
+    "spec.tracking",  # where the step metrics are also sent; the runs a resume continues are in the store
+    "spec.data.rewardServer",  # how the reward server is called (timeouts, retries); not what scores
     "spec.evaluation",  # how often and with how many samples held-out sets are scored: read, never trained on
     "spec.checkpoint",  # how often checkpoints are taken and how many are kept; a resume reads the latest either way
     "spec.restartLimit",

@@ -50,6 +50,8 @@ CHANGES = [
     ("agent-added", lambda d: d["spec"]["agents"].append({**d["spec"]["agents"][0], "name": "third"}), ["spec.agents[2].name: (absent) -> 'third'"]),
     ("dataset", lambda d: d["spec"]["data"]["train"].update(source="builtin://arithmetic?difficulty=3&seed=0"), ["spec.data.train.source"]),
     ("reward", lambda d: d["spec"]["data"].update(reward="numeric"), ["spec.data.reward: 'exact' -> 'numeric'"]),
+    ("reward-server", lambda d: d["spec"]["data"].update(reward="http://127.0.0.1:9/score"),
+     ["spec.data.reward: 'exact' -> 'http://127.0.0.1:9/score'"]),
 ]
 
 
@@ -66,6 +68,8 @@ ALLOWED = [
     ("evaluation-cadence", lambda d: d["spec"].update(evaluation={"everySteps": 5, "samples": 2})),
     ("checkpoint-retention", lambda d: d["spec"]["checkpoint"].update(keepLast=5)),
     ("restart-limit", lambda d: d["spec"].update(restartLimit=7)),
+    ("tracking-added", lambda d: d["spec"].update(tracking={"tensorboard": {"logDir": str(Path(d["spec"]["store"]["uri"][7:]).parent / "tb")}})),
+    ("reward-server-knobs", lambda d: d["spec"]["data"].update(rewardServer={"retries": 2})),
 ]
 
 
