@@ -48,7 +48,7 @@ from hacrl_core.learner.stages import (
 )
 from hacrl_core.models.loading import load_policy
 from hacrl_core.models.uri import resolve_model
-from hacrl_core.rewards.scoring import scorer_for
+from hacrl_core.rewards import scorer_for
 from hacrl_core.rollout.hf_engine import HFEngine
 from hacrl_core.rollout.sampling import rollout_rows, sample_step, sampling_params
 from hacrl_core.sharing import shared_rows_used

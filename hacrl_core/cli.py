@@ -58,7 +58,7 @@ def check_data(path: str, spec) -> bool:
             print(f"  warning: {line}")
     # Models already on this machine (local folders) are checked here; the others are fetched by
     # `hacrl run`, which checks them before its workers start.
-    from hacrl_core.data.context_fit import overlong_prompts
+    from hacrl_core.runtime.context_fit import overlong_prompts
 
     local = {agent.name: Path(agent.model) for agent in spec.agents if Path(agent.model).is_dir()}
     for line in overlong_prompts(spec, local):

@@ -16,7 +16,7 @@ from hacrl_core.data.report import (
     open_dataset,
     spec_datasets,
 )
-from hacrl_core.rewards.scoring import Scorer, scorer_for
+from hacrl_core.rewards import Scorer, scorer_for
 from hacrl_core.spec import (
     SPEC_DIGEST_ENV,
     AgentSpec,

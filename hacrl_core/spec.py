@@ -540,11 +540,22 @@ class MlflowTracking(SpecModel):
         return value
 
 
+# A W&B project name: no path or URL characters, no whitespace.
+WANDB_PROJECT = r"[^/\\#?%:\s]+"
+
+
 class WandbTracking(SpecModel):
-    project: str = Field(max_length=128, description="W&B project.", json_schema_extra={"pattern": r"^[^/\\#?%:]+$"})
+    project: str = Field(max_length=128, description="W&B project.", json_schema_extra={"pattern": f"^{WANDB_PROJECT}$"})
     entity: str | None = Field(None, max_length=128, description="W&B entity (team or user); default: the API key's.")
     mode: Literal["online", "offline", "disabled"] = Field("online", description="`offline` writes the runs locally (`wandb sync` uploads them later). Credentials (WANDB_API_KEY) through spec.env from an approved Secret.")
     dir: str | None = Field(None, max_length=4096, description="Folder of W&B's local files; default: the worker's work folder.")
+
+    @field_validator("project")
+    @classmethod
+    def _project(cls, value: str) -> str:
+        if not re.fullmatch(WANDB_PROJECT, value):
+            raise ValueError(f"{value!r} is not a W&B project name: no '/', '\\', '#', '?', '%', ':' or whitespace")
+        return value
 
 
 class TensorBoardTracking(SpecModel):

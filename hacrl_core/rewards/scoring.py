@@ -1,8 +1,8 @@
-"""A step's responses scored in one call: the spec's reward, built in or a reward server.
+"""A step's responses scored in one call: the items and the scorer type.
 
-``scorer_for(data)`` gives ``score(items) -> list[float]``: a built-in reward (``exact``,
-``numeric``, ``math``) scores each item's response against its gold; a URL (``https://...``)
-sends the items to that reward server in batches (``rewards.remote``).
+A ``Scorer`` is ``score(items) -> list[float]``: ``per_item`` wraps a built-in reward (``exact``,
+``numeric``, ``math``), ``rewards.remote.RemoteReward.score`` sends the items to a reward server
+in batches; ``rewards.scorer_for(data)`` picks the spec's.
 """
 
 from __future__ import annotations
@@ -26,16 +26,3 @@ class RewardItem:
 def per_item(reward: Callable[[str, str], float]) -> Scorer:
     """A ``reward(response, gold)`` function as a scorer of items."""
     return lambda items: [float(reward(item.response, item.gold)) for item in items]
-
-
-def scorer_for(data: Any) -> Scorer:
-    """The scorer of a spec's ``data`` section (``data.reward``, ``data.rewardServer``)."""
-    from hacrl_core.rewards.remote import RemoteReward, is_reward_url
-
-    if is_reward_url(data.reward):
-        server = data.reward_server
-        return RemoteReward(data.reward, timeout_seconds=server.timeout_seconds, retries=server.retries,
-                            concurrency=server.concurrency, batch_size=server.batch_size).score
-    from hacrl_core.rewards.registry import get_reward
-
-    return per_item(get_reward(data.reward))

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hacrl_core.context import unsupported_settings
-from hacrl_core.data.context_fit import overlong_prompts
 from hacrl_core.data.report import DatasetReport, read_datasets
+from hacrl_core.runtime.context_fit import overlong_prompts
 from hacrl_core.runtime.cpus import THREADS_ENV, available_cpus, worker_threads
 from hacrl_core.runtime.forkserver import ForkedProcess, ForkServer, cli_command, fork_server
 from hacrl_core.runtime.resume import ResumeRefused, check_resume

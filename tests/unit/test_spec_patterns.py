@@ -54,6 +54,9 @@ SETTERS: dict[str, Callable[[str], Callable[[dict], None]]] = {
     "spec.envFrom[].configMapRef.name": lambda v: lambda spec: spec.update(envFrom=[{"configMapRef": {"name": v}}]),
     "spec.envFrom[].secretRef.name": lambda v: lambda spec: spec.update(envFrom=[{"secretRef": {"name": v}}]),
     "spec.modelCache.claimName": lambda v: lambda spec: spec.update(modelCache={"claimName": v}),
+    "spec.data.reward": lambda v: lambda spec: spec["data"].update(reward=v),
+    "spec.tracking.mlflow.trackingUri": lambda v: lambda spec: spec.update(tracking={"mlflow": {"trackingUri": v}}),
+    "spec.tracking.wandb.project": lambda v: lambda spec: spec.update(tracking={"wandb": {"project": v}}),
 }
 
 
