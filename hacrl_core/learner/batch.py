@@ -22,11 +22,8 @@ class TrainRow:
     input_ids: list[int]  # prompt + response in the learner's tokenizer
     response_mask: list[int]
     is_own: bool
-    # pi_old of the row: the mean over response tokens, from the source's scores (or the
-    # learner's own scoring); None until known (rows of an isolated algorithm's first update
-    # get it from that update's own forward pass, see ``learner.stages.score_own_rows``).
-    logp_old_mean: float | None = 0.0
-    logp_old_tokens: torch.Tensor | None = None  # per-token pi_old of own rows (token-level losses)
+    # A row carries no pi_old: the pi_old stage returns every row's apart, frozen
+    # (``learner.stages.score_pi_old``, ``OldLogprobs``).
 
 
 def rollout_columns(rollouts: Any, names: Sequence[str]) -> dict[str, list]:

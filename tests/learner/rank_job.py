@@ -1,7 +1,7 @@
 """One learner process of ``test_multirank.py``: a rank of several (torchrun's environment set) or
 the only one. It runs the learner worker's own functions on a fixed step of rows: ``join_ranks``,
 ``initialize`` (which restores the latest checkpoint of the store when there is one),
-``score_own_rows``, ``run_updates`` for each step asked, then optionally ``checkpoint``; rank 0
+``plan_updates``, ``score_pi_old``, ``run_updates`` for each step asked, then optionally ``checkpoint``; rank 0
 writes the trained weights to ``--out`` (safetensors) and each step's metrics next to it (.json).
 
     python tests/learner/rank_job.py --model DIR --store URI --work DIR --steps 0 [--checkpoint 1] [--deepspeed-zero 2] [--uneven] --out W.safetensors
@@ -27,7 +27,8 @@ from hacrl_core.context import WorkerContext  # noqa: E402
 from hacrl_core.data.arithmetic import ArithmeticTask  # noqa: E402
 from hacrl_core.learner import distributed  # noqa: E402
 from hacrl_core.learner.batch import TrainRow  # noqa: E402
-from hacrl_core.learner.stages import plan_updates, run_updates, score_own_rows  # noqa: E402
+from hacrl_core.learner.stages import score_pi_old  # noqa: E402
+from hacrl_core.learner.updates import StepInputs, plan_updates, run_updates  # noqa: E402
 from hacrl_core.learner.worker import checkpoint, initialize  # noqa: E402
 from hacrl_core.spec import parse_experiment  # noqa: E402
 from hacrl_core.store import open_trajectory_store  # noqa: E402
@@ -98,14 +99,15 @@ def train_step(context: WorkerContext, state, step: int, uneven: bool = False) -
     if uneven:
         del rows[7]
     own_count = len(rows) - 8
-    updates = plan_updates(rows, context.spec.algorithm, step=step, agent_index=0)
-    own = score_own_rows(state, rows[:own_count], algorithm, updates[0], context.agent.learner.micro_batch_size)
-    for index, theirs in enumerate(rows[own_count:]):  # a ratio of about 0.95: inside HACPO's window
-        theirs.logp_old_mean = own[min(index, own_count - 1)].logp_old_mean + 0.05
     advantages = torch.tensor([1.0 if r.reward else -1.0 for r in rows], dtype=torch.float64)
     discrepancy = torch.tensor([1.0] * own_count + [0.8] * 8, dtype=torch.float64)
-    return run_updates(state, rows, updates, advantages, discrepancy, algorithm, context.spec.algorithm,
-                       context.agent.learner.micro_batch_size)
+    inputs = StepInputs(rows, advantages, discrepancy, algorithm, context.spec.algorithm)
+    plan = plan_updates(rows, context.spec.algorithm, step=step, agent_index=0, micro_batch_size=context.agent.learner.micro_batch_size,
+                        lockstep=state.backend.lockstep)
+    old, started = score_pi_old(state, inputs, plan)
+    # the peer's rows: a pi_old near the own rows' (a ratio of about 0.95: inside HACPO's window)
+    old = old.with_means({own_count + index: old.mean[min(index, own_count - 1)] + 0.05 for index in range(8)})
+    return run_updates(state, inputs, plan, old, started)
 
 
 def main() -> None:

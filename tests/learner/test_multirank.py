@@ -3,7 +3,7 @@ checkpoint written at one rank count restores at another (``learner.distributed`
 
 The ranks are real processes (``tests/learner/rank_job.py`` started by ``launch_local_ranks``,
 what `hacrl worker learner` does for ``processesPerNode: 2``), running the learner worker's own
-``initialize``, ``score_own_rows``, ``run_updates`` and ``checkpoint`` on a fixed step of 16 rows
+``initialize``, ``plan_updates``, ``score_pi_old``, ``run_updates`` and ``checkpoint`` on a fixed step of 16 rows
 (8 own, 8 of a peer: HACPO's both losses), 2 updates of 8 rows, micro-batches of 3.
 
 Tolerance, measured: AdamW's first steps move each weight by about lr (1e-3) whatever the
