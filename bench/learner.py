@@ -138,7 +138,7 @@ def algo_step(context, state, step: int = 0, *, score_in_first_update: bool = Tr
     update_capability(state.tracker, mean_rewards, algorithm)
     advantages, discrepancy = assign_advantages(rows, state.tracker, algorithm, context.agent_index, tuple(settings.ratio_bounds))
     inputs = StepInputs(rows, advantages, discrepancy, algorithm, settings)
-    plan = plan_updates(rows, settings, step=step, agent_index=context.agent_index, micro_batch_size=context.agent.learner.micro_batch_size,
+    plan = plan_updates(rows, settings, step=step, agent_index=context.agent_index, micro_batching=state.micro_batching,
                         score_in_first_update=score_in_first_update, lockstep=state.backend.lockstep)
     t.append(time.perf_counter())
     old, started = score_pi_old(state, inputs, plan)

@@ -120,7 +120,7 @@ def inprocess_loop(spec_path: Path) -> dict[str, float]:
     for context in contexts:  # fresh learners (no checkpoint: there is no store)
         model, tokenizer = load_policy(context.initial_model_dir())
         states.append(start_state(model, tokenizer, create_backend(context.agent.learner.backend, model, context.agent.learner),
-                                  settings, len(names)))
+                                  settings, len(names), learner=context.agent.learner))
         engine = HFEngine(batch_size=context.agent.rollout.batch_size)
         engine.set_policy(states[-1].model, tokenizer)  # the live policy: no weight publish, no load
         engines.append(engine)
@@ -144,7 +144,7 @@ def inprocess_loop(spec_path: Path) -> dict[str, float]:
             t = lap("gather", t)
             advantages, discrepancy = assign_advantages(rows, state.tracker, algorithm, index, tuple(settings.ratio_bounds))
             inputs = StepInputs(rows, advantages, discrepancy, algorithm, settings)
-            plan = plan_updates(rows, settings, step=step, agent_index=index, micro_batch_size=context.agent.learner.micro_batch_size)
+            plan = plan_updates(rows, settings, step=step, agent_index=index, micro_batching=state.micro_batching)
             t = lap("update", t)
             old, _ = score_pi_old(state, inputs, plan)
             scores.append(scores_shard(shards[index], rows, old, experiment=experiment.name, step=step, agent=names[index]))

@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     learners, samplers = [], []
     for agent in spec.agents:
         model, tokenizer = load_policy(resolve_model(agent.model, args.cache.resolve() / "models"))
-        learners.append(start_state(model, tokenizer, create_backend("torch", model, agent.learner), settings, len(names)))
+        learners.append(start_state(model, tokenizer, create_backend("torch", model, agent.learner), settings, len(names), learner=agent.learner))
         sampler = HFEngine(batch_size=agent.rollout.batch_size)
         sampler.set_policy(model, tokenizer)  # samples with the live policy: always on-policy
         samplers.append(sampler)
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             update_capability(learner.tracker, mean_rewards, algorithm)
             advantages, discrepancy = assign_advantages(rows, learner.tracker, algorithm, i, tuple(settings.ratio_bounds))
             inputs = StepInputs(rows, advantages, discrepancy, algorithm, settings)
-            plan = plan_updates(rows, settings, step=step, agent_index=i, micro_batch_size=agent.learner.micro_batch_size)
+            plan = plan_updates(rows, settings, step=step, agent_index=i, micro_batching=learner.micro_batching)
             old, _ = score_pi_old(learner, inputs, plan)
             scores.append(scores_shard(shards[i], rows, old, experiment="hacpo-step", step=step, agent=names[i]))
             prepared.append((inputs, plan, old, mean_rewards))

@@ -15,9 +15,8 @@ in-process benchmark call the same functions on rows sampled in memory.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -26,6 +25,7 @@ from hacrl_core.algorithms import Algorithm, CapabilityTracker, group_advantages
 from hacrl_core.learner import distributed
 from hacrl_core.learner.backends import TrainingBackend
 from hacrl_core.learner.batch import TrainRow, rollout_columns, score_rows
+from hacrl_core.learner.micro_batches import MicroBatching, micro_batching
 from hacrl_core.learner.updates import (
     StartedUpdate,
     StepInputs,
@@ -48,7 +48,7 @@ class LearnerState:
     next_step: int
     reference: torch.nn.Module | None = None
     device: str = "cpu"
-    timings: dict[str, float] = field(default_factory=dict)
+    micro_batching: MicroBatching | None = None  # ``micro_batches.micro_batching`` of the spec's learner section
 
     @property
     def pad_id(self) -> int:
@@ -56,13 +56,16 @@ class LearnerState:
 
 
 def start_state(model: torch.nn.Module, tokenizer, backend: TrainingBackend, settings, n_agents: int, *, next_step: int = 0,
-                reference: torch.nn.Module | None = None, device: str = "cpu") -> LearnerState:
+                reference: torch.nn.Module | None = None, device: str = "cpu", learner=None) -> LearnerState:
     """A learner's state around a loaded policy and its backend, with a fresh capability history
-    (``settings``: the spec's ``algorithm`` section: window, floor, ratio bounds, warm-up)."""
+    (``settings``: the spec's ``algorithm`` section: window, floor, ratio bounds, warm-up) and, given
+    the spec's ``learner`` section, its micro-batching (``micro_batches.micro_batching``)."""
     tracker = CapabilityTracker(n_agents, settings.capability_window, settings.capability_floor, tuple(settings.ratio_bounds),
                                 settings.warmup_steps)
     backend.model.train()
-    return LearnerState(backend.unwrapped_model(), tokenizer, backend, tracker, next_step, reference, device)
+    unwrapped = backend.unwrapped_model()
+    batching = micro_batching(learner, unwrapped, device) if learner is not None else None
+    return LearnerState(unwrapped, tokenizer, backend, tracker, next_step, reference, device, batching)
 
 
 def pad_id(tokenizer) -> int:
@@ -110,11 +113,11 @@ def score_pi_old(state: LearnerState, inputs: StepInputs, plan: UpdatePlan) -> t
     trained = {i for chunk in first for i in chunk}
     mean: list[float | None] = [None] * len(rows)
     tokens: list[torch.Tensor | None] = [None] * len(rows)
-    score_into(state, rows, [i for i, row in enumerate(rows) if row.is_own and i not in trained], plan.micro_batch_size, mean, tokens)
+    score_into(state, rows, [i for i, row in enumerate(rows) if row.is_own and i not in trained], plan.micro_batching, mean, tokens)
     if inputs.algorithm.cross_old_logprob == "learner":
         for source in dict.fromkeys(row.source for row in rows if not row.is_own):  # each peer's rows, as one scoring call
             peer = [i for i, row in enumerate(rows) if not row.is_own and row.source == source]
-            score_into(state, rows, peer, plan.micro_batch_size, mean, None)
+            score_into(state, rows, peer, plan.micro_batching, mean, None)
     started = score_and_train(state, inputs, plan, first, mean, tokens) if first else None
     return OldLogprobs(tuple(mean), tuple(tokens)), started
 
@@ -136,18 +139,18 @@ def score_and_train(state: LearnerState, inputs: StepInputs, plan: UpdatePlan, c
             mean[i] = float((old[j] * mask[j]).sum() / mask[j].sum().clamp(min=1))
         metrics = train_micro_batch(state, inputs, batch, [mean[i] for i in chunk], [tokens[i] for i in chunk], update_index=0, norm=norm)
         if metrics is None:  # the update is skipped; the rows not reached still need their pi_old
-            score_into(state, rows, [i for later in chunks[done + 1 :] for i in later], plan.micro_batch_size, mean, tokens)
+            score_into(state, rows, [i for later in chunks[done + 1 :] for i in later], plan.micro_batching, mean, tokens)
             return StartedUpdate(len(chunks), False, collected)
         collect(collected, metrics)
     return StartedUpdate(len(chunks), True, collected)
 
 
-def score_into(state: LearnerState, rows: Sequence[TrainRow], indices: Sequence[int], micro_batch_size: int,
+def score_into(state: LearnerState, rows: Sequence[TrainRow], indices: Sequence[int], micro_batching: MicroBatching,
                mean: list[float | None], tokens: list[torch.Tensor | None] | None) -> None:
     """No-grad pi_old of ``rows[indices]`` into ``mean`` (and per token into ``tokens``)."""
     if not indices:
         return
-    sums, counts, token_logps = score_sliced(state, [rows[i] for i in indices], micro_batch_size)
+    sums, counts, token_logps = score_sliced(state, [rows[i] for i in indices], micro_batching)
     for i, total, count, per_token in zip(indices, sums, counts, token_logps):
         mean[i] = total / max(count, 1)
         if tokens is not None:
@@ -192,17 +195,19 @@ def peer_pi_old(rows: Sequence[TrainRow], rollouts_by_agent: Sequence[Any], scor
     return values
 
 
-def score_sliced(state: LearnerState, rows: Sequence[TrainRow], micro_batch_size: int) -> tuple[list, list, list]:
+def score_sliced(state: LearnerState, rows: Sequence[TrainRow], micro_batching: MicroBatching) -> tuple[list, list, list]:
     """``score_rows`` of every row: with several learner ranks each scores its slice
     (``distributed.rank_slice``) and every rank gets all the scores back, in the rows' order."""
     if not distributed.multi_rank():
-        return score_rows(state.model, rows, state.pad_id, micro_batch_size, state.device)
-    mine = score_rows(state.model, distributed.rank_slice(rows), state.pad_id, micro_batch_size, state.device)
+        return score_rows(state.model, rows, state.pad_id, micro_batching, state.device)
+    mine = distributed.rank_slice(rows)
+    scored = score_rows(state.model, mine, state.pad_id, micro_batching, state.device)
     if state.backend.lockstep:  # ZeRO-3 gathers parameters in every forward: as many on every rank
+        idle = micro_batching.lockstep_count(rows, range(len(rows))) - len(micro_batching.pack(mine, range(len(mine))))
         with torch.no_grad():
-            for _ in range(distributed.lockstep_chunks(len(rows), micro_batch_size) - math.ceil(len(mine[0]) / micro_batch_size)):
+            for _ in range(idle):
                 idle_pass(state, rows[0], backward=False)
-    merged = distributed.gather_in_order(list(zip(*mine)), len(rows))
+    merged = distributed.gather_in_order(list(zip(*scored)), len(rows))
     return [m[0] for m in merged], [m[1] for m in merged], [m[2] for m in merged]
 
 

@@ -21,7 +21,8 @@ import torch
 
 from hacrl_core.algorithms import Algorithm, PolicyLossInputs, kl_penalty
 from hacrl_core.learner import distributed
-from hacrl_core.learner.batch import TrainRow, collate_rows, micro_batches
+from hacrl_core.learner.batch import TrainRow, collate_rows
+from hacrl_core.learner.micro_batches import MicroBatching
 from hacrl_core.learner.guards import is_finite
 from hacrl_core.models.logprobs import sequence_logprobs
 
@@ -36,7 +37,8 @@ class UpdatePlan:
     micro_batches: this rank's micro-batches of each update, row indices in training order.
     idle_passes: zero-weighted passes this rank adds to each update so that every rank of a
         lockstep backend runs as many backward passes.
-    micro_batch_size: rows per micro-batch, also the scoring passes' size.
+    micro_batching: how rows are cut into micro-batches (``learner.micro_batches``), the scoring
+        passes' too.
     score_in_first_update: the first update's own micro-batches come first and give their rows'
         pi_old from their own forward pass (``learner.stages.score_pi_old``).
     """
@@ -44,7 +46,7 @@ class UpdatePlan:
     updates: tuple[tuple[int, ...], ...]
     micro_batches: tuple[tuple[tuple[int, ...], ...], ...]
     idle_passes: tuple[int, ...]
-    micro_batch_size: int
+    micro_batching: MicroBatching
     score_in_first_update: bool = False
 
     def first_own_micro_batches(self, rows: Sequence[TrainRow]) -> tuple[tuple[int, ...], ...]:
@@ -60,19 +62,20 @@ class UpdatePlan:
         return tuple(leading)
 
 
-def plan_updates(rows: Sequence[TrainRow], settings, *, step: int, agent_index: int, micro_batch_size: int,
+def plan_updates(rows: Sequence[TrainRow], settings, *, step: int, agent_index: int, micro_batching: MicroBatching,
                  score_in_first_update: bool = False, lockstep: bool = False) -> UpdatePlan:
     """The step's optimizer updates: per epoch a seeded shuffle of the step's prompts, cut into
     mini-batches of ``settings.mini_batch_prompts`` whole prompt groups; each update's rows then
-    sliced over the learner ranks (``distributed.rank_slice``) and cut into micro-batches of
-    ``micro_batch_size`` rows.
+    sliced over the learner ranks (``distributed.rank_slice``) and packed, in order, into
+    micro-batches (``MicroBatching.pack``: a budget of padded tokens, a row cap where set).
 
     ``settings`` is the spec's ``algorithm`` section (seed, epochs, mini_batch_prompts).
     ``score_in_first_update`` (one rank only: with several, a row's pi_old would be known only to
     the rank that trained on it): each update's own rows are cut apart from the peers' and come
     first, so that the first update's own micro-batches can run before the peers' scores are
     read. ``lockstep``: the backend runs collectives in every backward pass (ZeRO 2/3), so every
-    rank pads its updates to the most micro-batches of any rank.
+    rank pads each update with idle passes to the most micro-batches of any rank
+    (``MicroBatching.lockstep_count``).
     """
     by_prompt: dict[str, list[int]] = {}
     for index, row in enumerate(rows):
@@ -86,24 +89,21 @@ def plan_updates(rows: Sequence[TrainRow], settings, *, step: int, agent_index: 
         for start in range(0, len(shuffled), settings.mini_batch_prompts):
             updates.append(tuple(i for uid in shuffled[start : start + settings.mini_batch_prompts] for i in by_prompt[uid]))
     own_first = score_in_first_update and not distributed.multi_rank()
-    chunks = tuple(update_micro_batches(rows, members, micro_batch_size, own_first=own_first) for members in updates)
+    chunks = tuple(update_micro_batches(rows, members, micro_batching, own_first=own_first) for members in updates)
     idle = [0] * len(updates)
-    if lockstep:
-        idle = [distributed.lockstep_chunks(len(members), micro_batch_size) - len(mine) for members, mine in zip(updates, chunks)]
-    return UpdatePlan(tuple(updates), chunks, tuple(idle), micro_batch_size, own_first)
+    if lockstep:  # own_first is one rank's: the ranks' slices are packed as they come
+        idle = [micro_batching.lockstep_count(rows, members) - len(mine) for members, mine in zip(updates, chunks)]
+    return UpdatePlan(tuple(updates), chunks, tuple(idle), micro_batching, own_first)
 
 
-def update_micro_batches(rows: Sequence[TrainRow], members: Sequence[int], micro_batch_size: int, *,
+def update_micro_batches(rows: Sequence[TrainRow], members: Sequence[int], micro_batching: MicroBatching, *,
                          own_first: bool = False) -> tuple[tuple[int, ...], ...]:
     """This rank's micro-batches (row indices) of one update's rows (``members``): its slice
-    (``distributed.rank_slice``) cut into ``micro_batch_size`` rows; ``own_first``: the own rows'
-    micro-batches first, then the peers' rows', never mixed."""
+    (``distributed.rank_slice``) packed in order (``MicroBatching.pack``); ``own_first``: the own
+    rows' micro-batches first, then the peers' rows', never mixed."""
     mine = distributed.rank_slice(members)
-    if own_first:
-        mine = [i for i in mine if rows[i].is_own] + [i for i in mine if not rows[i].is_own]
-        own = sum(rows[i].is_own for i in mine)
-        return tuple(tuple(c) for part in (mine[:own], mine[own:]) for c in micro_batches(part, micro_batch_size))
-    return tuple(tuple(c) for c in micro_batches(mine, micro_batch_size))
+    parts = [[i for i in mine if rows[i].is_own], [i for i in mine if not rows[i].is_own]] if own_first else [mine]
+    return tuple(tuple(chunk) for part in parts for chunk in micro_batching.pack(rows, part))
 
 
 @dataclass(frozen=True)

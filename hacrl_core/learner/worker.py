@@ -90,7 +90,8 @@ def initialize(context: WorkerContext, device: str | None = None) -> LearnerStat
     if spec.algorithm.kl_coef > 0:  # 0 must skip loading the reference entirely
         reference, _ = load_policy(context.initial_model_dir(), dtype=dtype, device=device)
         reference.eval().requires_grad_(False)
-    state = start_state(model, tokenizer, backend, spec.algorithm, len(spec.agents), next_step=latest or 0, reference=reference, device=device)
+    state = start_state(model, tokenizer, backend, spec.algorithm, len(spec.agents), next_step=latest or 0, reference=reference, device=device,
+                        learner=settings)
     if capability_state is not None:
         state.tracker.load_state_dict(capability_state)
     return state
@@ -247,7 +248,7 @@ def train_step(context: WorkerContext, state: LearnerState, step: int, algorithm
     update_capability(state.tracker, mean_rewards, algorithm)
     advantages, discrepancy = assign_advantages(rows, state.tracker, algorithm, context.agent_index, tuple(spec.algorithm.ratio_bounds))
     inputs = StepInputs(rows, advantages, discrepancy, algorithm, spec.algorithm)
-    plan = plan_updates(rows, spec.algorithm, step=step, agent_index=context.agent_index, micro_batch_size=context.agent.learner.micro_batch_size,
+    plan = plan_updates(rows, spec.algorithm, step=step, agent_index=context.agent_index, micro_batching=state.micro_batching,
                         score_in_first_update=True, lockstep=state.backend.lockstep)
     began = time.perf_counter()
     old, started = score_pi_old(state, inputs, plan)

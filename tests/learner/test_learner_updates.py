@@ -16,6 +16,7 @@ from hacrl_core.algorithms import CapabilityTracker, resolve_algorithm
 from hacrl_core.data.arithmetic import ArithmeticTask
 from hacrl_core.learner.backends import create_backend
 from hacrl_core.learner.batch import TrainRow
+from hacrl_core.learner.micro_batches import MicroBatching
 from hacrl_core.learner.guards import NonFiniteWeightsError, nonfinite_parameters
 from hacrl_core.context import WorkerContext
 from hacrl_core.learner.stages import LearnerState, OldLogprobs, score_pi_old
@@ -60,7 +61,7 @@ def step_rows(tokenizer) -> list[TrainRow]:
 
 def plan_of(context: WorkerContext, rows: list[TrainRow], *, score_in_first_update: bool = False) -> UpdatePlan:
     return plan_updates(rows, context.spec.algorithm, step=0, agent_index=context.agent_index,
-                        micro_batch_size=context.agent.learner.micro_batch_size, score_in_first_update=score_in_first_update)
+                        micro_batching=MicroBatching(10**9, context.agent.learner.micro_batch_size), score_in_first_update=score_in_first_update)
 
 
 def inputs_of(context: WorkerContext, rows: list[TrainRow], advantages: torch.Tensor | None = None,
