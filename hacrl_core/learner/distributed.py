@@ -41,7 +41,6 @@ restarts every node of the learner together.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import signal
 import socket

@@ -15,9 +15,15 @@ from hacrl_core.learner.micro_batches import MicroBatching, activation_bytes_per
 from hacrl_core.learner.stages import score_pi_old
 from hacrl_core.learner.updates import plan_updates, run_updates
 from hacrl_core.models.loading import load_policy
+from hacrl_core.models.tiny import build_tiny_model
 
 from rank_job import update_difference
-from test_learner_updates import context_for, hacpo_inputs, initial_state, inputs_of, model_dir, step_rows  # noqa: F401
+from test_learner_updates import context_for, hacpo_inputs, initial_state, inputs_of, step_rows
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model("llama-char", seed=0, warmup_steps=0, cache_dir=tmp_path_factory.mktemp("tiny"))
 
 
 def rows_of(lengths: list[int]) -> list[TrainRow]:
