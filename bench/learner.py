@@ -4,11 +4,14 @@ A one-step ``hacrl run`` of the quickstart's two agents fills a file store with 
 and scores of step 0. Then, in this process, for each agent:
 
 - ``algo``: the learner's own stages on those shards, exactly as the worker runs them —
-  ``score_own_rows`` (no-grad re-scoring of the own rows outside the first update: pi_old),
-  ``gather_rows`` (peer shards read, peer rows re-encoded with this learner's tokenizer),
-  ``CapabilityTracker.update``, ``assign_advantages``, ``run_updates`` (mini-batches,
-  micro-batches, policy loss, AdamW; after the first update's own rows the scores exchange:
-  own scores published, the peers' read);
+  ``gather_rows`` (own and peer shards read, peer rows re-encoded with this learner's
+  tokenizer), ``update_capability``, ``assign_advantages``, ``plan_updates``, ``score_pi_old``
+  (no-grad scoring of the own rows outside the first update; the first update's own
+  micro-batches score and train at once), the scores exchange (own scores published, the
+  peers' read) and ``run_updates`` (micro-batches, policy loss, AdamW);
+- ``algo, scoring pass``: the same with every own row scored in a no-grad pass
+  (``plan_updates(score_in_first_update=False)``): what training the first update's own
+  micro-batches inside the pi_old stage saves;
 - ``plain``: a plain torch loop over exactly the same token batches (the same rows in the same
   mini-batches and micro-batches, collated the same way): forward, next-token cross-entropy on
   the response tokens, backward, grad clip and AdamW step per mini-batch.
@@ -114,54 +117,43 @@ def fresh_state(context, initial: dict[str, Any]):
     return state
 
 
-def algo_step(context, state, step: int = 0) -> tuple[dict[str, float], int, list]:
+STAGES = ("gather_rows", "assign_advantages", "score_pi_old", "exchange_scores", "run_updates")
+
+
+def algo_step(context, state, step: int = 0, *, score_in_first_update: bool = True) -> tuple[dict[str, float], int, list, object]:
     """The learner's stages of one step, timed one by one, as ``learner.worker.train_step`` runs
-    them; returns (seconds per stage, trained tokens, rows). The scores exchange inside the first
-    update (publish own scores, read the peers') counts to ``run_updates``."""
+    them; returns (seconds per stage, trained tokens, rows, the step's plan)."""
     from hacrl_core.algorithms import resolve_algorithm
-    from hacrl_core.learner.stages import assign_advantages, gather_rows, plan_updates, run_updates, update_capability
+    from hacrl_core.learner.stages import assign_advantages, gather_rows, score_pi_old, update_capability
+    from hacrl_core.learner.updates import StepInputs, plan_updates, run_updates
     from hacrl_core.learner.worker import publish_own_scores, read_own_rows, read_peer_rows, read_peer_scores
 
     algorithm, settings = resolve_algorithm(context.spec.algorithm), context.spec.algorithm
     t = [time.perf_counter()]
-    own_rollouts, own_rows = read_own_rows(context, state, step, algorithm)
-    t.append(time.perf_counter())
+    own_rollouts, own_rows = read_own_rows(context, state, step)
     peer_rollouts, by_agent = read_peer_rows(context, state, step, algorithm)
     by_agent[context.agent_index] = own_rows
     rows, mean_rewards = gather_rows(by_agent, context.agent_index)
     t.append(time.perf_counter())
     update_capability(state.tracker, mean_rewards, algorithm)
     advantages, discrepancy = assign_advantages(rows, state.tracker, algorithm, context.agent_index, tuple(settings.ratio_bounds))
+    inputs = StepInputs(rows, advantages, discrepancy, algorithm, settings)
+    plan = plan_updates(rows, settings, step=step, agent_index=context.agent_index, micro_batching=state.micro_batching,
+                        score_in_first_update=score_in_first_update, lockstep=state.backend.lockstep)
     t.append(time.perf_counter())
-
-    def exchange_scores() -> None:
-        publish_own_scores(context, step, own_rollouts, own_rows)
-        read_peer_scores(context, step, algorithm, peer_rollouts, by_agent)
-
-    updates = plan_updates(rows, settings, step=step, agent_index=context.agent_index)
-    run_updates(state, rows, updates, advantages, discrepancy, algorithm, settings, context.agent.learner.micro_batch_size,
-                after_own_rows=exchange_scores if algorithm.shares_rows else None)
-    if not algorithm.shares_rows:
-        publish_own_scores(context, step, own_rollouts, own_rows)
+    old, started = score_pi_old(state, inputs, plan)
     t.append(time.perf_counter())
-    stages = {"score_own_rows": t[1] - t[0], "gather_rows": t[2] - t[1], "assign_advantages": t[3] - t[2], "run_updates": t[4] - t[3]}
-    stages["total"] = t[4] - t[0]
-    return stages, sum(len(r.input_ids) for r in rows), rows
+    publish_own_scores(context, step, own_rollouts, rows, old)
+    old = read_peer_scores(context, step, algorithm, peer_rollouts, rows, old)
+    t.append(time.perf_counter())
+    run_updates(state, inputs, plan, old, started)
+    t.append(time.perf_counter())
+    stages = {name: t[i + 1] - t[i] for i, name in enumerate(STAGES)}
+    stages["total"] = t[-1] - t[0]
+    return stages, sum(len(r.input_ids) for r in rows), rows, plan
 
 
-def plan_batches(context, rows) -> list[list[list[int]]]:
-    """The same mini-batches / micro-batches of row indices that ``run_updates`` forms (own and
-    peer rows in separate micro-batches when the algorithm shares rows: ``update_chunks``)."""
-    from hacrl_core.algorithms import resolve_algorithm
-    from hacrl_core.learner.stages import plan_updates, update_chunks
-
-    size = context.agent.learner.micro_batch_size
-    own_first = resolve_algorithm(context.spec.algorithm).shares_rows
-    updates = plan_updates(rows, context.spec.algorithm, step=0, agent_index=context.agent_index)
-    return [update_chunks(rows, members, size, own_first=own_first) for members in updates]
-
-
-def plain_step(context, state, rows, minis) -> float:
+def plain_step(context, state, rows, plan) -> float:
     """Forward, response-token cross-entropy, backward, clip, AdamW: the same batches, nothing else."""
     import torch
 
@@ -171,7 +163,7 @@ def plain_step(context, state, rows, minis) -> float:
     pad = pad_id(state.tokenizer)
     model, backend = state.backend.model, state.backend
     began = time.perf_counter()
-    for micro in minis:
+    for micro in plan.micro_batches:  # the same micro-batches as the algo step's
         backend.zero_grad()
         for chunk in micro:
             input_ids, attention, response = collate_rows([rows[i] for i in chunk], pad)
@@ -215,16 +207,20 @@ def main(argv: list[str] | None = None) -> int:
         for algorithm in ("hacpo", "gspo"):
             context = contexts(spec_path, agent, algorithm)
             initial = initial_weights(context)
-            plain_s, algo_s, stage_runs = [], [], []
+            plain_s, algo_s, scoring_pass_s, stage_runs = [], [], [], []
             tokens = 0
             for _rep in range(args.reps):
                 state = fresh_state(context, initial)
-                stages, tokens, rows = algo_step(context, state)
+                stages, tokens, rows, plan = algo_step(context, state)
                 state = fresh_state(context, initial)
-                plain_s.append(plain_step(context, state, rows, plan_batches(context, rows)))
+                plain_s.append(plain_step(context, state, rows, plan))
                 algo_s.append(stages["total"])
                 stage_runs.append(stages)
+                state = fresh_state(context, initial)
+                scoring_pass_s.append(algo_step(context, state, score_in_first_update=False)[0]["total"])
             plain, algo = statistics.median(plain_s), statistics.median(algo_s)
+            scoring_pass = statistics.median(scoring_pass_s)
+            saving = statistics.median(1 - a / b for a, b in zip(algo_s, scoring_pass_s))  # paired, as ``paired`` below
             stage_median = {k: statistics.median(s[k] for s in stage_runs) for k in stage_runs[0]}
             ratio = plain / algo
             paired = statistics.median(p / a for p, a in zip(plain_s, algo_s))  # each rep's plain / algo: robust to load drifting between reps
@@ -232,19 +228,20 @@ def main(argv: list[str] | None = None) -> int:
             key = f"{agent}/{algorithm}"
             results[key] = {
                 "tokens": tokens, "rows": len(rows), "cross_rows": sum(not r.is_own for r in rows),
-                "plain_seconds": plain_s, "algo_seconds": algo_s, "stages": stage_runs, "stage_median": stage_median,
+                "plain_seconds": plain_s, "algo_seconds": algo_s, "scoring_pass_seconds": scoring_pass_s, "score_and_train_saving": saving,
+                "stages": stage_runs, "stage_median": stage_median,
                 "ratio": ratio, "ratio_paired": paired, "ratio_updates_only": update_ratio,
                 "plain_tokens_per_second": tokens / plain, "algo_tokens_per_second": tokens / algo,
             }
             rows_out.append([agent, algorithm, len(rows), tokens, f"{tokens / plain:,.0f}", f"{tokens / algo:,.0f}", f"{ratio:.2f}", f"{paired:.2f}",
-                             f"{update_ratio:.2f}"] + [f"{stage_median[k] / algo:.0%}" for k in ("score_own_rows", "gather_rows", "assign_advantages", "run_updates")])
+                             f"{update_ratio:.2f}", f"{algo:.3f}", f"{scoring_pass:.3f}", f"{saving:+.1%}"] + [f"{stage_median[k] / algo:.0%}" for k in STAGES])
             print(f"{key}: ratio {ratio:.2f} (paired {paired:.2f}, updates only {update_ratio:.2f})", flush=True)
     profiles = {}
     for agent in (LLAMA["name"],):
         context = contexts(spec_path, agent, "hacpo")
         profiles[f"{agent}/hacpo"] = profile_step(context, initial_weights(context))
     text = table(["agent", "algorithm", "rows", "tokens", "plain tok/s", "algo tok/s", "ratio", "ratio (paired)", "ratio (updates only)",
-                  "score", "gather", "advantages", "updates"], rows_out)
+                  "algo s", "scoring pass s", "score-and-train saves (paired)", "gather", "advantages + plan", "pi_old", "exchange", "updates"], rows_out)
     print(f"\nlearner throughput ({args.prompts} prompts x G {args.group_size}, torch threads {args.threads}, median of {args.reps} interleaved reps; "
           f"stage columns: share of the algo step)\n{text}")
     print("\ncProfile of one llama-char hacpo step (by own time):\n" + "\n".join(profiles[f"{LLAMA['name']}/hacpo"]))

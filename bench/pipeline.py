@@ -99,14 +99,13 @@ def inprocess_loop(spec_path: Path) -> dict[str, float]:
     from hacrl_core.learner.stages import (
         assign_advantages,
         gather_rows,
-        plan_updates,
-        run_updates,
-        score_own_rows,
+        peer_pi_old,
+        score_pi_old,
         scores_shard,
-        set_source_logprobs,
         start_state,
         update_capability,
     )
+    from hacrl_core.learner.updates import StepInputs, plan_updates, run_updates
     from hacrl_core.models.loading import load_policy
     from hacrl_core.rollout.hf_engine import HFEngine
     from hacrl_core.rollout.sampling import rollout_rows, sample_step, sampling_params
@@ -121,7 +120,7 @@ def inprocess_loop(spec_path: Path) -> dict[str, float]:
     for context in contexts:  # fresh learners (no checkpoint: there is no store)
         model, tokenizer = load_policy(context.initial_model_dir())
         states.append(start_state(model, tokenizer, create_backend(context.agent.learner.backend, model, context.agent.learner),
-                                  settings, len(names)))
+                                  settings, len(names), learner=context.agent.learner))
         engine = HFEngine(batch_size=context.agent.rollout.batch_size)
         engine.set_policy(states[-1].model, tokenizer)  # the live policy: no weight publish, no load
         engines.append(engine)
@@ -136,24 +135,24 @@ def inprocess_loop(spec_path: Path) -> dict[str, float]:
             shards.append(rollout_rows(problems, prompts, samples, context.score, experiment=experiment.name, agent=names[index],
                                        step=step, tokenizer=engine.tokenizer))
             t = lap("reward", t)
-        own, scores = [], []
-        for index, (context, state) in enumerate(zip(contexts, states)):
-            rows = encode_rows(shards[index], source=index, is_own=True, tokenizer=state.tokenizer, template=spec.data.template)
-            first_update = plan_updates(rows, settings, step=step, agent_index=index)[0]
-            own.append(score_own_rows(state, rows, algorithm, first_update, context.agent.learner.micro_batch_size))
-            scores.append(scores_shard(shards[index], own[index], experiment=experiment.name, step=step, agent=names[index]))
-            t = lap("score", t)
-        for index, (context, state) in enumerate(zip(contexts, states)):
-            by_agent = [own[index] if peer == index else
-                        set_source_logprobs(encode_rows(shards[peer], source=peer, is_own=False, tokenizer=state.tokenizer,
-                                                        template=spec.data.template), shards[peer], scores[peer])
+        prepared, scores = [], []
+        for index, state in enumerate(states):
+            by_agent = [encode_rows(shards[peer], source=peer, is_own=peer == index, tokenizer=state.tokenizer, template=spec.data.template)
                         for peer in range(len(names))]
             rows, mean_rewards = gather_rows(by_agent, index)
             update_capability(state.tracker, mean_rewards, algorithm)
             t = lap("gather", t)
             advantages, discrepancy = assign_advantages(rows, state.tracker, algorithm, index, tuple(settings.ratio_bounds))
-            run_updates(state, rows, plan_updates(rows, settings, step=step, agent_index=index), advantages, discrepancy, algorithm,
-                        settings, context.agent.learner.micro_batch_size)
+            inputs = StepInputs(rows, advantages, discrepancy, algorithm, settings)
+            plan = plan_updates(rows, settings, step=step, agent_index=index, micro_batching=state.micro_batching)
+            t = lap("update", t)
+            old, _ = score_pi_old(state, inputs, plan)
+            scores.append(scores_shard(shards[index], rows, old, experiment=experiment.name, step=step, agent=names[index]))
+            prepared.append((inputs, plan, old))
+            t = lap("score", t)
+        for index, (state, (inputs, plan, old)) in enumerate(zip(states, prepared)):
+            old = old.with_means(peer_pi_old(inputs.rows, shards, [None if peer == index else scores[peer] for peer in range(len(names))]))
+            run_updates(state, inputs, plan, old)
             t = lap("update", t)
     clock["total"] = time.perf_counter() - began
     return clock

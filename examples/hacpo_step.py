@@ -8,14 +8,18 @@ order on rows held in memory: no store, no worker processes, no weight publishin
 samples with its live policy. Read it top to bottom to see one HACPO step:
 
   1. every agent samples G responses to the step's prompts with its own policy and template;
-  2. every agent scores its own rows (pi_old), the scores its peers divide by;
-  3. every learner re-encodes the peers' rows in its own tokenizer, updates the agents'
+  2. every learner re-encodes the peers' rows in its own tokenizer, updates the agents'
      capabilities, forms capability-aware advantages (mechanism 1) and discrepancy weights
-     (mechanism 2), and runs its optimizer updates with exponential importance sampling and
-     stepwise clipping (mechanisms 3 and 4, inside the loss).
+     (mechanism 2), plans its updates and scores its own rows (pi_old: the scores its peers
+     divide by);
+  3. the agents exchange scores: every learner gives the peers' rows their source's pi_old,
+     then runs its optimizer updates with exponential importance sampling and stepwise clipping
+     (mechanisms 3 and 4, inside the loss).
 
 `hacrl run` runs exactly these stages, split into a rollout and a learner worker per agent that
-talk through the trajectory store (docs/architecture.md, "One step").
+talk through the trajectory store (docs/architecture.md, "One step"). Here the own rows are scored
+in a pass of their own; the worker trains its first update's own micro-batches as it scores them
+(``plan_updates(score_in_first_update=True)``).
 """
 
 from __future__ import annotations
@@ -37,15 +41,14 @@ from hacrl_core.learner.batch import encode_rows
 from hacrl_core.learner.stages import (
     assign_advantages,
     gather_rows,
-    plan_updates,
-    run_updates,
-    score_own_rows,
+    peer_pi_old,
+    score_pi_old,
     scores_shard,
-    set_source_logprobs,
     start_state,
     step_metrics,
     update_capability,
 )
+from hacrl_core.learner.updates import StepInputs, plan_updates, run_updates
 from hacrl_core.models.loading import load_policy
 from hacrl_core.models.uri import resolve_model
 from hacrl_core.rewards import scorer_for
@@ -96,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     learners, samplers = [], []
     for agent in spec.agents:
         model, tokenizer = load_policy(resolve_model(agent.model, args.cache.resolve() / "models"))
-        learners.append(start_state(model, tokenizer, create_backend("torch", model, agent.learner), settings, len(names)))
+        learners.append(start_state(model, tokenizer, create_backend("torch", model, agent.learner), settings, len(names), learner=agent.learner))
         sampler = HFEngine(batch_size=agent.rollout.batch_size)
         sampler.set_policy(model, tokenizer)  # samples with the live policy: always on-policy
         samplers.append(sampler)
@@ -112,27 +115,26 @@ def main(argv: list[str] | None = None) -> int:
             shards.append(rollout_rows(problems, prompts, samples, score, experiment="hacpo-step", agent=names[i], step=step,
                                        tokenizer=sampler.tokenizer))
 
-        # 2. Score: each agent's pi_old of its own rows (peers' importance ratios divide by it).
-        own_rows, scores = [], []
-        for i, (agent, learner) in enumerate(zip(spec.agents, learners)):
-            rows = encode_rows(shards[i], source=i, is_own=True, tokenizer=learner.tokenizer, template=spec.data.template)
-            own_rows.append(score_own_rows(learner, rows, algorithm, first_update=[], micro_batch_size=agent.learner.micro_batch_size))
-            scores.append(scores_shard(shards[i], own_rows[i], experiment="hacpo-step", step=step, agent=names[i]))
-
-        # 3. Learn: each learner trains on every agent's rows, re-encoded in its own tokenizer.
-        for i, (agent, learner) in enumerate(zip(spec.agents, learners)):
-            by_agent = [
-                own_rows[i] if j == i else set_source_logprobs(
-                    encode_rows(shards[j], source=j, is_own=False, tokenizer=learner.tokenizer, template=spec.data.template),
-                    shards[j], scores[j])
-                for j in range(len(names))
-            ]
+        # 2. Score: each learner's rows (its own, then its peers' re-encoded in its tokenizer),
+        #    advantages, the step's updates, and pi_old of its own rows (the peers divide by it).
+        prepared, scores = [], []
+        for i, learner in enumerate(learners):
+            by_agent = [encode_rows(shards[j], source=j, is_own=j == i, tokenizer=learner.tokenizer, template=spec.data.template)
+                        for j in range(len(names))]
             rows, mean_rewards = gather_rows(by_agent, i)
             update_capability(learner.tracker, mean_rewards, algorithm)
             advantages, discrepancy = assign_advantages(rows, learner.tracker, algorithm, i, tuple(settings.ratio_bounds))
-            updates = plan_updates(rows, settings, step=step, agent_index=i)
-            metrics = run_updates(learner, rows, updates, advantages, discrepancy, algorithm, settings, agent.learner.micro_batch_size)
-            metrics.update(step_metrics(rows, advantages, mean_rewards, learner.tracker, algorithm, names, i))
+            inputs = StepInputs(rows, advantages, discrepancy, algorithm, settings)
+            plan = plan_updates(rows, settings, step=step, agent_index=i, micro_batching=learner.micro_batching)
+            old, _ = score_pi_old(learner, inputs, plan)
+            scores.append(scores_shard(shards[i], rows, old, experiment="hacpo-step", step=step, agent=names[i]))
+            prepared.append((inputs, plan, old, mean_rewards))
+
+        # 3. Learn: the peers' rows take their source's pi_old (the scores exchange), then the updates.
+        for i, (learner, (inputs, plan, old, mean_rewards)) in enumerate(zip(learners, prepared)):
+            old = old.with_means(peer_pi_old(inputs.rows, shards, [None if j == i else scores[j] for j in range(len(names))]))
+            metrics = run_updates(learner, inputs, plan, old)
+            metrics.update(step_metrics(inputs.rows, inputs.advantages, mean_rewards, learner.tracker, algorithm, names, i))
             used = shared_rows_used(metrics)
             print(f"step {step} {names[i]:>10}: reward {metrics['rollout/reward_mean']:.3f}  "
                   f"rows {metrics['learner/own_rows']:.0f} own + {metrics['learner/cross_rows']:.0f} shared "

@@ -93,7 +93,13 @@ class LearnerSettings(SpecModel):
     lr: float = Field(1e-6, gt=0, le=1, description="AdamW learning rate (paper: 1e-6).")
     weight_decay: float = Field(0.01, ge=0, le=1, description="AdamW weight decay (paper: 0.01).")
     grad_clip: float = Field(1.0, gt=0, description="Global gradient-norm clip (paper: 1.0).")
-    micro_batch_size: int = Field(16, ge=1, description="Rows per forward/backward; gradients accumulate up to the mini-batch.")
+    micro_batch_size: int | None = Field(None, ge=1, description=(
+        "Most rows per micro-batch (one forward/backward pass; gradients accumulate up to the mini-batch). Unset: no row "
+        "cap, micro-batches are sized by microBatchTokens alone."))
+    micro_batch_tokens: int | None = Field(None, ge=1, description=(
+        "Padded tokens (rows x the longest row) per micro-batch: rows are packed in order up to it. Unset: derived from "
+        "the device (CPU: a quarter of the machine's memory; GPU: half the free memory less the gradients and optimizer "
+        "state), see docs/runtime.md."))
     zero_stage: Literal[0, 1, 2, 3] | None = Field(None, description="DeepSpeed ZeRO stage (deepspeed backend only; default 0).")
     dtype: Literal["float32", "bfloat16"] = Field("float32", description="Parameter dtype for training.")
     processes_per_node: int = Field(1, ge=1, le=64, description=(

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from hacrl_core.data.templates import render_prompt
+from hacrl_core.learner.micro_batches import MicroBatching
 from hacrl_core.models.encoding import assemble_row, collate, encode_prompts, encode_texts
 from hacrl_core.models.logprobs import sequence_logprobs
 
@@ -22,11 +23,8 @@ class TrainRow:
     input_ids: list[int]  # prompt + response in the learner's tokenizer
     response_mask: list[int]
     is_own: bool
-    # pi_old of the row: the mean over response tokens, from the source's scores (or the
-    # learner's own scoring); None until known (rows of an isolated algorithm's first update
-    # get it from that update's own forward pass, see ``learner.stages.score_own_rows``).
-    logp_old_mean: float | None = 0.0
-    logp_old_tokens: torch.Tensor | None = None  # per-token pi_old of own rows (token-level losses)
+    # A row carries no pi_old: the pi_old stage returns every row's apart, frozen
+    # (``learner.stages.score_pi_old``, ``OldLogprobs``).
 
 
 def rollout_columns(rollouts: Any, names: Sequence[str]) -> dict[str, list]:
@@ -69,23 +67,20 @@ def encode_rows(rollouts: Any, *, source: int, is_own: bool, tokenizer, template
     return encoded
 
 
-def micro_batches(rows: Sequence[TrainRow], size: int) -> Iterator[list[TrainRow]]:
-    for start in range(0, len(rows), size):
-        yield list(rows[start : start + size])
-
-
 def collate_rows(rows: Sequence[TrainRow], pad_token_id: int, device: str = "cpu"):
     input_ids, attention, response = collate([(r.input_ids, r.response_mask) for r in rows], pad_token_id)
     return input_ids.to(device), attention.to(device), response.to(device)
 
 
 @torch.no_grad()
-def score_rows(model, rows: Sequence[TrainRow], pad_token_id: int, micro_batch_size: int, device: str = "cpu"):
-    """Per-row (sum, count) of response log-probs and the per-token log-probs, without grad."""
+def score_rows(model, rows: Sequence[TrainRow], pad_token_id: int, micro_batching: MicroBatching, device: str = "cpu"):
+    """Per-row (sum, count) of response log-probs and the per-token log-probs, without grad, in
+    micro-batches of ``micro_batching``."""
     sums, counts, tokens = [], [], []
     was_training = model.training
     model.eval()
-    for chunk in micro_batches(rows, micro_batch_size):
+    for indices in micro_batching.pack(rows, range(len(rows))):
+        chunk = [rows[i] for i in indices]
         input_ids, attention, response = collate_rows(chunk, pad_token_id, device)
         logp = sequence_logprobs(model, input_ids, attention, response)
         mask = response.to(logp.dtype)

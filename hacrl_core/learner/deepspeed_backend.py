@@ -101,7 +101,7 @@ def deepspeed_config(settings, zero_stage: int) -> dict[str, Any]:
     """The DeepSpeed config of one learner: the learner owns accumulation, DeepSpeed clips."""
     bf16 = settings.dtype == "bfloat16"
     config: dict[str, Any] = {
-        "train_micro_batch_size_per_gpu": settings.micro_batch_size,  # bookkeeping only
+        "train_micro_batch_size_per_gpu": settings.micro_batch_size or 1,  # bookkeeping only: micro-batches are the learner's
         "gradient_accumulation_steps": 1,
         "managed_gradient_accumulation": False,
         "gradient_clipping": settings.grad_clip,

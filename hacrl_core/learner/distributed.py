@@ -41,7 +41,6 @@ restarts every node of the learner together.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import signal
 import socket
@@ -136,13 +135,6 @@ def rank_slice(items: Sequence[T]) -> list[T]:
     return list(items[rank::size])
 
 
-def lockstep_chunks(total: int, micro_batch_size: int) -> int:
-    """Micro-batches of the longest ``rank_slice`` of ``total`` items: what every rank of a
-    lockstep backend (DeepSpeed ZeRO 2/3: collectives inside backward) must run."""
-    longest = math.ceil(total / world()[1])
-    return math.ceil(longest / micro_batch_size)
-
-
 def gather_in_order(mine: list[Any], total: int) -> list[Any]:
     """The per-item results of every rank's ``rank_slice`` of ``total`` items, in the items' order."""
     rank, size = world()
@@ -218,6 +210,15 @@ def all_agree(flag: bool) -> bool:
     value = torch.tensor([1 if flag else 0], dtype=torch.int32, device=_collective_device())
     dist.all_reduce(value, op=dist.ReduceOp.MIN)
     return bool(value.item())
+
+
+def min_over_ranks(value: int) -> int:
+    """The smallest of every rank's ``value`` (a budget every rank must share)."""
+    if not multi_rank():
+        return value
+    box = torch.tensor([value], dtype=torch.int64, device=_collective_device())
+    dist.all_reduce(box, op=dist.ReduceOp.MIN)
+    return int(box.item())
 
 
 def decide(value: T) -> T:

@@ -1,16 +1,17 @@
 """The learner worker: `hacrl worker learner --spec S --agent A`.
 
 The worker is the step's I/O: it reads the step's shards from the store, runs the stages of
-``learner.stages`` on them, and writes what they return. One step:
+``learner.stages`` and ``learner.updates`` on them, and writes what they return. One step:
 
-    read own rollouts -> score_own_rows -> read peers' rollouts -> gather_rows
-    -> update_capability -> assign_advantages
-    -> run_updates (first update's own rows -> [write scores, read peers' scores] -> the rest)
+    read own rollouts -> read peers' rollouts -> gather_rows -> update_capability
+    -> assign_advantages -> plan_updates -> score_pi_old
+    -> exchange scores (write own scores, read peers' scores) -> run_updates
     -> publish weights -> evaluate -> write metrics -> checkpoint -> write progress
 
-The own rows of the first update are not scored apart: the weights have not moved when that
-update runs, so its forward pass gives their pi_old, and the scores shard is written once those
-micro-batches have run (before any peer row is trained, which needs the peers' scores).
+The score exchange is the step between the pi_old stage and the updates: the peers need this
+learner's scores before they can train on its rows, and it needs theirs. The pi_old stage trains
+the first update's own micro-batches as it scores them (``score_pi_old``), so the scores go out
+as early as the old scoring pass would have put them out, one no-grad pass sooner.
 
 A restarted learner restores its latest checkpoint (N completed steps) and runs step N next;
 shards already in the store are reused, never written twice.
@@ -35,18 +36,17 @@ from hacrl_core.learner.checkpoint import restore_checkpoint, save_checkpoint
 from hacrl_core.learner.guards import ensure_finite_weights
 from hacrl_core.learner.stages import (
     LearnerState,
+    OldLogprobs,
     assign_advantages,
     gather_rows,
-    plan_updates,
-    run_updates,
-    score_as_learner,
-    score_own_rows,
+    peer_pi_old,
+    score_pi_old,
     scores_shard,
-    set_source_logprobs,
     start_state,
     step_metrics,
     update_capability,
 )
+from hacrl_core.learner.updates import StepInputs, plan_updates, run_updates
 from hacrl_core.metrics import WorkerMetrics, store_retries
 from hacrl_core.models.loading import default_device, load_policy, save_policy
 from hacrl_core.rewards.remote import take_retries
@@ -92,7 +92,8 @@ def initialize(context: WorkerContext, device: str | None = None) -> LearnerStat
     if spec.algorithm.kl_coef > 0:  # 0 must skip loading the reference entirely
         reference, _ = load_policy(context.initial_model_dir(), dtype=dtype, device=device)
         reference.eval().requires_grad_(False)
-    state = start_state(model, tokenizer, backend, spec.algorithm, len(spec.agents), next_step=latest or 0, reference=reference, device=device)
+    state = start_state(model, tokenizer, backend, spec.algorithm, len(spec.agents), next_step=latest or 0, reference=reference, device=device,
+                        learner=settings)
     if capability_state is not None:
         state.tracker.load_state_dict(capability_state)
     return state
@@ -112,31 +113,27 @@ def publish_weights(context: WorkerContext, state: LearnerState, version: int) -
     shutil.rmtree(local, ignore_errors=True)
 
 
-def publish_own_scores(context: WorkerContext, step: int, own_rollouts, own_rows: list[TrainRow]) -> None:
-    """The scores shard of ``step`` (pi_old of every own row), unless a previous attempt wrote it
-    (rank 0 of several learner ranks; every rank has every row's pi_old)."""
+def publish_own_scores(context: WorkerContext, step: int, own_rollouts, rows: list[TrainRow], old: OldLogprobs) -> None:
+    """The scores shard of ``step`` (pi_old of every own row of ``rows``),
+    unless a previous attempt wrote it (rank 0 of several learner ranks; every rank has every
+    row's pi_old)."""
     if not distributed.is_writer() or context.store.scores_ready(step, context.agent_name):
         return
-    shard = scores_shard(own_rollouts, own_rows, experiment=context.experiment.name, step=step, agent=context.agent_name)
+    shard = scores_shard(own_rollouts, rows, old, experiment=context.experiment.name, step=step, agent=context.agent_name)
     context.store.write_scores(step, context.agent_name, shard)
 
 
-def read_own_rows(context: WorkerContext, state: LearnerState, step: int, algorithm: Algorithm) -> tuple[object, list[TrainRow]]:
+def read_own_rows(context: WorkerContext, state: LearnerState, step: int) -> tuple[object, list[TrainRow]]:
     """The agent's rollouts of ``step`` (the store's Arrow table: ``read_rollouts_columns``) and
-    their training rows with pi_old (``score_own_rows``), but for the rows of the first update:
-    they get it from that update's forward pass (``run_updates``; ``train_step`` publishes the
-    scores from its ``after_own_rows``)."""
+    their training rows."""
     rollouts = context.store.read_rollouts_columns(step, context.agent_name, wait=context.wait_seconds)
-    rows = encode_rows(rollouts, source=context.agent_index, is_own=True, tokenizer=state.tokenizer, template=context.spec.data.template)
-    first_update = plan_updates(rows, context.spec.algorithm, step=step, agent_index=context.agent_index)[0]
-    return rollouts, score_own_rows(state, rows, algorithm, first_update, context.agent.learner.micro_batch_size, defer_shared=True)
+    return rollouts, encode_rows(rollouts, source=context.agent_index, is_own=True, tokenizer=state.tokenizer,
+                                 template=context.spec.data.template)
 
 
 def read_peer_rows(context: WorkerContext, state: LearnerState, step: int, algorithm: Algorithm) -> tuple[list, list[list[TrainRow] | None]]:
     """Every peer's rollouts of ``step`` and its rows in the learner's tokenizer (None for the
-    agent itself, and for every peer when the algorithm does not share rows). Rows scored by the
-    learner (``cross_old_logprob`` "learner") have their pi_old; rows scored by their source get
-    it from ``read_peer_scores``, once the peers have published their scores."""
+    agent itself, and for every peer when the algorithm does not share rows)."""
     rollouts: list = [None] * len(context.agent_names)
     peers: list[list[TrainRow] | None] = [None] * len(context.agent_names)
     if not algorithm.shares_rows:
@@ -146,19 +143,18 @@ def read_peer_rows(context: WorkerContext, state: LearnerState, step: int, algor
             continue
         rollouts[index] = context.store.read_rollouts_columns(step, name, wait=context.wait_seconds)
         peers[index] = encode_rows(rollouts[index], source=index, is_own=False, tokenizer=state.tokenizer, template=context.spec.data.template)
-        if algorithm.cross_old_logprob != "source":
-            score_as_learner(state, peers[index], context.agent.learner.micro_batch_size)
     return rollouts, peers
 
 
-def read_peer_scores(context: WorkerContext, step: int, algorithm: Algorithm, rollouts: list, peers: list[list[TrainRow] | None]) -> None:
-    """pi_old of the peers' rows from the peers' scores shards (``set_source_logprobs``), for
-    algorithms whose cross rows take their source's pi_old."""
+def read_peer_scores(context: WorkerContext, step: int, algorithm: Algorithm, rollouts: list, rows: list[TrainRow],
+                     old: OldLogprobs) -> OldLogprobs:
+    """``old`` with the peers' rows' pi_old from the peers' scores shards (``peer_pi_old``), for
+    algorithms whose cross rows take their source's pi_old; ``old`` itself otherwise."""
     if algorithm.cross_old_logprob != "source":
-        return
-    for index, name in enumerate(context.agent_names):
-        if index != context.agent_index and peers[index] is not None:
-            set_source_logprobs(peers[index], rollouts[index], context.store.read_scores_columns(step, name, wait=context.wait_seconds))
+        return old
+    scores = [None if index == context.agent_index or rollouts[index] is None else
+              context.store.read_scores_columns(step, name, wait=context.wait_seconds) for index, name in enumerate(context.agent_names)]
+    return old.with_means(peer_pi_old(rows, rollouts, scores))
 
 
 def evaluate(context: WorkerContext, state: LearnerState, *, suffix: str = "") -> dict[str, float]:
@@ -245,7 +241,7 @@ def train_step(context: WorkerContext, state: LearnerState, step: int, algorithm
                clock: StageClock) -> tuple[dict[str, float], list[TrainRow]]:
     """One step's training from the store's shards: the stages in order; returns the step's metrics."""
     spec = context.spec
-    own_rollouts, own_rows = read_own_rows(context, state, step, algorithm)
+    own_rollouts, own_rows = read_own_rows(context, state, step)
     clock.lap("score")
     peer_rollouts, peers = read_peer_rows(context, state, step, algorithm)
     peers[context.agent_index] = own_rows
@@ -253,25 +249,23 @@ def train_step(context: WorkerContext, state: LearnerState, step: int, algorithm
     clock.lap("wait_peers")
     update_capability(state.tracker, mean_rewards, algorithm)
     advantages, discrepancy = assign_advantages(rows, state.tracker, algorithm, context.agent_index, tuple(spec.algorithm.ratio_bounds))
-    updates = plan_updates(rows, spec.algorithm, step=step, agent_index=context.agent_index)
-
-    def exchange_scores() -> None:
-        """Every own row has its pi_old: publish them (peers wait for them), take the peers'."""
-        clock.lap("update")
-        publish_own_scores(context, step, own_rollouts, own_rows)
-        clock.lap("score")
-        read_peer_scores(context, step, algorithm, peer_rollouts, peers)
-        clock.lap("wait_peers")
-
-    values = run_updates(state, rows, updates, advantages, discrepancy, algorithm, spec.algorithm, context.agent.learner.micro_batch_size,
-                         label=f"learner {context.agent_name} step {step}", after_own_rows=exchange_scores if algorithm.shares_rows else None)
-    if not algorithm.shares_rows:  # deferred rows got their pi_old from the first update (score_own_rows)
-        publish_own_scores(context, step, own_rollouts, own_rows)
+    inputs = StepInputs(rows, advantages, discrepancy, algorithm, spec.algorithm)
+    plan = plan_updates(rows, spec.algorithm, step=step, agent_index=context.agent_index, micro_batching=state.micro_batching,
+                        score_in_first_update=True, lockstep=state.backend.lockstep)
+    began = time.perf_counter()
+    old, started = score_pi_old(state, inputs, plan)
+    seconds_pi_old = time.perf_counter() - began  # its no-grad passes and the first update's own micro-batches
+    clock.lap("score")
+    publish_own_scores(context, step, own_rollouts, rows, old)  # the exchange: the peers wait for these,
+    clock.lap("score")
+    old = read_peer_scores(context, step, algorithm, peer_rollouts, rows, old)  # and this learner for theirs
+    clock.lap("wait_peers")
+    values = run_updates(state, inputs, plan, old, started, label=f"learner {context.agent_name} step {step}")
     seconds_update = clock.lap("update")
-    tokens = sum(sum(r.response_mask) for r in rows)
+    tokens = sum(inputs.response_tokens)
     values.update(step_metrics(rows, advantages, mean_rewards, state.tracker, algorithm, context.agent_names, context.agent_index))
     values["learner/trained_tokens"] = tokens * spec.algorithm.epochs
-    values["learner/tokens_per_second"] = values["learner/trained_tokens"] / max(seconds_update, 1e-9)
+    values["learner/tokens_per_second"] = values["learner/trained_tokens"] / max(seconds_update + seconds_pi_old, 1e-9)
     # The weights being trained are version ``step``; rows sampled with an older one (maxStaleness) lag it.
     versions = rollout_columns(own_rollouts, ["policy_version"])["policy_version"]
     values["learner/policy_lag"] = step - sum(versions) / max(len(versions), 1)

@@ -1,10 +1,10 @@
 """One learner process of ``test_multirank.py``: a rank of several (torchrun's environment set) or
 the only one. It runs the learner worker's own functions on a fixed step of rows: ``join_ranks``,
 ``initialize`` (which restores the latest checkpoint of the store when there is one),
-``score_own_rows``, ``run_updates`` for each step asked, then optionally ``checkpoint``; rank 0
+``plan_updates``, ``score_pi_old``, ``run_updates`` for each step asked, then optionally ``checkpoint``; rank 0
 writes the trained weights to ``--out`` (safetensors) and each step's metrics next to it (.json).
 
-    python tests/learner/rank_job.py --model DIR --store URI --work DIR --steps 0 [--checkpoint 1] [--deepspeed-zero 2] [--uneven] --out W.safetensors
+    python tests/learner/rank_job.py --model DIR --store URI --work DIR --steps 0 [--checkpoint 1] [--deepspeed-zero 2] [--uneven] [--micro-batch-tokens 24] --out W.safetensors
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ from hacrl_core.context import WorkerContext  # noqa: E402
 from hacrl_core.data.arithmetic import ArithmeticTask  # noqa: E402
 from hacrl_core.learner import distributed  # noqa: E402
 from hacrl_core.learner.batch import TrainRow  # noqa: E402
-from hacrl_core.learner.stages import plan_updates, run_updates, score_own_rows  # noqa: E402
+from hacrl_core.learner.micro_batches import MicroBatching  # noqa: E402
+from hacrl_core.learner.stages import score_pi_old  # noqa: E402
+from hacrl_core.learner.updates import StepInputs, plan_updates, run_updates  # noqa: E402
 from hacrl_core.learner.worker import checkpoint, initialize  # noqa: E402
 from hacrl_core.spec import parse_experiment  # noqa: E402
 from hacrl_core.store import open_trajectory_store  # noqa: E402
@@ -98,14 +100,15 @@ def train_step(context: WorkerContext, state, step: int, uneven: bool = False) -
     if uneven:
         del rows[7]
     own_count = len(rows) - 8
-    updates = plan_updates(rows, context.spec.algorithm, step=step, agent_index=0)
-    own = score_own_rows(state, rows[:own_count], algorithm, updates[0], context.agent.learner.micro_batch_size)
-    for index, theirs in enumerate(rows[own_count:]):  # a ratio of about 0.95: inside HACPO's window
-        theirs.logp_old_mean = own[min(index, own_count - 1)].logp_old_mean + 0.05
     advantages = torch.tensor([1.0 if r.reward else -1.0 for r in rows], dtype=torch.float64)
     discrepancy = torch.tensor([1.0] * own_count + [0.8] * 8, dtype=torch.float64)
-    return run_updates(state, rows, updates, advantages, discrepancy, algorithm, context.spec.algorithm,
-                       context.agent.learner.micro_batch_size)
+    inputs = StepInputs(rows, advantages, discrepancy, algorithm, context.spec.algorithm)
+    plan = plan_updates(rows, context.spec.algorithm, step=step, agent_index=0, micro_batching=state.micro_batching,
+                        lockstep=state.backend.lockstep)
+    old, started = score_pi_old(state, inputs, plan)
+    # the peer's rows: a pi_old near the own rows' (a ratio of about 0.95: inside HACPO's window)
+    old = old.with_means({own_count + index: old.mean[min(index, own_count - 1)] + 0.05 for index in range(8)})
+    return run_updates(state, inputs, plan, old, started)
 
 
 def main() -> None:
@@ -118,12 +121,15 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--deepspeed-zero", type=int, choices=(0, 1, 2, 3), help="train with the deepspeed backend at this ZeRO stage")
     parser.add_argument("--uneven", action="store_true", help="rows the ranks slice unevenly (see train_step)")
+    parser.add_argument("--micro-batch-tokens", type=int, help="micro-batches packed by padded tokens up to this budget, no row cap")
     args = parser.parse_args()
     torch.manual_seed(0)
     backend = None if args.deepspeed_zero is None else {"backend": "deepspeed", "zeroStage": args.deepspeed_zero}
     context = context_for(args.model, args.store, args.work, backend)
     device = distributed.join_ranks(context)
     state = initialize(context, device)
+    if args.micro_batch_tokens:
+        state.micro_batching = MicroBatching(args.micro_batch_tokens)
     metrics = {}
     for step in args.steps:
         metrics[step] = train_step(context, state, step, args.uneven)

@@ -12,7 +12,7 @@ import pytest
 from hacrl_core.data.arithmetic import ArithmeticTask
 from hacrl_core.data.templates import render_prompt
 from hacrl_core.learner.batch import TrainRow, encode_rows
-from hacrl_core.learner.stages import scores_shard, set_source_logprobs
+from hacrl_core.learner.stages import OldLogprobs, scores_shard, source_logprobs
 from hacrl_core.models.encoding import encode_prompt, encode_prompts, encode_row_for, encode_text, encode_texts
 from hacrl_core.models.tokenizers import build_bpe_tokenizer, build_char_tokenizer
 from hacrl_core.store.trajectories import rollouts_table, scores_table
@@ -81,15 +81,12 @@ def test_batched_encoders_give_the_ids_of_one_call_per_text(tokenizers, name: st
 def test_scores_and_source_logprobs_are_keyed_alike_from_tables_and_dicts(tokenizers) -> None:
     rows = shard(tokenizers["char"])
     own = encode_rows(rows, source=0, is_own=True, tokenizer=tokenizers["char"], template=TEMPLATE)
-    for index, row in enumerate(own):
-        row.logp_old_mean = -0.25 * (index + 1)
-    from_dicts = scores_shard(rows, own, experiment="enc", step=0, agent="src")
-    assert scores_shard(rollouts_table(rows), own, experiment="enc", step=0, agent="src") == from_dicts
+    old = OldLogprobs(tuple(-0.25 * (index + 1) for index in range(len(own))), (None,) * len(own))
+    from_dicts = scores_shard(rows, own, old, experiment="enc", step=0, agent="src")
+    assert scores_shard(rollouts_table(rows), own, old, experiment="enc", step=0, agent="src") == from_dicts
     assert [s["logp_sum"] / s["token_count"] for s in from_dicts if s["token_count"]] == \
-        [r.logp_old_mean for r in own if sum(r.response_mask)]
+        [mean for mean, r in zip(old.mean, own) if sum(r.response_mask)]
 
     shuffled = from_dicts[::-1]  # a scores shard need not be in the rollouts' order
     for rollouts, scores in ((rows, shuffled), (rollouts_table(rows), scores_table(shuffled))):
-        cross = encode_rows(rollouts, source=0, is_own=False, tokenizer=tokenizers["bpe"], template=TEMPLATE)
-        set_source_logprobs(cross, rollouts, scores)
-        assert [r.logp_old_mean for r in cross] == [s["logp_sum"] / max(s["token_count"], 1) for s in from_dicts]
+        assert source_logprobs(rollouts, scores) == [s["logp_sum"] / max(s["token_count"], 1) for s in from_dicts]

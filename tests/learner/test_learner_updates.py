@@ -1,10 +1,12 @@
-"""The learner's update stages: isolated algorithms take pi_old of their first update's rows from
-that update's own forward pass instead of a separate scoring pass (`score_own_rows` defers them,
-`run_updates` fills them in). The result must be the update a full scoring pass gives."""
+"""The learner's update stages: the pi_old stage trains the first update's own micro-batches as it
+scores them (``score_pi_old`` with ``plan_updates(score_in_first_update=True)``), instead of a
+separate scoring pass over those rows. The result must be the update a full scoring pass gives;
+the update loop (``run_updates``) reads pi_old from the frozen ``OldLogprobs`` it is given."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -14,9 +16,11 @@ from hacrl_core.algorithms import CapabilityTracker, resolve_algorithm
 from hacrl_core.context import WorkerContext
 from hacrl_core.data.arithmetic import ArithmeticTask
 from hacrl_core.learner.backends import create_backend
-from hacrl_core.learner.batch import TrainRow, score_rows
+from hacrl_core.learner.batch import TrainRow
 from hacrl_core.learner.guards import NonFiniteWeightsError, nonfinite_parameters
-from hacrl_core.learner.stages import LearnerState, pad_id, plan_updates, run_updates, score_own_rows
+from hacrl_core.learner.micro_batches import MicroBatching
+from hacrl_core.learner.stages import LearnerState, OldLogprobs, score_pi_old
+from hacrl_core.learner.updates import StepInputs, UpdatePlan, plan_updates, run_updates
 from hacrl_core.learner.worker import publish_weights
 from hacrl_core.models.loading import load_policy
 from hacrl_core.models.tiny import build_tiny_model
@@ -55,136 +59,122 @@ def step_rows(tokenizer) -> list[TrainRow]:
     return rows
 
 
-def updates_of(context: WorkerContext, rows: list[TrainRow]) -> list[list[int]]:
-    return plan_updates(rows, context.spec.algorithm, step=0, agent_index=context.agent_index)
+def plan_of(context: WorkerContext, rows: list[TrainRow], *, score_in_first_update: bool = False) -> UpdatePlan:
+    return plan_updates(rows, context.spec.algorithm, step=0, agent_index=context.agent_index,
+                        micro_batching=MicroBatching(10**9, context.agent.learner.micro_batch_size), score_in_first_update=score_in_first_update)
 
 
-def update(context: WorkerContext, state: LearnerState, rows: list[TrainRow], advantages: torch.Tensor) -> dict[str, float]:
-    """The step's updates as the learner worker runs them (``learner.stages.run_updates``)."""
-    algorithm = resolve_algorithm(context.spec.algorithm)
-    return run_updates(state, rows, updates_of(context, rows), advantages, torch.ones(len(rows), dtype=torch.float64),
-                       algorithm, context.spec.algorithm, context.agent.learner.micro_batch_size)
+def inputs_of(context: WorkerContext, rows: list[TrainRow], advantages: torch.Tensor | None = None,
+              discrepancy: torch.Tensor | None = None) -> StepInputs:
+    if advantages is None:
+        advantages = torch.tensor([1.0 if r.reward else -1.0 for r in rows], dtype=torch.float64)
+    if discrepancy is None:
+        discrepancy = torch.ones(len(rows), dtype=torch.float64)
+    return StepInputs(rows, advantages, discrepancy, resolve_algorithm(context.spec.algorithm), context.spec.algorithm)
 
 
-def trained(model_dir: Path, context: WorkerContext, rows: list[TrainRow]) -> torch.nn.Module:
+def train(model_dir: Path, context: WorkerContext, inputs: StepInputs, plan: UpdatePlan,
+          peer_pi_old: dict[int, float] | None = None) -> tuple[torch.nn.Module, OldLogprobs, dict[str, float]]:
+    """The step as the learner worker runs it: the pi_old stage, the peers' pi_old, the updates."""
     torch.manual_seed(0)
     state = initial_state(model_dir, context)
-    update(context, state, rows, torch.tensor([1.0 if r.reward else -1.0 for r in rows], dtype=torch.float64))
-    return state.model
+    old, started = score_pi_old(state, inputs, plan)
+    old = old.with_means(peer_pi_old or {})
+    return state.model, old, run_updates(state, inputs, plan, old, started)
 
 
 @pytest.mark.parametrize("algorithm", ["gspo", "grpo"])
-def test_deferred_pi_old_gives_the_update_of_a_full_scoring_pass(tmp_path: Path, model_dir: Path, algorithm: str) -> None:
+def test_score_and_train_gives_the_update_of_a_full_scoring_pass(tmp_path: Path, model_dir: Path, algorithm: str) -> None:
     context = context_for(tmp_path, algorithm)
-    model, tokenizer = load_policy(model_dir)
-    scored = step_rows(tokenizer)
-    sums, counts, tokens = score_rows(model, scored, pad_id(tokenizer), 3)
-    for row, total, count, token_logps in zip(scored, sums, counts, tokens):
-        row.logp_old_mean, row.logp_old_tokens = total / count, token_logps
+    _, tokenizer = load_policy(model_dir)
+    inputs = inputs_of(context, step_rows(tokenizer))
+    lazy_plan = plan_of(context, inputs.rows, score_in_first_update=True)
+    first = lazy_plan.first_own_micro_batches(inputs.rows)
+    assert first == lazy_plan.micro_batches[0] and 0 < len(lazy_plan.updates[0]) < len(inputs.rows)
 
-    first_update = updates_of(context, scored)[0]
-    assert 0 < len(first_update) < len(scored)
-    state = initial_state(model_dir, context)
-    deferred = score_own_rows(state, step_rows(tokenizer), resolve_algorithm(context.spec.algorithm), first_update, 3)
-    assert [i for i, row in enumerate(deferred) if row.logp_old_mean is None] == sorted(first_update)
-
-    full_model = trained(model_dir, context, scored)
-    deferred_model = trained(model_dir, context, deferred)
-    assert_same_update(model_dir, scored, deferred, full_model, deferred_model)
+    full_model, full_old, _ = train(model_dir, context, inputs, plan_of(context, inputs.rows))
+    lazy_model, lazy_old, _ = train(model_dir, context, inputs, lazy_plan)
+    assert_same_update(model_dir, full_old, lazy_old, full_model, lazy_model)
 
 
-def assert_same_update(model_dir: Path, scored: list[TrainRow], deferred: list[TrainRow], full_model: torch.nn.Module,
-                       deferred_model: torch.nn.Module) -> None:
-    """The deferred rows got the pi_old of a scoring pass, and the step the weights it gives."""
-    for row, reference in zip(deferred, scored):  # filled in by the first update
-        assert row.logp_old_mean == pytest.approx(reference.logp_old_mean, abs=1e-5)
-        assert torch.allclose(row.logp_old_tokens, reference.logp_old_tokens, atol=1e-5)
+def assert_same_update(model_dir: Path, full_old: OldLogprobs, lazy_old: OldLogprobs, full_model: torch.nn.Module,
+                       lazy_model: torch.nn.Module) -> None:
+    """The score-and-train rows got the pi_old of a scoring pass, and the step the weights it gives."""
+    for lazy, full in zip(lazy_old.mean, full_old.mean):
+        assert lazy == pytest.approx(full, abs=1e-5)
+    for lazy, full in zip(lazy_old.tokens, full_old.tokens):
+        assert (lazy is None) == (full is None) and (full is None or torch.allclose(lazy, full, atol=1e-5))
     moved = max(float((p - q).detach().abs().max()) for p, q in zip(full_model.parameters(), load_policy(model_dir)[0].parameters()))
     assert moved > 1e-4, "the updates must move the weights for the comparison to mean anything"
-    for full, lazy in zip(full_model.parameters(), deferred_model.parameters()):
+    for full, lazy in zip(full_model.parameters(), lazy_model.parameters()):
         assert torch.allclose(full, lazy, atol=1e-6)
 
 
-def hacpo_rows(tokenizer) -> tuple[list[TrainRow], list[TrainRow]]:
-    """``step_rows`` as the own rows of agent 0 and a copy as agent 1's (cross) rows."""
+def hacpo_inputs(model_dir: Path, context: WorkerContext, tokenizer) -> tuple[StepInputs, dict[int, float]]:
+    """``step_rows`` as the own rows of agent 0 and a copy as agent 1's (cross) rows, and the
+    cross rows' source pi_old: the own rows' scoring-pass pi_old + 0.05 (a ratio of about 0.95:
+    inside HACPO's window)."""
     own = step_rows(tokenizer)
-    cross = [TrainRow(1, r.group, 1.0 - r.reward, list(r.input_ids), list(r.response_mask), False) for r in step_rows(tokenizer)]
-    return own, cross
-
-
-def test_hacpo_pi_old_from_the_first_update_gives_the_update_of_a_full_scoring_pass(tmp_path: Path, model_dir: Path) -> None:
-    """HACPO defers the first update's own rows too (``score_own_rows`` defer_shared): their pi_old
-    comes from that update's own micro-batches, which run before any peer row; ``after_own_rows``
-    then publishes the scores and gives the peer rows theirs. The weights must be those of a full
-    scoring pass, and the callback must see every own pi_old and no peer row trained yet."""
-    context = context_for(tmp_path, "hacpo")
-    algorithm = resolve_algorithm(context.spec.algorithm)
-    model, tokenizer = load_policy(model_dir)
-    own, cross = hacpo_rows(tokenizer)
-    sums, counts, tokens = score_rows(model, own, pad_id(tokenizer), 3)
-    for row, total, count, token_logps in zip(own, sums, counts, tokens):
-        row.logp_old_mean, row.logp_old_tokens = total / count, token_logps
-    source_pi_old = [row.logp_old_mean + 0.05 for row in own]  # a ratio of about 0.95: inside HACPO's window
-    for row, value in zip(cross, source_pi_old):
-        row.logp_old_mean = value
+    cross = [TrainRow(1, r.group, 1.0 - r.reward, list(r.input_ids), list(r.response_mask), False) for r in own]
     rows = own + cross
-    updates = updates_of(context, rows)
-    assert all(any(rows[i].is_own for i in u) and any(not rows[i].is_own for i in u) for u in updates)
     advantages = torch.tensor([1.0 if r.reward else -1.0 for r in rows], dtype=torch.float64)
     discrepancy = torch.tensor([1.0] * len(own) + [0.8] * len(cross), dtype=torch.float64)
+    inputs = inputs_of(context, rows, advantages, discrepancy)
+    state = initial_state(model_dir, context)
+    old, _ = score_pi_old(state, inputs, plan_of(context, rows))
+    return inputs, {len(own) + i: old.mean[i] + 0.05 for i in range(len(cross))}
 
-    def train(step_rows_: list[TrainRow], after_own_rows) -> torch.nn.Module:
-        torch.manual_seed(0)
-        state = initial_state(model_dir, context)
-        run_updates(state, step_rows_, updates, advantages, discrepancy, algorithm, context.spec.algorithm, 3, after_own_rows=after_own_rows)
-        return state.model
 
-    full_model = train(rows, lambda: None)
+def test_hacpo_scores_and_trains_the_first_update_own_rows_before_any_peer_row(tmp_path: Path, model_dir: Path) -> None:
+    """HACPO's pi_old stage trains the first update's own micro-batches, which come before any
+    peer row's (``plan_updates`` score_in_first_update), and returns every own row's pi_old and
+    no peer row's (they come from the peers' scores, which need this learner's first). The
+    weights must be those of a full scoring pass with the same micro-batches."""
+    context = context_for(tmp_path, "hacpo")
+    _, tokenizer = load_policy(model_dir)
+    inputs, source = hacpo_inputs(model_dir, context, tokenizer)
+    rows = inputs.rows
+    lazy_plan = plan_of(context, rows, score_in_first_update=True)
+    assert all(any(rows[i].is_own for i in u) and any(not rows[i].is_own for i in u) for u in lazy_plan.updates)
+    first = lazy_plan.first_own_micro_batches(rows)
+    assert first and all(rows[i].is_own for chunk in first for i in chunk)
+    assert sorted(i for chunk in first for i in chunk) == sorted(i for i in lazy_plan.updates[0] if rows[i].is_own)
 
     state = initial_state(model_dir, context)
-    lazy_own, lazy_cross = hacpo_rows(tokenizer)
-    lazy_cross[0].logp_old_mean = None
-    first_update = [i for i in updates[0] if i < len(own)]
-    score_own_rows(state, lazy_own, algorithm, first_update, 3)  # without defer_shared: every row scored
-    assert all(row.logp_old_mean is not None for row in lazy_own)
-    score_own_rows(state, lazy_own, algorithm, first_update, 3, defer_shared=True)
-    assert [i for i, row in enumerate(lazy_own) if row.logp_old_mean is None] == sorted(first_update)
-    for row in lazy_cross:
-        row.logp_old_mean = None
-    calls = []
+    old, started = score_pi_old(state, inputs, lazy_plan)
+    assert started is not None and started.micro_batches == len(first) and started.finite
+    assert [mean is None for mean in old.mean] == [not row.is_own for row in rows]
 
-    def exchange() -> None:
-        assert all(row.logp_old_mean is not None for row in lazy_own), "every own row has its pi_old before the scores go out"
-        assert all(row.logp_old_mean is None for row in lazy_cross), "no peer row is trained before the exchange"
-        for row, value in zip(lazy_cross, source_pi_old):
-            row.logp_old_mean = value
-        calls.append(1)
-
-    lazy_model = train(lazy_own + lazy_cross, exchange)
-    assert calls == [1]
-    assert_same_update(model_dir, own, lazy_own, full_model, lazy_model)
+    full_plan = dataclasses.replace(lazy_plan, score_in_first_update=False)  # the same micro-batches, scored apart
+    full_model, full_old, _ = train(model_dir, context, inputs, full_plan, source)
+    lazy_model, lazy_old, _ = train(model_dir, context, inputs, lazy_plan, source)
+    assert_same_update(model_dir, full_old, lazy_old, full_model, lazy_model)
 
 
 def test_a_peer_row_without_pi_old_is_an_error(tmp_path: Path, model_dir: Path) -> None:
     context = context_for(tmp_path, "hacpo")
     _, tokenizer = load_policy(model_dir)
-    own, cross = hacpo_rows(tokenizer)
-    cross[0].logp_old_mean = None
-    rows = own + cross
-    state = initial_state(model_dir, context)
-    with pytest.raises(RuntimeError, match="peer's row without pi_old"):
-        run_updates(state, rows, updates_of(context, rows), torch.ones(len(rows), dtype=torch.float64), torch.ones(len(rows), dtype=torch.float64),
-                    resolve_algorithm(context.spec.algorithm), context.spec.algorithm, 3)
+    inputs, source = hacpo_inputs(model_dir, context, tokenizer)
+    del source[len(inputs.rows) - 1]
+    with pytest.raises(RuntimeError, match=rf"rows \[{len(inputs.rows) - 1}\] reached an update without pi_old"):
+        train(model_dir, context, inputs, plan_of(context, inputs.rows, score_in_first_update=True), source)
 
 
-def test_a_row_without_pi_old_in_a_later_update_is_an_error(tmp_path: Path, model_dir: Path) -> None:
+def test_a_non_finite_loss_while_scoring_and_training_skips_the_first_update(tmp_path: Path, model_dir: Path) -> None:
+    """A non-finite loss in the first update's own micro-batches stops them: the update is
+    skipped, the rows not reached are scored apart, and the second update is applied."""
     context = context_for(tmp_path, "gspo")
     _, tokenizer = load_policy(model_dir)
     rows = step_rows(tokenizer)
-    later = updates_of(context, rows)[1][0]
-    rows[later].logp_old_mean = None
-    with pytest.raises(RuntimeError, match="without pi_old reached a later update"):
-        trained(model_dir, context, rows)
+    plan = plan_of(context, rows, score_in_first_update=True)
+    assert len(plan.micro_batches[0]) > 1
+    advantages = torch.tensor([1.0 if r.reward else -1.0 for r in rows], dtype=torch.float64)
+    advantages[plan.micro_batches[0][0][0]] = float("nan")
+    _, full_old, _ = train(model_dir, context, inputs_of(context, rows), plan_of(context, rows))
+    model, old, summary = train(model_dir, context, inputs_of(context, rows, advantages), plan)
+    assert summary["learner/updates"] == 2 and summary["learner/skipped_updates"] == 1
+    assert old.mean == pytest.approx(full_old.mean, abs=1e-5)
+    assert not nonfinite_parameters(model)
 
 
 def initial_state(model_dir: Path, context: WorkerContext) -> LearnerState:
@@ -200,10 +190,12 @@ def test_a_non_finite_loss_skips_the_update_and_is_counted(tmp_path: Path, model
     before = copy.deepcopy(state.model.state_dict())
     rows = step_rows(state.tokenizer)
     advantages = torch.tensor([1.0 if r.reward else -1.0 for r in rows], dtype=torch.float64)
-    poisoned = updates_of(context, rows)[1][0]  # one row of the second update only
+    poisoned = plan_of(context, rows).updates[1][0]  # one row of the second update only
     advantages[poisoned] = float("nan")
 
-    summary = update(context, state, rows, advantages)
+    inputs = inputs_of(context, rows, advantages)
+    plan = plan_of(context, rows)
+    summary = run_updates(state, inputs, plan, score_pi_old(state, inputs, plan)[0])
     assert summary["learner/updates"] == 2 and summary["learner/skipped_updates"] == 1
     assert torch.isfinite(torch.tensor(summary["learner/grad_norm"]))  # the applied update's norm only
     assert not nonfinite_parameters(state.model)

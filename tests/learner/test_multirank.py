@@ -3,7 +3,7 @@ checkpoint written at one rank count restores at another (``learner.distributed`
 
 The ranks are real processes (``tests/learner/rank_job.py`` started by ``launch_local_ranks``,
 what `hacrl worker learner` does for ``processesPerNode: 2``), running the learner worker's own
-``initialize``, ``score_own_rows``, ``run_updates`` and ``checkpoint`` on a fixed step of 16 rows
+``initialize``, ``plan_updates``, ``score_pi_old``, ``run_updates`` and ``checkpoint`` on a fixed step of 16 rows
 (8 own, 8 of a peer: HACPO's both losses), 2 updates of 8 rows, micro-batches of 3.
 
 Tolerance, measured: AdamW's first steps move each weight by about lr (1e-3) whatever the
@@ -42,13 +42,14 @@ LAUNCH = "import sys; from hacrl_core.learner.distributed import launch_local_ra
 
 
 def learner(ranks: int, model: Path, store: Path, work: Path, out: Path, steps: list[int], checkpoint: int | None = None,
-            zero: int | None = None, fails_with: str | None = None, uneven: bool = False) -> dict:
+            zero: int | None = None, fails_with: str | None = None, uneven: bool = False, micro_batch_tokens: int | None = None) -> dict:
     """Run ``rank_job.py`` as ``ranks`` processes (the torch backend, or deepspeed at ZeRO stage
     ``zero``); the weights (rank 0's) and the steps' metrics; or, with ``fails_with``, check that
     the job failed saying so."""
     command = [sys.executable, str(JOB), "--model", str(model), "--store", store.as_uri(), "--work", str(work),
                "--steps", *map(str, steps), "--out", str(out)] + (["--checkpoint", str(checkpoint)] if checkpoint else [])
     command += (["--deepspeed-zero", str(zero)] if zero is not None else []) + (["--uneven"] if uneven else [])
+    command += ["--micro-batch-tokens", str(micro_batch_tokens)] if micro_batch_tokens else []
     if ranks > 1:
         command = [sys.executable, "-c", LAUNCH, str(ranks), *command]
     env = dict(os.environ, OMP_NUM_THREADS="1", HACRL_TORCH_THREADS="1", PYTHONPATH=str(REPO))
@@ -170,6 +171,19 @@ def test_deepspeed_ranks_take_the_one_rank_update_and_resume_at_their_rank_count
     resumed_two = learner(2, model, tmp_path / "s2", tmp_path / "w22", tmp_path / "d.st", [1], zero=zero, uneven=uneven)
     assert_same_update(resumed_two["weights"], resumed_one["weights"], one["weights"])
     learner(1, model, tmp_path / "s2", tmp_path / "w21", tmp_path / "e.st", [1], zero=zero, fails_with="cannot be loaded")
+
+
+def test_deepspeed_ranks_packed_by_tokens_run_as_many_passes(tmp_path: Path, runs: dict) -> None:
+    """ZeRO 3 with micro-batches packed by tokens (24 padded tokens, no row cap: 1 to 2 of these
+    rows of 7-13 tokens) and the ``--uneven`` rows: each rank packs its own slice, and the ranks'
+    counts differ both ways (scoring 2 and 3 micro-batches; step 0's updates 2 and 3, then 2 and
+    1). The rank with fewer pads with idle passes to the most of any rank
+    (``MicroBatching.lockstep_count``), in scoring and in the updates; without them the ranks
+    hang. The update is the one-rank update."""
+    model = runs["model"]
+    one = learner(1, model, tmp_path / "s1", tmp_path / "w1", tmp_path / "a.st", [0], zero=3, uneven=True, micro_batch_tokens=24)
+    two = learner(2, model, tmp_path / "s2", tmp_path / "w2", tmp_path / "b.st", [0], zero=3, uneven=True, micro_batch_tokens=24)
+    assert_same_update(two["weights"], one["weights"], initial_weights(model))
 
 
 def assert_one_file_per_rank_shard(store_path: Path, work: Path) -> None:
