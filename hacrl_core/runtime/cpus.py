@@ -3,8 +3,13 @@ shared by the workers that compute at the same time.
 
 A strictly on-policy agent's rollout and learner take turns (the rollout of step t + 1 needs the
 weights the learner publishes after step t), so only one of them computes at a time and each may
-use the agent's whole share; with ``maxStaleness`` >= 1 they overlap and split it. Idle OpenMP
-threads must not spin meanwhile (``OMP_WAIT_POLICY=PASSIVE``, set by `hacrl run`).
+use the agent's whole share; with ``maxStaleness`` >= 1 they overlap and split it.
+
+Idle OpenMP threads (libgomp, torch's on Linux) either spin or sleep between parallel regions:
+``wait_policy`` picks per run. A worker that computes alone keeps them spinning: the hundreds of
+small kernels of a generate or a backward pass then do not pay a wake-up each. Workers that share
+the CPUs, or that wait for each other in turns, let them sleep: libgomp's ACTIVE policy spins an
+idle worker's threads without end, on the cores the busy one needs.
 """
 
 from __future__ import annotations
@@ -39,3 +44,10 @@ def worker_threads(cpus: int, agents: int, max_staleness: int) -> int:
     """Torch threads per worker: the agent's share of the CPUs, halved when its two workers overlap."""
     busy_per_agent = 1 if max_staleness == 0 else 2
     return max(1, cpus // (agents * busy_per_agent))
+
+
+def wait_policy(agents: int, colocated: bool, max_staleness: int, replicas: int = 1) -> str:
+    """``OMP_WAIT_POLICY`` for the workers of a run: ACTIVE only when one worker computes, alone,
+    from start to end (one agent, colocated, one rollout replica); PASSIVE otherwise."""
+    alone = agents == 1 and colocated and replicas == 1
+    return "ACTIVE" if alone and max_staleness == 0 else "PASSIVE"

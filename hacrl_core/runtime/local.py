@@ -28,7 +28,7 @@ from pathlib import Path
 from hacrl_core.context import unsupported_settings
 from hacrl_core.data.report import DatasetReport, read_datasets
 from hacrl_core.runtime.context_fit import overlong_prompts
-from hacrl_core.runtime.cpus import THREADS_ENV, available_cpus, worker_threads
+from hacrl_core.runtime.cpus import THREADS_ENV, available_cpus, wait_policy, worker_threads
 from hacrl_core.runtime.forkserver import ForkedProcess, ForkServer, cli_command, fork_server
 from hacrl_core.runtime.resume import ResumeRefused, check_resume
 from hacrl_core.runtime.supervisor_watch import SUPERVISOR_PID_ENV
@@ -256,6 +256,8 @@ def start_workers(run: LocalRun) -> None:
     chosen = os.environ.get(THREADS_ENV)
     threads = chosen or str(worker_threads(available_cpus(), len(spec.agents), spec.algorithm.max_staleness))
     run.restarts.update({agent.name: 0 for agent in spec.agents})
+    colocated = run.roles == COLOCATED_ROLES
+    policy = wait_policy(len(spec.agents), colocated, spec.algorithm.max_staleness, max(a.rollout.replicas for a in spec.agents))
     for index, (agent, role, replica) in enumerate(slots):
         port = ports[index] if ports else 0
         # An agent's replicas sample at the same time: they share the threads its one rollout worker would have.
@@ -272,9 +274,9 @@ def start_workers(run: LocalRun) -> None:
         )
         if replica is not None:
             env[ROLLOUT_REPLICA_ENV] = str(replica)
-        # Four workers share a few cores: OpenMP threads spinning while they wait for work
-        # steal the cores the other workers need (tiny-model steps got several times slower).
-        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        # Spinning OpenMP threads speed up a worker that computes alone, and steal the cores of
+        # workers that share them (runtime/cpus.py); the user's own setting wins.
+        env.setdefault("OMP_WAIT_POLICY", policy)
         worker = WorkerProcess(
             agent=agent,
             role=role,

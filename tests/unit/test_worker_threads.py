@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hacrl_core.runtime.cpus import available_cpus, worker_threads
+from hacrl_core.runtime.cpus import available_cpus, wait_policy, worker_threads
 
 
 @pytest.mark.parametrize(
@@ -34,3 +34,17 @@ def test_a_cgroup_quota_caps_the_cpus(tmp_path: Path):
     cpu_max.write_text(f"{(affinity + 3) * 100000} 100000\n")  # a quota above the affinity mask does not add CPUs
     assert available_cpus(cpu_max) == affinity
     assert available_cpus(tmp_path / "missing") == affinity
+
+
+@pytest.mark.parametrize(
+    ("agents", "colocated", "staleness", "replicas", "policy"),
+    [
+        (1, True, 0, 1, "ACTIVE"),  # one worker computes, alone: its threads keep spinning between kernels
+        (2, True, 0, 1, "PASSIVE"),  # two colocated agents share the CPUs
+        (1, False, 0, 1, "PASSIVE"),  # a split pair takes turns: ACTIVE would spin the waiting one's threads
+        (1, True, 1, 1, "PASSIVE"),
+        (1, True, 0, 2, "PASSIVE"),
+    ],
+)
+def test_openmp_threads_spin_only_for_a_worker_that_computes_alone(agents, colocated, staleness, replicas, policy):
+    assert wait_policy(agents, colocated, staleness, replicas) == policy
