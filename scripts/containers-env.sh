@@ -5,7 +5,10 @@
 # - runc, not crun: crun fails on these machines' cgroup layout;
 # - cgroupfs: there is no systemd to ask for cgroups;
 # - nofile/nproc limits: podman's defaults fail here, and `podman kube play` takes no --ulimit;
-# - vfs storage: works on any filesystem, inside a container too (overlay needs kernel support).
+# - overlay storage (the kernel's, as root): a container starts at once; vfs copies the whole
+#   image for every layer and container (minutes per worker pod here). Where overlay cannot mount
+#   (e.g. inside an unprivileged container), HACRL_CONTAINER_STORAGE_DRIVER=vfs works, slowly.
+HACRL_CONTAINER_STORAGE_DRIVER="${HACRL_CONTAINER_STORAGE_DRIVER:-overlay}"
 HACRL_CONTAINER_CACHE="${HACRL_CONTAINER_CACHE:-${HOME}/.cache/hacrl-containers}"
 HACRL_STANDIN_BASE="${HACRL_STANDIN_BASE:-localhost/hacrl-standin/python:3.11-slim-bookworm}"
 HACRL_STANDIN_UBUNTU="${HACRL_STANDIN_UBUNTU:-localhost/hacrl-standin/ubuntu-users:24.04}"
@@ -15,9 +18,9 @@ HACRL_LOCAL_TAG="${HACRL_LOCAL_TAG:-local}"
 mkdir -p "${HACRL_CONTAINER_CACHE}/config"
 cat > "${HACRL_CONTAINER_CACHE}/config/storage.conf" <<CONF
 [storage]
-driver = "vfs"
-graphroot = "${HACRL_CONTAINER_CACHE}/storage"
-runroot = "${HACRL_CONTAINER_CACHE}/run"
+driver = "${HACRL_CONTAINER_STORAGE_DRIVER}"
+graphroot = "${HACRL_CONTAINER_CACHE}/storage-${HACRL_CONTAINER_STORAGE_DRIVER}"
+runroot = "${HACRL_CONTAINER_CACHE}/run-${HACRL_CONTAINER_STORAGE_DRIVER}"
 CONF
 cat > "${HACRL_CONTAINER_CACHE}/config/containers.conf" <<'CONF'
 [containers]

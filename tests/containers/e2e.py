@@ -21,6 +21,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 import threading
 import time
@@ -49,11 +50,13 @@ log = logging.getLogger("container-e2e")
 
 
 def experiment(store_uri: str, endpoint: str) -> dict[str, Any]:
-    """examples/kind-tiny.yaml with an S3 store (credentials from a Secret), an envFrom ConfigMap,
+    """examples/kind-tiny.yaml with a short warm start of its tiny models, an S3 store (credentials from a Secret), an envFrom ConfigMap,
     every checkpoint kept and room for the one restart the test causes."""
     document = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
     document["metadata"]["name"] = NAME
     spec = document["spec"]
+    for agent in spec["agents"]:  # the tests' short warm start (tests/integration/runs.py): seconds, not minutes
+        agent["model"] += "&warmup_steps=40"
     spec["store"] = {"uri": store_uri, "endpoint": endpoint, "credentialsSecret": STORE_SECRET}
     spec["envFrom"] = [{"configMapRef": {"name": ENV_CONFIGMAP}}]
     spec["checkpoint"] = {"everySteps": 1, "keepLast": spec["algorithm"]["steps"]}
@@ -197,6 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=1200, help="seconds for the experiment to succeed")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # the emulator's every request
+    # The script's trap stops the driver with SIGTERM: clean up as on any other exit.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     run(args)
     return 0
 
