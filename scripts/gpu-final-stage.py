@@ -6,7 +6,7 @@ final stage is checked apart from them: every instruction as written (user creat
 ENV, WORKDIR, USER, ENTRYPOINT, CMD), on ``--base`` (a base with ubuntu 24.04's user and group
 1000), with two replacements, each reported on stderr:
 
-- ``RUN`` steps other than the user's (images/hacrl-user.sh) install into the GPU base's Python
+- ``RUN`` steps other than the user's (images/hacrl-user.sh, groupadd, useradd) install into the GPU base's Python
   (vLLM's pip): dropped, as they need that base;
 - the ``build`` stage (CUDA devel, uv's Python) is ``--build-stage`` (the worker-cpu image: a
   /opt/hacrl venv with hacrl installed) plus an empty /opt/python.
@@ -20,7 +20,8 @@ import argparse
 import sys
 from pathlib import Path
 
-USER_SCRIPT = "hacrl-user.sh"
+# What a RUN that makes the image's user contains (kept: the user is what is checked here).
+USER_STEPS = ("hacrl-user.sh", "groupadd", "useradd")
 
 
 def logical_lines(text: str) -> list[str]:
@@ -50,7 +51,7 @@ def final_stage(text: str, base: str, build_stage: str) -> tuple[str, list[str]]
     out.append(f"FROM {base}")
     for line in lines[starts[-1] + 1:]:
         instruction = line.split(None, 1)[0].upper()
-        if instruction == "RUN" and USER_SCRIPT not in line:
+        if instruction == "RUN" and not any(step in line for step in USER_STEPS):
             notes.append(f"dropped (needs the GPU base): {line[:120]}")
             continue
         out.append(line)

@@ -45,6 +45,7 @@ STORE_SECRET = "ce2e-store"
 ENV_CONFIGMAP = "ce2e-env"
 # The worker whose container is killed mid-run: the learner of the first agent.
 KILLED_ROLE = "learner"
+STEPS = 6
 
 log = logging.getLogger("container-e2e")
 
@@ -61,6 +62,8 @@ def experiment(store_uri: str, endpoint: str) -> dict[str, Any]:
     spec["envFrom"] = [{"configMapRef": {"name": ENV_CONFIGMAP}}]
     spec["checkpoint"] = {"everySteps": 1, "keepLast": spec["algorithm"]["steps"]}
     spec["restartLimit"] = 3
+    # Long enough that a worker killed after the first step has steps left to lose (a few s each).
+    spec["algorithm"]["steps"] = STEPS
     return document
 
 
@@ -117,11 +120,11 @@ def kill_one_worker(cluster: EmulatedCluster, store: Any, agent: str, timeout: f
                 return pod
         return None
 
-    pod = wait_for(target, timeout=timeout, interval=1, what=f"a committed step and {agent}'s {KILLED_ROLE} pod Running")
+    pod = wait_for(target, timeout=timeout, interval=0.3, what=f"a committed step and {agent}'s {KILLED_ROLE} pod Running")
     name = pod["metadata"]["name"]
     container = f"{name}-{pod['spec']['containers'][0]['name']}"
-    assert phase(cluster) != "Succeeded", "the run was over before the kill: make it longer"
-    podman("kill", container)
+    killed = podman("kill", container, check=False)
+    assert killed.returncode == 0, f"could not kill {container} mid-run (the run ended first? make it longer): {killed.stderr.strip()}"
     log.info("killed container %s (pod %s) mid-run", container, name)
     return name
 

@@ -259,11 +259,11 @@ class Kubelet:
             return
         log.info("pod %s: played in %.1f s", name, time.monotonic() - started)
 
-    def remove(self, name: str) -> None:
+    def remove(self, name: str, why: str = "deleted from the API") -> None:
         podman("pod", "rm", "--force", "--ignore", name, check=False, timeout=120)
         self.running.pop(name, None)
         self.reported.pop(name, None)
-        log.info("pod %s: deleted from the API, its containers removed", name)
+        log.info("pod %s: %s, its containers removed", name, why)
 
     def sync_status(self, name: str) -> None:
         pod = self.running[name]
@@ -312,7 +312,7 @@ class Kubelet:
 
     def remove_all(self) -> None:
         for name in list(self.running):
-            self.remove(name)
+            self.remove(name, "the kubelet stops")
 
 
 def main(argv: list[str] | None = None) -> int:
