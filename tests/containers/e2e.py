@@ -83,6 +83,9 @@ def start_operator(cluster: EmulatedCluster, image: str, worker_image: str, work
            "--env", f"HACRL_WATCH_NAMESPACES={NAMESPACE}",
            "--env", f"HACRL_ROLLOUT_IMAGE={worker_image}", "--env", f"HACRL_LEARNER_IMAGE={worker_image}",
            "--env", f"HACRL_EXPERIMENT_SECRETS={STORE_SECRET}",
+           # Its own store credentials, to read the workers' progress (the chart gives them from
+           # a Secret); passed by name, so their values stay out of the process list.
+           "--env", "AWS_ACCESS_KEY_ID", "--env", "AWS_SECRET_ACCESS_KEY",
            "--env", f"HACRL_OPERATOR_HEALTH_PORT={health}", "--env", f"HACRL_OPERATOR_METRICS_PORT={free_port()}",
            "--env", "HACRL_RECONCILE_INTERVAL=2",
            image)
@@ -108,9 +111,9 @@ def worker_pods(cluster: EmulatedCluster) -> list[dict[str, Any]]:
     return [p for p in cluster.get("pods", namespace=NAMESPACE) if (p["metadata"].get("labels") or {}).get(LABEL_EXPERIMENT) == NAME]
 
 
-def kill_one_worker(cluster: EmulatedCluster, store: Any, agent: str, timeout: float) -> str:
+def kill_one_worker(cluster: EmulatedCluster, store: Any, agent: str, timeout: float) -> dict[str, Any]:
     """``podman kill`` the running KILLED_ROLE container of ``agent`` once step 0 is committed and
-    the run is not over; returns the killed pod's name."""
+    the run is not over; returns the killed pod."""
     def target() -> dict[str, Any] | None:
         if not store.objects.list(f"{store.experiment}/steps/"):
             return None
@@ -126,7 +129,7 @@ def kill_one_worker(cluster: EmulatedCluster, store: Any, agent: str, timeout: f
     killed = podman("kill", container, check=False)
     assert killed.returncode == 0, f"could not kill {container} mid-run (the run ended first? make it longer): {killed.stderr.strip()}"
     log.info("killed container %s (pod %s) mid-run", container, name)
-    return name
+    return pod
 
 
 def check_store(store: Any, steps: int, agents: list[str]) -> None:
@@ -171,15 +174,16 @@ def run(args: argparse.Namespace) -> None:
 
             wait_for(finished, timeout=args.timeout, interval=2, what="the experiment to reach Succeeded")
             log.info("experiment %s Succeeded in %.0f s", NAME, time.monotonic() - began)
-            pods = {p["metadata"]["name"]: p for p in worker_pods(cluster)}
-            replaced = [n for n, p in pods.items() if p["metadata"]["labels"].get(LABEL_AGENT) == agents[0]
-                        and p["metadata"]["labels"].get(LABEL_ROLE) == KILLED_ROLE and n != killed]
-            assert replaced, f"the operator did not replace pod {killed}: pods {sorted(pods)}"
-            played = (workdir / "played-pods").read_text(encoding="utf-8").split()
-            assert set(replaced) <= set(played), f"replacement {replaced} never ran as containers (played: {played})"
+            # The operator replaced the killed pod (a new pod, maybe of the same name), which ran.
+            killed_uid = killed["metadata"]["uid"]
+            replaced = [(p["metadata"]["name"], p["metadata"]["uid"]) for p in worker_pods(cluster)
+                        if p["metadata"]["labels"].get(LABEL_AGENT) == agents[0] and p["metadata"]["labels"].get(LABEL_ROLE) == KILLED_ROLE
+                        and p["metadata"]["uid"] != killed_uid]
+            assert replaced, f"the operator did not replace pod {killed['metadata']['name']} (uid {killed_uid})"
+            assert set(replaced) <= set(kubelet.played), f"replacement {replaced} never ran as containers (played: {kubelet.played})"
             check_store(store, steps, agents)
-            log.info("store: %d steps x %d agents, each step's records and checkpoints exactly once; %s replaced by %s",
-                     steps, len(agents), killed, replaced)
+            log.info("store: %d steps x %d agents, each step's records and checkpoints exactly once; pod %s (uid %s) replaced by uid %s",
+                     steps, len(agents), killed["metadata"]["name"], killed_uid, replaced[0][1])
         except BaseException:
             if operator:
                 logs = podman("logs", "--tail", "60", operator, check=False)

@@ -228,6 +228,7 @@ class Kubelet:
         self.workdir = workdir
         self.played_file = played_file
         self.running: dict[str, dict[str, Any]] = {}  # pod name -> its manifest (as the API has it)
+        self.played: list[tuple[str, str]] = []  # (name, uid) of every pod played, in order
         self.reported: dict[str, str] = {}  # pod name -> the last status written (JSON)
         self.stopping = threading.Event()
 
@@ -236,6 +237,7 @@ class Kubelet:
         with self.played_file.open("a", encoding="utf-8") as handle:
             handle.write(name + "\n")
         self.running[name] = pod
+        self.played.append((name, pod["metadata"].get("uid", "")))
         try:
             manifest, configmaps = playable(pod, self.api)
         except ManifestError as error:
@@ -260,7 +262,7 @@ class Kubelet:
         log.info("pod %s: played in %.1f s", name, time.monotonic() - started)
 
     def remove(self, name: str, why: str = "deleted from the API") -> None:
-        podman("pod", "rm", "--force", "--ignore", name, check=False, timeout=120)
+        podman("pod", "rm", "--force", "--ignore", "--time", "2", name, check=False, timeout=120)
         self.running.pop(name, None)
         self.reported.pop(name, None)
         log.info("pod %s: %s, its containers removed", name, why)
@@ -293,9 +295,13 @@ class Kubelet:
 
     def poll(self) -> None:
         pods = {p["metadata"]["name"]: p for p in self.api.pods(self.namespace)}
-        for name in list(self.running):
+        for name, pod in list(self.running.items()):
             if name not in pods or pods[name]["metadata"].get("deletionTimestamp"):
                 self.remove(name)
+            elif pods[name]["metadata"].get("uid") != pod["metadata"].get("uid"):
+                # Deleted and created again under its name between two polls (the operator
+                # replaces a failed pod so): a new pod, whose old containers must go.
+                self.remove(name, "replaced by a new pod of the same name")
         for name, pod in pods.items():
             if name not in self.running and not pod["metadata"].get("deletionTimestamp"):
                 self.play(pod)
