@@ -42,7 +42,8 @@ need kubectl "install kubectl (/usr/bin/kubectl)"
 "$PYTHON" -c "import kmock, hacrl_core" 2>/dev/null || die "$PYTHON lacks the project's test environment: make install (or PYTHON=.venv/bin/python)"
 
 if ((!SKIP_BUILD)); then
-  "${ROOT}/scripts/images-local.sh" base operator worker-cpu
+  # gpu: the GPU images' final stages on the ubuntu-users stand-in (their uid/gid 1000), ~2 min
+  "${ROOT}/scripts/images-local.sh" base operator worker-cpu gpu
 fi
 OPERATOR_IMAGE="$(local_image operator)"
 WORKER_IMAGE="$(local_image worker-cpu)"
