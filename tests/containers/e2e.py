@@ -60,10 +60,10 @@ def experiment(store_uri: str, endpoint: str) -> dict[str, Any]:
         agent["model"] += "&warmup_steps=40"
     spec["store"] = {"uri": store_uri, "endpoint": endpoint, "credentialsSecret": STORE_SECRET}
     spec["envFrom"] = [{"configMapRef": {"name": ENV_CONFIGMAP}}]
-    spec["checkpoint"] = {"everySteps": 1, "keepLast": spec["algorithm"]["steps"]}
     spec["restartLimit"] = 3
     # Long enough that a worker killed after the first step has steps left to lose (a few s each).
     spec["algorithm"]["steps"] = STEPS
+    spec["checkpoint"] = {"everySteps": 1, "keepLast": spec["algorithm"]["steps"]}
     return document
 
 
