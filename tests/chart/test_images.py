@@ -269,5 +269,84 @@ def test_makefile_images_builds_every_image():
     for name in IDS:
         assert f"-f images/{name}/Dockerfile -t reg.example/x/hacrl-{name}:t1 ." in result.stdout, name
     assert "kind load docker-image --name hacrl reg.example/x/hacrl-operator:t1" in result.stdout
+
+
+def test_kind_images_carry_no_attestations():
+    """kind#3795: an image with provenance attestations does not load into kind from Docker's
+    containerd image store; the images built for kind (and only those) are made without them."""
+    def dry_run(target: str) -> str:
+        return subprocess.run(["make", "-n", "-f", "Makefile.images", target], cwd=ROOT, capture_output=True,
+                              text=True, check=True, timeout=60).stdout
+
+    builds = [l for l in dry_run("kind-images").splitlines() if " build " in l]
+    assert len(builds) == 2 and all("--provenance=false" in l and "--sbom=false" in l for l in builds), builds
+    assert "--provenance" not in dry_run("images"), "released images keep their attestations"
     default_tag = subprocess.run(["make", "-s", "-f", "Makefile.images", "images-list"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert "ghcr.io/hacrl/hacrl-operator:0.1.0" in default_tag.split()
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=IDS)
+def test_final_stage_makes_its_user_with_the_shared_script(dockerfile: Path):
+    """images/hacrl-user.sh makes uid/gid 1000 on any base (a bare `groupadd --gid 1000` stops the
+    build on ubuntu 24.04, whose user and group 1000 exist already)."""
+    steps = final_stage(dockerfile)
+    runs = [arguments for instruction, arguments in steps if instruction == "RUN"]
+    assert not any(re.search(r"\b(groupadd|useradd)\b", run) for run in runs), "make the user with images/hacrl-user.sh"
+    assert ("COPY", "images/hacrl-user.sh /tmp/hacrl-user.sh") in steps
+    assert "sh /tmp/hacrl-user.sh && rm /tmp/hacrl-user.sh" in runs
+
+
+def _root_with(tmp_path: Path, users: list[str], groups: list[str]) -> Path:
+    """An /etc with the given passwd and group lines (and their shadow entries)."""
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "passwd").write_text("".join(f"{u}\n" for u in ["root:x:0:0:root:/root:/bin/bash", *users]))
+    (etc / "group").write_text("".join(f"{g}\n" for g in ["root:x:0:", *groups]))
+    (etc / "shadow").write_text("".join(f"{u.split(':')[0]}:!:19000:0:99999:7:::\n" for u in ["root", *users]))
+    (etc / "gshadow").write_text("".join(f"{g.split(':')[0]}:!::\n" for g in ["root", *groups]))
+    for name in ("shadow", "gshadow"):
+        (etc / name).chmod(0o640)
+    return tmp_path
+
+
+@pytest.mark.parametrize("base", ["ubuntu-24.04", "debian-slim", "group-only"])
+def test_user_script_gives_uid_and_gid_1000_to_hacrl(tmp_path: Path, base: str):
+    users, groups = {
+        # ubuntu 24.04 (under nvidia/cuda and vllm/vllm-openai): user and group 1000 `ubuntu`.
+        "ubuntu-24.04": (["ubuntu:x:1000:1000:Ubuntu:/home/ubuntu:/bin/bash"], ["ubuntu:x:1000:"]),
+        "debian-slim": ([], []),
+        "group-only": ([], ["staff1000:x:1000:"]),
+    }[base]
+    root = _root_with(tmp_path, users, groups)
+    result = subprocess.run(["sh", str(ROOT / "images" / "hacrl-user.sh"), str(root)], capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    passwd = (root / "etc" / "passwd").read_text().splitlines()
+    group = (root / "etc" / "group").read_text().splitlines()
+    [user] = [l for l in passwd if l.split(":")[2] == "1000"]
+    name, _, uid, gid, _, home, shell = user.split(":")
+    assert (name, uid, gid, home, shell) == ("hacrl", "1000", "1000", "/tmp", "/usr/sbin/nologin")
+    assert [l.split(":")[0] for l in group if l.split(":")[2] == "1000"] == ["hacrl"]
+    assert [l.split(":")[0] for l in (root / "etc" / "shadow").read_text().splitlines()] == ["root", "hacrl"]
+
+
+def test_gpu_final_stage_keeps_everything_but_the_gpu_base_installs():
+    """scripts/gpu-final-stage.py (scripts/images-local.sh builds the GPU images' final stages with
+    it on an ubuntu-users stand-in): every instruction of the final stage but the GPU base's pip
+    installs, the user's RUN included, so a user step that fails on ubuntu fails there too."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        final = __import__("gpu-final-stage")
+    finally:
+        sys.path.pop(0)
+    for name in ("learner", "rollout"):
+        path = ROOT / "images" / name / "Dockerfile"
+        derived, notes = final.final_stage(path.read_text(), "standin:1", "worker:1")
+        kept = [" ".join(line.split()) for line in derived.splitlines()]
+        assert "FROM standin:1" in kept
+        original = [" ".join(f"{i} {a}".split()) for i, a in final_stage(path)[1:]]
+        dropped = [line for line in original if line not in kept]
+        assert all(line.startswith("RUN ") and "pip install" in line for line in dropped), dropped
+        assert "RUN sh /tmp/hacrl-user.sh && rm /tmp/hacrl-user.sh" in kept
+        assert (name == "rollout") == bool(dropped), notes
+    old = "FROM base\nRUN groupadd --gid 1000 hacrl \\\n    && useradd --uid 1000 hacrl\nUSER 1000:1000\n"
+    assert "RUN groupadd --gid 1000 hacrl && useradd --uid 1000 hacrl" in final.final_stage(old, "s", "w")[0]
