@@ -278,8 +278,8 @@ def test_kind_images_carry_no_attestations():
         return subprocess.run(["make", "-n", "-f", "Makefile.images", target], cwd=ROOT, capture_output=True,
                               text=True, check=True, timeout=60).stdout
 
-    builds = [l for l in dry_run("kind-images").splitlines() if " build " in l]
-    assert len(builds) == 2 and all("--provenance=false" in l and "--sbom=false" in l for l in builds), builds
+    builds = [line for line in dry_run("kind-images").splitlines() if " build " in line]
+    assert len(builds) == 2 and all("--provenance=false" in line and "--sbom=false" in line for line in builds), builds
     assert "--provenance" not in dry_run("images"), "released images keep their attestations"
     default_tag = subprocess.run(["make", "-s", "-f", "Makefile.images", "images-list"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert "ghcr.io/hacrl/hacrl-operator:0.1.0" in default_tag.split()
@@ -322,11 +322,11 @@ def test_user_script_gives_uid_and_gid_1000_to_hacrl(tmp_path: Path, base: str):
     assert result.returncode == 0, result.stderr
     passwd = (root / "etc" / "passwd").read_text().splitlines()
     group = (root / "etc" / "group").read_text().splitlines()
-    [user] = [l for l in passwd if l.split(":")[2] == "1000"]
+    [user] = [line for line in passwd if line.split(":")[2] == "1000"]
     name, _, uid, gid, _, home, shell = user.split(":")
     assert (name, uid, gid, home, shell) == ("hacrl", "1000", "1000", "/tmp", "/usr/sbin/nologin")
-    assert [l.split(":")[0] for l in group if l.split(":")[2] == "1000"] == ["hacrl"]
-    assert [l.split(":")[0] for l in (root / "etc" / "shadow").read_text().splitlines()] == ["root", "hacrl"]
+    assert [line.split(":")[0] for line in group if line.split(":")[2] == "1000"] == ["hacrl"]
+    assert [line.split(":")[0] for line in (root / "etc" / "shadow").read_text().splitlines()] == ["root", "hacrl"]
 
 
 def test_gpu_final_stage_keeps_everything_but_the_gpu_base_installs():

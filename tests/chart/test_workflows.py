@@ -124,6 +124,14 @@ def test_e2e_workflow_builds_every_image_operator_multiarch():
     assert workflow["jobs"]["kind"]["needs"] == "images"
 
 
+def test_the_images_loaded_into_kind_carry_no_attestations():
+    """kind#3795: `kind load` fails on provenance or SBOM attestations in Docker's containerd store."""
+    loaded = [s for s in _uses(_load("kind-e2e.yml"), "kind", "docker/build-push-action") if s["with"].get("load")]
+    assert len(loaded) == 2
+    for build in loaded:
+        assert build["with"].get("provenance") is False and build["with"].get("sbom") is False, build
+
+
 def test_e2e_workflow_keeps_logs_on_failure():
     workflow = _load("kind-e2e.yml")
     steps = _steps(workflow, "kind")

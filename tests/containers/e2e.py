@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from hacrl_operator.builders import LABEL_AGENT, LABEL_EXPERIMENT, LABEL_ROLE
 
 from hacrl_core.store import open_trajectory_store
+from hacrl_operator.builders import LABEL_AGENT, LABEL_EXPERIMENT, LABEL_ROLE
 from tests.containers.kubelet import Api, Kubelet, podman
 from tests.operator.harness import EmulatedCluster, free_port, wait_for
 from tests.reliability.faults import assert_every_step_shard_exactly_once

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hacrl_operator import builders
-from hacrl_operator.config import OperatorConfig
 
 from hacrl_core.spec import load_experiment
+from hacrl_operator import builders
+from hacrl_operator.config import OperatorConfig
 from tests.containers.e2e import ENV_CONFIGMAP, STORE_SECRET, experiment
 from tests.containers.kubelet import (
     Api,
