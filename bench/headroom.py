@@ -147,10 +147,12 @@ def per_token_logprob(engine: Any, rows: list[tuple[list[int], list[int]]], batc
     """Each row's mean log-prob per response token under ``engine``'s model, scored as the learner
     scores rows (``learner.batch.score_rows``)."""
     from hacrl_core.learner.batch import TrainRow, score_rows
+    from hacrl_core.learner.micro_batches import MicroBatching
     from hacrl_core.learner.stages import pad_id
 
     train_rows = [TrainRow(0, "", 0.0, ids, mask, True) for ids, mask in rows]
-    sums, counts, _ = score_rows(engine.model, train_rows, pad_id(engine.tokenizer), batch)
+    packing = MicroBatching(max_tokens=batch * max(len(ids) for ids, _ in rows), max_rows=batch)  # ``batch`` rows at a time
+    sums, counts, _ = score_rows(engine.model, train_rows, pad_id(engine.tokenizer), packing)
     return [total / max(count, 1) for total, count in zip(sums, counts)]
 
 
