@@ -84,9 +84,25 @@ def write_report(
         lines += ["", "Warnings:", ""] + [f"- {warning}" for warning in warnings]
     if datasets:
         lines += ["", "Data:", ""] + [f"- {report.summary()}" for report in datasets]
+    retried = reward_retries(rows)
+    if retried:
+        reasons = ", ".join(f"{reason} {count}" for reason, count in sorted(retried.items()))
+        lines += ["", f"Reward server: {sum(retried.values())} requests retried ({reasons}); see the workers' logs (docs/rewards.md)."]
     lines += ["", "Files: `metrics.jsonl`, `metrics.csv` (one row per agent and step), `curves.png`."]
     (out_dir / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return out_dir
+
+
+def reward_retries(rows: list[dict]) -> dict[str, int]:
+    """The reward server's retried requests over the run, by reason (``rollout/reward_retries/*``:
+    in the step metrics of the workers that sample and train, the colocated ones)."""
+    prefix = "rollout/reward_retries/"
+    counts: dict[str, int] = {}
+    for row in rows:
+        for key, value in row.items():
+            if key.startswith(prefix):
+                counts[key[len(prefix):]] = counts.get(key[len(prefix):], 0) + int(value)
+    return counts
 
 
 def reward_window(steps: int) -> int:

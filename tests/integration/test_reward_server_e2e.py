@@ -54,7 +54,10 @@ def test_a_run_scored_by_a_reward_server_survives_the_server_dying_mid_run(tmp_p
         server.wait()
     assert_every_shard_once(store, 4, ["llama", "qwen"])
     retried = [store.read_metrics(step, agent) for step in range(4) for agent in ("llama", "qwen")]
-    assert sum(v for m in retried for k, v in m.items() if k.startswith("rollout/reward_retries/")) > 0, "retries reach the metrics"
+    total = sum(v for m in retried for k, v in m.items() if k.startswith("rollout/reward_retries/"))
+    assert total > 0, "retries reach the metrics"
+    summary = (tmp_path / "work" / "report" / "summary.md").read_text()
+    assert f"Reward server: {total} requests retried (connection {total})" in summary, summary
     # The exact reward through the server scores what it scores in-process: some right, some wrong.
     rewards = [store.read_metrics(step, "qwen")["rollout/reward_mean"] for step in range(4)]
     assert all(0.0 <= r <= 1.0 for r in rewards), rewards
