@@ -5,8 +5,8 @@
 # would). An experiment of two tiny agents on the worker-cpu image, storing in a real SeaweedFS
 # S3 server, must reach Succeeded with every step's records and checkpoints in the store exactly
 # once, after one worker container is killed mid-run (the operator replaces its pod). All traffic
-# stays on loopback (host network). docs/kubernetes.md, "Trying the cluster path without a
-# cluster", explains each part.
+# stays on loopback (host network). docs/kubernetes.md explains each part:
+# "Trying the cluster path without a cluster".
 #
 #   scripts/container-e2e.sh               # build (cached) the images, then run it (make container-e2e)
 #   scripts/container-e2e.sh --skip-build  # with the images already built by scripts/images-local.sh

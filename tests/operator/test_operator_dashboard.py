@@ -42,8 +42,21 @@ def test_every_operator_panel_has_data_while_an_experiment_runs(tmp_path: Path, 
         wait_for(lambda: agent(status_of(cluster), "llama-char").get("restarts") == 1, what="one restart")
         restarted = 'sum(increase(hacrl_operator_pod_restarts_total[1h])) > 0'
         wait_for(lambda: prometheus.api("query", query=restarted)["result"], timeout=30, what="Prometheus seeing the restart")
-        end = time.time()
-        counts = {title: sum(finite_points(prometheus.query_range(e, start, end)) for e in exprs) for title, exprs in operator_panels()}
-        (tmp_path / "panels.json").write_text(json.dumps(counts, indent=1))
+
+        def points_per_panel() -> dict[str, int]:
+            end = time.time()
+            return {title: sum(finite_points(prometheus.query_range(e, start, end)) for e in exprs) for title, exprs in operator_panels()}
+
+        # rate() needs two scrapes of a series: a counter that first appeared at the last scrape
+        # has none yet. Poll (bounded) until every panel has data, or say which stayed empty.
+        counts: dict[str, int] = {}
+
+        def every_panel_has_data() -> bool:
+            counts.update(points_per_panel())
+            return all(counts.values())
+
+        try:
+            wait_for(every_panel_has_data, timeout=30, interval=1.0, what="every operator panel with data")
+        finally:
+            (tmp_path / "panels.json").write_text(json.dumps(counts, indent=1))
         assert len(counts) == 5, counts
-        assert all(counts.values()), f"operator panels empty while an experiment ran: {counts}"
