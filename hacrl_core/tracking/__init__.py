@@ -56,7 +56,11 @@ def close_on_exit(hub: TrackingHub) -> None:
     SIGTERM becomes SystemExit, whose way out runs the atexit handlers (`cli.console`)."""
     atexit.register(hub.finish)
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, lambda signum, frame: (_ for _ in ()).throw(SystemExit(128 + signum)))
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def steps_jsonl(context: Any) -> Path:

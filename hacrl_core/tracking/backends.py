@@ -9,6 +9,7 @@ raises whatever its client raises: ``hub.TrackingHub`` decides what a failure me
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -95,7 +96,7 @@ class MlflowTracker:
     def log(self, step: int, metrics: Mapping[str, float]) -> None:
         from mlflow.entities import Metric
 
-        now = int(__import__("time").time() * 1000)
+        now = int(time.time() * 1000)
         batch = [Metric(mlflow_key(key), float(value), now, step) for key, value in metrics.items()]
         for start in range(0, len(batch), 1000):
             self.client.log_batch(self.run_id, metrics=batch[start : start + 1000])
