@@ -177,7 +177,8 @@ def micro_batch_loss(logp_new: torch.Tensor, response_mask: torch.Tensor, old_me
 def train_micro_batch(state, inputs: StepInputs, batch: MicroBatch, old_mean: Sequence[float], old_tokens: Sequence[torch.Tensor | None], *,
                       update_index: int, norm: float) -> dict[str, float] | None:
     """``micro_batch_loss`` of a forward pass and its backward pass; the metrics, or None for a
-    non-finite loss (no backward: the update is skipped)."""
+    non-finite loss (the update is skipped: no backward, except the one a lockstep backend's
+    collectives need)."""
     logp_new, device = batch.logp_new, state.device
     response_mask = batch.response.to(logp_new.dtype)
     logp_old = torch.zeros_like(logp_new)
@@ -196,6 +197,8 @@ def train_micro_batch(state, inputs: StepInputs, batch: MicroBatch, old_mean: Se
         is_own, ref_logp, share=inputs.loss_weight(chunk) / norm, update_index=update_index, algorithm=inputs.algorithm,
         settings=inputs.settings)
     if not is_finite(total):
+        if state.backend.lockstep:  # the other ranks reduce in this backward: enter it (the update is skipped anyway)
+            state.backend.backward(total * 0.0)
         return None
     state.backend.backward(total)
     return metrics
@@ -257,16 +260,19 @@ def run_updates(state, inputs: StepInputs, plan: UpdatePlan, old, started: Start
             finite_loss, done = started.finite, started.micro_batches
         else:
             state.backend.zero_grad()
+        trained, failed = 0, 0
         for chunk in chunks[done:] if finite_loss else ():
             batch = forward_micro_batch(state, rows, chunk)
             metrics = train_micro_batch(state, inputs, batch, [old.mean[i] for i in chunk], [old.tokens[i] for i in chunk],
                                         update_index=update_index, norm=norm)
             if metrics is None:
-                finite_loss = False  # no backward: the update is skipped below
+                finite_loss, failed = False, 1  # the update is skipped below
                 break
             collect(collected, metrics)
-        else:  # ZeRO 2/3 reduce in every backward: as many on every rank
-            for _ in range(idle):
+            trained += 1
+        if state.backend.lockstep:  # ZeRO 2/3 reduce in every backward: as many on every rank, a skipped update's too
+            owed = len(chunks) - done - trained - failed + idle
+            for _ in range(owed):
                 idle_pass(state, rows[members[0]], backward=True)
         finite_loss = distributed.all_agree(finite_loss)  # one rank's non-finite loss skips the update everywhere
         grad_norm = state.backend.step() if finite_loss else float("nan")  # backends skip a non-finite gradient

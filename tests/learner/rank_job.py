@@ -89,12 +89,14 @@ def step_rows(tokenizer) -> list[TrainRow]:
     return own + cross
 
 
-def train_step(context: WorkerContext, state, step: int, uneven: bool = False) -> dict[str, float]:
+def train_step(context: WorkerContext, state, step: int, uneven: bool = False, poison: bool = False) -> dict[str, float]:
     """The learner's stages on the fixed rows, as ``train_step`` calls them: pi_old of the own rows
     scored (sliced over the ranks), the peer's rows given a pi_old near it, then the updates.
     ``uneven``: without the last own row, so that 2 ranks get slices of different lengths (7 own
     rows to score: 4 and 3; the update holding prompt p3: 7 rows, 4 and 3), with micro-batches of
-    3 a different number of micro-batches per rank (what a lockstep backend must even out)."""
+    3 a different number of micro-batches per rank (what a lockstep backend must even out).
+    ``poison``: this rank's first micro-batch of the first update gets a NaN advantage (a
+    non-finite loss on this rank only)."""
     algorithm = resolve_algorithm(context.spec.algorithm)
     rows = step_rows(state.tokenizer)
     if uneven:
@@ -105,6 +107,8 @@ def train_step(context: WorkerContext, state, step: int, uneven: bool = False) -
     inputs = StepInputs(rows, advantages, discrepancy, algorithm, context.spec.algorithm)
     plan = plan_updates(rows, context.spec.algorithm, step=step, agent_index=0, micro_batching=state.micro_batching,
                         lockstep=state.backend.lockstep)
+    if poison:
+        advantages[plan.micro_batches[0][0][0]] = float("nan")
     old, started = score_pi_old(state, inputs, plan)
     # the peer's rows: a pi_old near the own rows' (a ratio of about 0.95: inside HACPO's window)
     old = old.with_means({own_count + index: old.mean[min(index, own_count - 1)] + 0.05 for index in range(8)})
@@ -122,6 +126,7 @@ def main() -> None:
     parser.add_argument("--deepspeed-zero", type=int, choices=(0, 1, 2, 3), help="train with the deepspeed backend at this ZeRO stage")
     parser.add_argument("--uneven", action="store_true", help="rows the ranks slice unevenly (see train_step)")
     parser.add_argument("--micro-batch-tokens", type=int, help="micro-batches packed by padded tokens up to this budget, no row cap")
+    parser.add_argument("--poison-rank", type=int, help="this rank's first micro-batch has a non-finite loss (see train_step)")
     args = parser.parse_args()
     torch.manual_seed(0)
     backend = None if args.deepspeed_zero is None else {"backend": "deepspeed", "zeroStage": args.deepspeed_zero}
@@ -132,8 +137,9 @@ def main() -> None:
         state.micro_batching = MicroBatching(args.micro_batch_tokens)
     metrics = {}
     for step in args.steps:
-        metrics[step] = train_step(context, state, step, args.uneven)
-        assert metrics[step]["learner/skipped_updates"] == 0, metrics[step]
+        poison = args.poison_rank is not None and args.poison_rank == distributed.world()[0]
+        metrics[step] = train_step(context, state, step, args.uneven, poison)
+        assert metrics[step]["learner/skipped_updates"] == (args.poison_rank is not None), metrics[step]
     if args.checkpoint is not None:
         checkpoint(context, state, args.checkpoint)
     with state.backend.gathered_weights() as model:  # a collective under ZeRO-3: every rank enters

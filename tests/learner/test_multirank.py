@@ -42,7 +42,8 @@ LAUNCH = "import sys; from hacrl_core.learner.distributed import launch_local_ra
 
 
 def learner(ranks: int, model: Path, store: Path, work: Path, out: Path, steps: list[int], checkpoint: int | None = None,
-            zero: int | None = None, fails_with: str | None = None, uneven: bool = False, micro_batch_tokens: int | None = None) -> dict:
+            zero: int | None = None, fails_with: str | None = None, uneven: bool = False, micro_batch_tokens: int | None = None,
+            poison_rank: int | None = None) -> dict:
     """Run ``rank_job.py`` as ``ranks`` processes (the torch backend, or deepspeed at ZeRO stage
     ``zero``); the weights (rank 0's) and the steps' metrics; or, with ``fails_with``, check that
     the job failed saying so."""
@@ -50,6 +51,7 @@ def learner(ranks: int, model: Path, store: Path, work: Path, out: Path, steps: 
                "--steps", *map(str, steps), "--out", str(out)] + (["--checkpoint", str(checkpoint)] if checkpoint else [])
     command += (["--deepspeed-zero", str(zero)] if zero is not None else []) + (["--uneven"] if uneven else [])
     command += ["--micro-batch-tokens", str(micro_batch_tokens)] if micro_batch_tokens else []
+    command += ["--poison-rank", str(poison_rank)] if poison_rank is not None else []
     if ranks > 1:
         command = [sys.executable, "-c", LAUNCH, str(ranks), *command]
     env = dict(os.environ, OMP_NUM_THREADS="1", HACRL_TORCH_THREADS="1", PYTHONPATH=str(REPO))
@@ -184,6 +186,21 @@ def test_deepspeed_ranks_packed_by_tokens_run_as_many_passes(tmp_path: Path, run
     one = learner(1, model, tmp_path / "s1", tmp_path / "w1", tmp_path / "a.st", [0], zero=3, uneven=True, micro_batch_tokens=24)
     two = learner(2, model, tmp_path / "s2", tmp_path / "w2", tmp_path / "b.st", [0], zero=3, uneven=True, micro_batch_tokens=24)
     assert_same_update(two["weights"], one["weights"], initial_weights(model))
+
+
+def test_a_non_finite_loss_on_one_zero3_rank_skips_the_update_on_every_rank_without_a_hang(tmp_path: Path, runs: dict) -> None:
+    """ZeRO 3 gathers parameters in every forward and reduces gradients in every backward, so a rank
+    whose micro-batch has a non-finite loss must still run as many passes as the others (zero-weighted
+    ones in place of its remaining micro-batches): had it stopped there, the other rank would wait in
+    its next collective for good. Rank 1's first micro-batch is poisoned (``--poison-rank``): the
+    first update is skipped on both ranks (``rank_job`` checks one skipped update on each) and the
+    second one trains."""
+    model = runs["model"]
+    two = learner(2, model, tmp_path / "s2", tmp_path / "w2", tmp_path / "b.st", [0], zero=3, uneven=True, poison_rank=1)
+    assert two["metrics"]["0"]["learner/skipped_updates"] == 1
+    assert two["metrics"]["0"]["learner/updates"] == 2
+    start = initial_weights(model)
+    assert max(float((two["weights"][name] - start[name]).abs().max()) for name in start) > MIN_MOVEMENT
 
 
 def assert_one_file_per_rank_shard(store_path: Path, work: Path) -> None:
