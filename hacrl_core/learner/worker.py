@@ -23,6 +23,7 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -49,12 +50,7 @@ from hacrl_core.learner.stages import (
 from hacrl_core.learner.updates import StepInputs, plan_updates, run_updates
 from hacrl_core.metrics import WorkerMetrics, store_retries
 from hacrl_core.models.loading import default_device, load_policy, save_policy
-from hacrl_core.rewards.remote import take_retries
-from hacrl_core.rollout.hf_engine import HFEngine
-from hacrl_core.rollout.sampling import rollout_metrics
-from hacrl_core.rollout.worker import sample_rollouts
 from hacrl_core.sharing import shared_rows_used, sharing_warning
-from hacrl_core.spec import SpecError
 from hacrl_core.tracking import open_tracking, steps_jsonl
 
 log = logging.getLogger("hacrl")
@@ -272,33 +268,16 @@ def train_step(context: WorkerContext, state: LearnerState, step: int, algorithm
     return values, rows
 
 
-def sample_with_live_policy(context: WorkerContext, state: LearnerState, engine: HFEngine, step: int) -> dict[str, float]:
-    """Colocated mode: the step's own rollouts sampled with the learner's live weights (version
-    ``step``: on-policy by construction), unless an earlier attempt wrote them; their metrics.
-    Rank 0 of several learner ranks samples; the others read its rollouts from the store."""
-    if distributed.decide(context.store.rollouts_ready(step, context.agent_name) if distributed.is_writer() else None):
-        return {}
-    with state.backend.gathered_weights() as model:
-        if not distributed.is_writer():
-            return {}
-        engine.set_policy(model, state.tokenizer)
-        rows, seconds = sample_rollouts(context, engine, step, version=step)
-    return rollout_metrics(rows, step, {"load_weights": 0.0, **seconds}, take_retries())
-
-
-def run_learner_worker(context: WorkerContext, *, colocated: bool = False) -> None:
-    """The learner's step loop. ``colocated``: this process also samples the agent's rollouts with
-    its live model (no rollout worker, no weight publish and load per step; weights are published
-    with each checkpoint, for `hacrl eval` and for a later run in the split mode)."""
+def run_learner_worker(context: WorkerContext, *, sampler: Callable[[LearnerState, int], dict[str, float]] | None = None) -> None:
+    """The learner's step loop. ``sampler``: the colocated worker's (``hacrl_core.colocated``),
+    which samples the step's own rollouts with the live model before the step trains on them
+    (its metrics join the step's); then weights are published only with each checkpoint, since no
+    rollout worker loads them."""
     torch.manual_seed(context.spec.algorithm.seed * 1000 + context.agent_index)
     os.environ.setdefault(SERIAL_TOKENIZER_ENV, "false")
     spec, agent = context.spec, context.agent
-    blockers = spec.colocation_blockers() if colocated else []
-    if blockers:
-        raise SpecError(str(context.experiment.name), [f"spec.{b}: cannot run colocated; or run the rollout and learner workers apart"
-                                                       for b in blockers])
+    colocated = sampler is not None
     algorithm = resolve_algorithm(spec.algorithm)
-    sampler = HFEngine(batch_size=agent.rollout.batch_size) if colocated else None
     metrics = WorkerMetrics(context.experiment.name, agent.name, "learner")
     device = distributed.join_ranks(context)  # several learner ranks: the process group (one rank: nothing)
     metrics.count_from("hacrl_store_retries", "Store requests sent again after a transient failure.", lambda: store_retries(context.store))
@@ -323,7 +302,7 @@ def run_learner_worker(context: WorkerContext, *, colocated: bool = False) -> No
     warned = False
     for step in range(state.next_step, spec.algorithm.steps):
         clock = StageClock()
-        sampled = sample_with_live_policy(context, state, sampler, step) if sampler else {}
+        sampled = sampler(state, step) if sampler else {}
         clock.lap("sample")
         values, _rows = train_step(context, state, step, algorithm, clock)
         completed = step + 1

@@ -36,6 +36,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     try:
         context = WorkerContext.from_spec_file(args.spec, args.agent)
+        if args.role == "colocated":
+            from hacrl_core.colocated import check_colocatable
+
+            check_colocatable(context)
     except (SpecError, KeyError) as error:  # KeyError: --agent not in the spec (the message lists its agents)
         logging.getLogger("hacrl.worker").error("%s", error if isinstance(error, SpecError) else error.args[0])
         return 2
@@ -70,10 +74,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
             from hacrl_core.rollout.worker import run_rollout_worker
 
             run_rollout_worker(context)
+        elif args.role == "colocated":
+            from hacrl_core.colocated import run_colocated_worker
+
+            run_colocated_worker(context)
         else:
             from hacrl_core.learner.worker import run_learner_worker
 
-            run_learner_worker(context, colocated=args.role == "colocated")
+            run_learner_worker(context)
     except FencedOut as error:
         logging.getLogger("hacrl.worker").error("%s", error)
         return FENCED_EXIT_CODE

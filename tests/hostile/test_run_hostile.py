@@ -249,3 +249,18 @@ def test_a_worker_given_another_spec_than_its_pinned_one_exits_with_one_line(fin
     env = run_env(model_cache, {SPEC_DIGEST_ENV: "0" * 64})
     outcome = run_executable(["worker", "learner", "--spec", str(spec), "--agent", "llama"], tmp_path, env)
     check(FAMILY, outcome, 2, str(spec), "not the spec this worker was started with")
+
+
+COLOCATION_BLOCKERS = [
+    ("stale", lambda d: d["spec"]["algorithm"].update(maxStaleness=1), "spec.algorithm.maxStaleness: 1"),
+    ("replicas", lambda d: d["spec"]["agents"][0]["rollout"].update(replicas=2), "spec.agents[0].rollout.replicas: 2"),
+]
+
+
+@pytest.mark.parametrize("case, change, field", COLOCATION_BLOCKERS, ids=[c[0] for c in COLOCATION_BLOCKERS])
+def test_a_colocated_worker_of_a_spec_that_cannot_colocate_exits_naming_the_field(case, change, field, finished, tmp_path, model_cache):
+    """`hacrl worker colocated` (a pod's command, or a user's) refuses such a spec as a spec error,
+    naming the field, before it starts anything."""
+    spec = copied_run(finished, tmp_path, change)
+    outcome = run_executable(["worker", "colocated", "--spec", str(spec), "--agent", "llama"], tmp_path, run_env(model_cache))
+    check(FAMILY, outcome, 2, field, "cannot run colocated", "run the rollout and learner workers apart")

@@ -162,3 +162,19 @@ def test_no_subpackage_imports_itself_through_others() -> None:
 def test_import_time_imports_alone_have_no_package_cycle() -> None:
     cycle = find_cycle(package_graph(import_graph(deferred=False)))
     assert cycle is None, "import cycle between packages: " + " -> ".join(cycle or [])
+
+
+# Layers that point one way: the learner trains and the rollout samples; the colocated worker
+# (hacrl_core.colocated), which does both, composes them from above.
+FORBIDDEN_PACKAGE_EDGES = {
+    ("hacrl_core.learner", "hacrl_core.rollout"),
+    ("hacrl_core.rollout", "hacrl_core.learner"),
+    ("hacrl_core.learner", "hacrl_core.colocated"),
+    ("hacrl_core.rollout", "hacrl_core.colocated"),
+}
+
+
+def test_layers_point_one_way() -> None:
+    graph = package_graph(import_graph())
+    broken = sorted((source, target) for source, target in FORBIDDEN_PACKAGE_EDGES if target in graph[source])
+    assert not broken, f"imports across layers that must not: {broken}"
