@@ -82,7 +82,7 @@ def cmd_crd(args: argparse.Namespace) -> int:
             return 2
         stale = [target for target, text in files if target.read_text(encoding="utf-8") != text]
         for target in stale:
-            print(f"{target} is out of date with hacrl_core/spec.py; run `hacrl crd` to regenerate it", file=sys.stderr)
+            print(f"{target} is out of date with hacrl_core/spec/; run `hacrl crd` to regenerate it", file=sys.stderr)
         for target, _ in files:
             if target not in stale:
                 print(f"{target} is up to date")

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from hacrl_core.catalog import installed_backends, installed_engines
 from hacrl_core.data import PromptSource, iter_batches
 from hacrl_core.data.base import Problem
 from hacrl_core.data.report import (
@@ -57,12 +58,9 @@ def unsupported_settings(experiment: Experiment) -> list[str]:
     serves a CPU laptop and a GPU cluster; a worker that cannot honour one must refuse to start
     rather than silently fall back.
     """
-    from hacrl_core.learner.backends import available_backends
-    from hacrl_core.rollout.engine import available_engines
-
     problems = []
-    engines = available_engines()
-    backends = available_backends()
+    engines = installed_engines()
+    backends = installed_backends()
     for index, agent in enumerate(experiment.spec.agents):
         if agent.rollout.engine not in engines:
             problems.append(

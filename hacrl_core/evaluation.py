@@ -5,13 +5,12 @@ from __future__ import annotations
 from hacrl_core.context import WorkerContext
 from hacrl_core.data.templates import render_prompt
 from hacrl_core.rewards.scoring import RewardItem
-from hacrl_core.rollout.engine import RolloutEngine, SamplingParams
-from hacrl_core.rollout.hf_engine import HFEngine
+from hacrl_core.rollout.engine import RolloutEngine, SamplingParams, create_engine
 
 
 def evaluate_policy(context: WorkerContext, model, tokenizer, *, samples: int | None = None, sets: list[str] | None = None) -> dict[str, float]:
     """`evaluate_engine` of a model already in memory (the learner's live policy), with `hf`."""
-    engine = HFEngine(batch_size=context.agent.rollout.batch_size)
+    engine = create_engine("hf", batch_size=context.agent.rollout.batch_size)  # its module is imported on use
     engine.set_policy(model, tokenizer)
     return evaluate_engine(context, engine, samples=samples, sets=sets)
 

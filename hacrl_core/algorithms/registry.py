@@ -4,17 +4,20 @@ The learner looks its algorithm up here once, from ``spec.algorithm.name`` and i
 (``resolve_algorithm``); every algorithm-specific choice is a field of the ``Algorithm`` it gets
 back, so there is no if/elif on the name anywhere else. Registering a different definition under
 a taken name raises, and an unknown name lists the valid ones (as verl's ``register_policy_loss``).
+Which algorithms exist, and what sets each apart, is the torch-free table ``hacrl_core.catalog``
+(the spec offers its names); this module pairs each row with its loss.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Literal, Protocol
 
 import torch
 
 from hacrl_core.algorithms.losses import grpo_loss, gspo_loss, hacpo_loss, masked_mean
+from hacrl_core.catalog import ALGORITHM_TABLE, AlgorithmDescriptor
 from hacrl_core.registry import Registry
 
 
@@ -149,9 +152,15 @@ def grpo_policy_loss(inputs: PolicyLossInputs, settings: LossSettings) -> tuple[
     )
 
 
-register_algorithm(Algorithm(name="hacpo", shares_rows=True, advantage_mode="hacpo", cross_old_logprob="source",
-                             policy_loss=hacpo_policy_loss, discrepancy_coefficient=True))
-register_algorithm(Algorithm(name="gspo", shares_rows=False, advantage_mode="gspo", cross_old_logprob="source", policy_loss=gspo_policy_loss))
-register_algorithm(Algorithm(name="grpo", shares_rows=False, advantage_mode="grpo", cross_old_logprob="source", policy_loss=grpo_policy_loss,
-                             aggregation="tokens"))
-register_algorithm(Algorithm(name="naive", shares_rows=True, advantage_mode="naive", cross_old_logprob="learner", policy_loss=gspo_policy_loss))
+POLICY_LOSSES: dict[str, PolicyLoss] = {"hacpo": hacpo_policy_loss, "gspo": gspo_policy_loss, "grpo": grpo_policy_loss}
+
+
+def from_descriptor(descriptor: AlgorithmDescriptor) -> Algorithm:
+    """The ``Algorithm`` of a row of the torch-free table (``hacrl_core.catalog``): its data, and its loss."""
+    data = {f.name: getattr(descriptor, f.name) for f in fields(descriptor) if f.name != "policy_loss"}
+    return Algorithm(**data, policy_loss=POLICY_LOSSES[descriptor.policy_loss])
+
+
+# Every algorithm the spec offers (the catalog is where its names are written), in the table's order.
+for _descriptor in ALGORITHM_TABLE:
+    register_algorithm(from_descriptor(_descriptor))

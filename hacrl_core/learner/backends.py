@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import torch
 
+from hacrl_core.catalog import BACKEND_TABLE
 from hacrl_core.learner import distributed
 from hacrl_core.registry import Registry
 
@@ -120,10 +121,9 @@ def plain_optimizer_state(state: dict[str, Any]) -> dict[str, Any]:
     return {"state": state["state"], "param_groups": state["param_groups"]}
 
 
-# Optional backends: name -> (the distribution they need, the module that registers them).
-# They are imported only when a spec asks for them: importing DeepSpeed costs seconds and makes
-# its logger print to stdout, which would corrupt the JSON that commands such as `hacrl eval` print.
-OPTIONAL_BACKENDS = {"deepspeed": ("deepspeed", "hacrl_core.learner.deepspeed_backend")}
+# Optional backends: name -> (the distribution they need, the module that registers them), from
+# the catalog's table (hacrl_core.catalog.BackendModule: why they are imported only on use).
+OPTIONAL_BACKENDS = {name: (b.requires, b.module) for name, b in BACKEND_TABLE.items() if b.requires is not None}
 
 
 def available_backends() -> list[str]:

@@ -9,12 +9,12 @@ installed (docs/real-models.md).
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal, Protocol
 
+from hacrl_core.catalog import ENGINE_TABLE, EngineModule
 from hacrl_core.registry import Registry
 
 
@@ -45,23 +45,9 @@ class RolloutEngine(Protocol):
         """``params.n`` samples for each rendered prompt text, in prompt order."""
 
 
-@dataclass(frozen=True)
-class EngineModule:
-    """Where a registered engine lives. Its module is imported only when the engine is used:
-    importing vLLM takes seconds and logs to stdout, and this module imports no engine, so the
-    engines can import it without a cycle."""
-
-    module: str  # defines the engine class and ``engine_options(settings)``
-    factory: str  # the engine class, called with ``engine_options(settings)``
-    requires: str | None = None  # the distribution it needs, where that is optional
-
-    def installed(self) -> bool:
-        return self.requires is None or importlib.util.find_spec(self.requires) is not None
-
-
 ENGINES: Registry[EngineModule] = Registry("rollout engine")
-ENGINES.register("hf", EngineModule("hacrl_core.rollout.hf_engine", "HFEngine"))
-ENGINES.register("vllm", EngineModule("hacrl_core.rollout.vllm_engine", "VLLMEngine", requires="vllm"))
+for _name, _engine in ENGINE_TABLE.items():  # the catalog's table: the names the spec offers
+    ENGINES.register(_name, _engine)
 
 
 def available_engines() -> list[str]:

@@ -69,16 +69,21 @@ def test_importing_it_loads_no_ml_library() -> None:
 
 
 def test_the_spec_offers_exactly_the_registered_names() -> None:
-    """Rewards are derived from their registry; engines and backends are spelled out in the spec
-    (their registries live in packages that import the spec), so they are checked here."""
+    """Rewards are derived from their registry; engines and backends are written once, in the
+    catalog's tables, which the spec offers and their registries are filled from."""
     from typing import get_args
 
-    from hacrl_core.learner.backends import BACKENDS, OPTIONAL_BACKENDS
+    from hacrl_core.catalog import BACKEND_TABLE, ENGINE_TABLE, installed_backends, installed_engines
+    from hacrl_core.learner.backends import BACKENDS, OPTIONAL_BACKENDS, available_backends
     from hacrl_core.rewards import reward_names
-    from hacrl_core.rollout.engine import ENGINES
+    from hacrl_core.rollout.engine import ENGINES, available_engines
     from hacrl_core.spec import REWARD_NAMES, REWARD_PATTERN, LearnerSettings, RolloutSettings
 
     assert list(REWARD_NAMES) == reward_names()
     assert REWARD_PATTERN.startswith("^(" + "|".join(reward_names()) + "|")  # data.reward: a name, or a reward server's URL
-    assert sorted(get_args(RolloutSettings.model_fields["engine"].annotation)) == ENGINES.names()
-    assert sorted(get_args(LearnerSettings.model_fields["backend"].annotation)) == sorted(set(BACKENDS.names()) | set(OPTIONAL_BACKENDS))
+    assert get_args(RolloutSettings.model_fields["engine"].annotation) == tuple(ENGINE_TABLE)
+    assert all(ENGINES.get(name) is engine for name, engine in ENGINE_TABLE.items()) and ENGINES.names() == sorted(ENGINE_TABLE)
+    assert get_args(LearnerSettings.model_fields["backend"].annotation) == tuple(BACKEND_TABLE)
+    assert sorted(set(BACKENDS.names()) | set(OPTIONAL_BACKENDS)) == sorted(BACKEND_TABLE)
+    # What a worker checks before it starts (the catalog, no engine or backend imported) is what the registries run.
+    assert installed_engines() == available_engines() and installed_backends() == available_backends()

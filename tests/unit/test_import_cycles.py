@@ -140,14 +140,9 @@ def test_no_module_imports_itself_through_others() -> None:
     assert cycle is None, "import cycle between files: " + " -> ".join(cycle or [])
 
 
-# Package edges that close a cycle today, through imports inside functions: context.py looks up
-# the installed rollout engines and learner backends, which sit above it (issue 31, item 6: their
-# names are to come from torch-free tables below context). Remove an entry once its edge is gone;
-# nothing may be added.
-KNOWN_UPWARD_EDGES = {
-    ("hacrl_core.context", "hacrl_core.learner"),
-    ("hacrl_core.context", "hacrl_core.rollout"),
-}
+# Package edges that close a cycle today, through imports inside functions. Remove an entry once
+# its edge is gone; nothing may be added.
+KNOWN_UPWARD_EDGES: set[tuple[str, str]] = set()
 
 
 def test_no_subpackage_imports_itself_through_others() -> None:
@@ -178,3 +173,13 @@ def test_layers_point_one_way() -> None:
     graph = package_graph(import_graph())
     broken = sorted((source, target) for source, target in FORBIDDEN_PACKAGE_EDGES if target in graph[source])
     assert not broken, f"imports across layers that must not: {broken}"
+
+
+def test_context_and_evaluation_import_no_engine_or_backend() -> None:
+    """Every worker builds its context; the names of the engines and backends it checks come from
+    the torch-free catalog, and evaluation reaches an engine only through the engine interface."""
+    graph = import_graph()
+    assert not {m for m in graph["hacrl_core.context"] if package_of(m) in ("hacrl_core.learner", "hacrl_core.rollout")}
+    assert {m for m in graph["hacrl_core.evaluation"] if package_of(m) in ("hacrl_core.learner", "hacrl_core.rollout")} == {
+        "hacrl_core.rollout.engine"}
+    assert graph["hacrl_core.catalog"] == set()  # the standard library only

@@ -1,5 +1,7 @@
 """The algorithm registry: lookup by name, clear errors, no silent re-registration."""
 
+from typing import get_args
+
 import pytest
 import torch
 
@@ -12,13 +14,21 @@ from hacrl_core.algorithms import (
     register_algorithm,
     resolve_algorithm,
 )
+from hacrl_core.algorithms.registry import POLICY_LOSSES, from_descriptor
+from hacrl_core.catalog import ALGORITHM_TABLE
 from hacrl_core.spec import ALGORITHM_NAMES, SHARED_ROW_ALGORITHMS, AlgorithmSpec
 
 
-def test_every_spec_algorithm_is_registered():
-    # The spec keeps the names as a plain tuple: the operator validates specs without importing torch.
-    assert sorted(ALGORITHM_NAMES) == ALGORITHMS.names()
-    assert sorted(SHARED_ROW_ALGORITHMS) == [name for name in ALGORITHMS.names() if get_algorithm(name).shares_rows]
+def test_the_registry_and_the_spec_read_one_table():
+    # The names are written once, in the torch-free catalog: the spec offers them, and the registry
+    # holds each row of the table with its loss.
+    assert get_args(AlgorithmSpec.model_fields["name"].annotation) == ALGORITHM_NAMES == tuple(a.name for a in ALGORITHM_TABLE)
+    assert ALGORITHMS.names() == sorted(ALGORITHM_NAMES)
+    for descriptor in ALGORITHM_TABLE:
+        algorithm = get_algorithm(descriptor.name)
+        assert algorithm == from_descriptor(descriptor)
+        assert algorithm.policy_loss is POLICY_LOSSES[descriptor.policy_loss]
+    assert list(SHARED_ROW_ALGORITHMS) == [a.name for a in ALGORITHM_TABLE if get_algorithm(a.name).shares_rows]
 
 
 def test_unknown_algorithm_lists_valid_ones():

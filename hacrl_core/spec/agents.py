@@ -1,0 +1,120 @@
+"""The agents: each one's model, and its rollout and learner settings."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from hacrl_core.catalog import BACKEND_NAMES, ENGINE_NAMES
+from hacrl_core.spec.base import DNS_LABEL, SpecModel
+from hacrl_core.spec.cluster import GPU_RESOURCE, ModelCacheSpec, RolePodTemplates, RoleResources, gpu_count
+
+
+class RolloutSettings(SpecModel):
+    engine: Literal[ENGINE_NAMES] = Field("hf", description="Sampling engine: `hf` (transformers generate, CPU or GPU) or `vllm` (GPU).")
+    max_new_tokens: int = Field(512, ge=1, le=65536, description="Longest response sampled, in the agent's own tokens.")
+    temperature: float = Field(1.0, gt=0, le=10, description="Sampling temperature (the paper uses 1.0).")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass (the paper uses 1.0).")
+    batch_size: int = Field(64, ge=1, description="Prompts per generate call (hf engine).")
+    tensor_parallel_size: int | None = Field(None, ge=1, description="vLLM tensor parallelism (vllm engine only; default 1).")
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="Fraction of GPU memory vLLM may take (vllm engine only; default 0.85).")
+    replicas: int = Field(1, ge=1, le=64, description=(
+        "Rollout workers of this agent (pods on Kubernetes, processes under `hacrl run`), each with the agent's rollout "
+        "resources: replica r samples its contiguous slice of every step's prompts and writes its own part of the step's "
+        "rollouts, and the learners read all parts in replica order. Separate rollout and learner workers only (a colocated "
+        "worker samples with the model it trains). Fixed once the experiment started (the parts already written are "
+        "sliced by it). Default 1."))
+
+    @model_validator(mode="after")
+    def _engine_specific(self) -> RolloutSettings:
+        if self.engine != "vllm":
+            for name, value in (("tensorParallelSize", self.tensor_parallel_size), ("gpuMemoryUtilization", self.gpu_memory_utilization)):
+                if value is not None:
+                    raise ValueError(f"{name}: applies to engine 'vllm' only; remove it or set engine: vllm")
+        return self
+
+
+class LearnerSettings(SpecModel):
+    backend: Literal[BACKEND_NAMES] = Field("torch", description="Training backend: plain `torch` or `deepspeed`.")
+    lr: float = Field(1e-6, gt=0, le=1, description="AdamW learning rate (paper: 1e-6).")
+    weight_decay: float = Field(0.01, ge=0, le=1, description="AdamW weight decay (paper: 0.01).")
+    grad_clip: float = Field(1.0, gt=0, description="Global gradient-norm clip (paper: 1.0).")
+    micro_batch_size: int | None = Field(None, ge=1, description=(
+        "Most rows per micro-batch (one forward/backward pass; gradients accumulate up to the mini-batch). Unset: no row "
+        "cap, micro-batches are sized by microBatchTokens alone."))
+    micro_batch_tokens: int | None = Field(None, ge=1, description=(
+        "Padded tokens (rows x the longest row) per micro-batch: rows are packed in order up to it. Unset: derived from "
+        "the device (CPU: a quarter of the machine's memory; GPU: half the free memory less the gradients and optimizer "
+        "state), see docs/runtime.md."))
+    zero_stage: Literal[0, 1, 2, 3] | None = Field(None, description="DeepSpeed ZeRO stage (deepspeed backend only; default 0).")
+    dtype: Literal["float32", "bfloat16"] = Field("float32", description="Parameter dtype for training.")
+    processes_per_node: int = Field(1, ge=1, le=64, description=(
+        "Data-parallel learner ranks per node (one per GPU; torchrun's --nproc-per-node). Each rank trains on its slice of "
+        "every mini-batch and the gradients are summed, so the update is the one-rank update; the optimizer state is "
+        "sharded over the ranks (torch: ZeroRedundancyOptimizer; deepspeed: ZeRO stage zeroStage). Rank 0 alone writes "
+        "to the store. 1 (default): one learner process."))
+    nodes: int = Field(1, ge=1, le=1024, description=(
+        "Nodes the learner spans (torchrun's --nnodes): the learner has nodes x processesPerNode ranks. `hacrl run` runs "
+        "one node and refuses more; the operator runs one learner pod per node (colocated: one colocated pod per node) "
+        "behind a headless Service, node 0's pod the rendezvous, and restarts them together. Default 1."))
+
+    @property
+    def world_size(self) -> int:
+        """Learner ranks in all: ``nodes`` x ``processes_per_node``."""
+        return self.nodes * self.processes_per_node
+
+    @model_validator(mode="after")
+    def _backend_specific(self) -> LearnerSettings:
+        if self.backend != "deepspeed" and self.zero_stage is not None:
+            raise ValueError("zeroStage: applies to backend 'deepspeed' only; remove it or set backend: deepspeed")
+        return self
+
+
+class AgentSpec(SpecModel):
+    name: str = Field(description="Agent name: a DNS label (lower-case letters, digits, '-'), unique in the experiment; used in pod names and store keys.",
+                      json_schema_extra={"pattern": DNS_LABEL.pattern, "maxLength": 40})
+    model: str = Field(max_length=1024, description="Model: a local path, a hub id (`org/name`), an `s3://bucket/prefix`, or `tiny://<preset>?seed=N` (offline tiny model).")
+    rollout: RolloutSettings = Field(default_factory=RolloutSettings, description="Rollout worker settings.")
+    learner: LearnerSettings = Field(default_factory=LearnerSettings, description="Learner worker settings.")
+    resources: RoleResources = Field(default_factory=RoleResources, description="Per-role Kubernetes resources (operator only).")
+    pod_template: RolePodTemplates = Field(default_factory=RolePodTemplates, description="Per-role pod spec overrides (operator only).")
+    model_cache: ModelCacheSpec | None = Field(None, description="This agent's model cache (operator only); overrides spec.modelCache for its rollout and learner pods.")
+
+    @field_validator("name")
+    @classmethod
+    def _dns_label(cls, value: str) -> str:
+        if len(value) > 40 or not DNS_LABEL.fullmatch(value):
+            raise ValueError(
+                f"{value!r} is not a valid agent name: use at most 40 lower-case letters, digits and '-', "
+                "starting and ending with a letter or digit (e.g. 'qwen-small')"
+            )
+        return value
+
+    @field_validator("model")
+    @classmethod
+    def _model_uri(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("model must not be empty: give a local path, hub id, s3:// prefix or tiny://preset")
+        return value
+
+    @model_validator(mode="after")
+    def _gpus_fit(self) -> AgentSpec:
+        # vLLM starts one worker per tensor-parallel rank, each on its own GPU: with fewer GPUs
+        # in the pod it fails at start-up on the cluster, long after admission could have said so.
+        if self.rollout.engine == "vllm":
+            gpus = gpu_count(self.resources.rollout)
+            wanted = self.rollout.tensor_parallel_size or 1
+            if gpus is not None and gpus < wanted:
+                raise ValueError(
+                    f"rollout.tensorParallelSize: {wanted} needs {wanted} GPUs per rollout replica, but resources.rollout gives "
+                    f"{gpus} ({GPU_RESOURCE}); request {wanted} GPUs or lower tensorParallelSize")
+        # A learner pod with GPUs runs one rank per GPU: more ranks than GPUs would put two on a
+        # device (NCCL refuses it). No GPU count, or 0, is a CPU learner, whose ranks share cores.
+        gpus = gpu_count(self.resources.learner)
+        ranks = self.learner.processes_per_node
+        if gpus and gpus < ranks:
+            raise ValueError(
+                f"learner.processesPerNode: {ranks} ranks need {ranks} GPUs per learner pod (one each), but resources.learner "
+                f"gives {gpus} ({GPU_RESOURCE}); request {ranks} GPUs or lower processesPerNode")
+        return self
