@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -49,8 +51,19 @@ def _no_progress_bars() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
+def _name_the_cpu_to_deepspeed() -> None:
+    """With accelerate installed (peft needs it), ``save_pretrained`` imports DeepSpeed to unwrap
+    the model, and DeepSpeed, finding no CUDA device, prints on stdout that it falls back to the
+    CPU: a line in `hacrl run --quiet`'s one-line output. Without CUDA, name the CPU to it, which
+    is what its own detection would choose."""
+    if "deepspeed" not in sys.modules and "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available():
+        os.environ["DS_ACCELERATOR"] = "cpu"
+
+
 def save_pretrained_quietly(model: Any, tokenizer: Any, directory: str | Path) -> None:
-    """``save_pretrained`` of model (safetensors) and tokenizer into ``directory``, no progress bar."""
+    """``save_pretrained`` of model (safetensors) and tokenizer into ``directory``, no progress bar
+    and no line from DeepSpeed."""
+    _name_the_cpu_to_deepspeed()
     with _no_progress_bars():
         model.save_pretrained(str(directory), safe_serialization=True)
         tokenizer.save_pretrained(str(directory))
