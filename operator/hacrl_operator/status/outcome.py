@@ -63,7 +63,10 @@ def failure(condition: str, reason: str, message: str, *, warn: bool = True) -> 
 
 def fold_outcome(plan: Plan, outcome: ActionOutcome) -> Plan:
     """``plan`` with ``outcome`` folded in: its pod states and conditions set in order, its Events
-    after the plan's. Pure: ``plan`` itself is left as it was."""
+    after the plan's. Pure: ``plan`` itself is left as it was (and returned when there is nothing
+    to fold, the usual reconcile, which then copies nothing)."""
+    if outcome == ActionOutcome():
+        return plan
     folded = copy.deepcopy(plan)
     for change in outcome.pod_states:
         folded.set_pod_state(*change)
