@@ -646,26 +646,27 @@ class StubKube:
 def test_the_volcano_pod_group_is_created_kept_equal_and_its_absence_said_once() -> None:
     from hacrl_operator.handlers.reconcile import Reconciler
     from hacrl_operator.metrics import OperatorMetrics
-    from hacrl_operator.status import Observed, plan_reconcile
+    from hacrl_operator.status import Observed, fold_outcome, plan_reconcile
 
     reconciler = Reconciler(OperatorConfig(), OperatorMetrics())
     exp = experiment(scheduling={"gang": "volcano"})
     reconciler.kube = kube = StubKube()
-    plan = plan_reconcile(Observed(experiment=exp))
-    reconciler.ensure_pod_group(exp, OWNER, plan)
-    assert kube.objects["quickstart-u1"]["spec"] == {"minMember": 4} and "PodGroupCreated" in [e.reason for e in plan.events]
-    reconciler.ensure_pod_group(exp, OWNER, plan_reconcile(Observed(experiment=exp)))
+    created = reconciler.ensure_pod_group(exp, OWNER, None)
+    assert kube.objects["quickstart-u1"]["spec"] == {"minMember": 4} and [e.reason for e in created.events] == ["PodGroupCreated"]
+    assert reconciler.ensure_pod_group(exp, OWNER, None).events == ()
     assert kube.calls == ["get", "create", "get"]  # equal: nothing written
     queued = experiment(scheduling={"gang": "volcano", "queueName": "research"})
-    reconciler.ensure_pod_group(queued, OWNER, plan_reconcile(Observed(experiment=queued)))
+    reconciler.ensure_pod_group(queued, OWNER, None)
     assert kube.calls[-1] == "patch" and kube.objects["quickstart-u1"]["spec"] == {"minMember": 4, "queue": "research"}
 
     reconciler.kube = StubKube(missing=True)  # Volcano not installed
     first = plan_reconcile(Observed(experiment=exp))
-    reconciler.ensure_pod_group(exp, OWNER, first)
+    first = fold_outcome(first, reconciler.ensure_pod_group(exp, OWNER, first.conditions.previous("Ready")))
     ready = next(c for c in first.status.conditions if c.type == "Ready")
     assert (ready.status, ready.reason) == ("False", "PodGroupCreateFailed") and "is Volcano installed?" in ready.message
     assert [(e.type, e.reason) for e in first.events if e.reason == "PodGroupCreateFailed"] == [("Warning", "PodGroupCreateFailed")]
     again = plan_reconcile(Observed(experiment=exp, status=first.status))
-    reconciler.ensure_pod_group(exp, OWNER, again)
+    again = fold_outcome(again, reconciler.ensure_pod_group(exp, OWNER, again.conditions.previous("Ready")))
     assert not [e for e in again.events if e.reason == "PodGroupCreateFailed"]  # said once
+    ready = next(c for c in again.status.conditions if c.type == "Ready")
+    assert (ready.status, ready.reason) == ("False", "PodGroupCreateFailed")  # and still the condition

@@ -12,8 +12,17 @@ import yaml
 from hacrl_core.spec import parse_experiment
 from hacrl_core.status import Condition
 from hacrl_operator.builders import pod_name
-from hacrl_operator.status import Observed, plan_reconcile, status_patch, summarize_pod
+from hacrl_operator.status import (
+    ActionOutcome,
+    Event,
+    Observed,
+    fold_outcome,
+    plan_reconcile,
+    status_patch,
+    summarize_pod,
+)
 from hacrl_operator.status.limits import cut
+from hacrl_operator.status.outcome import ConditionChange, PodStateChange, failure, said
 
 REPO = Path(__file__).resolve().parents[2]
 NOW = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)
@@ -705,3 +714,62 @@ def test_cut_keeps_utf8_whole_and_within_the_limit_in_bytes(text: str) -> None:
         assert len(short.encode("utf-8")) <= limit and short.endswith("…")
         assert text.startswith(short[:-1]) and len(short.encode("utf-8")) > limit - 4 - 3  # no more cut than one character
     assert cut(text, len(text.encode("utf-8"))) == text
+
+
+# -- folding what the reconcile's actions did into the plan (status/outcome.py) -------------------
+
+
+def snapshot(p) -> tuple[dict[str, Any], list[Any], dict[str, Any]]:
+    """What a fold may change: the status, the events and the conditions as set."""
+    return p.status.model_dump(), list(p.events), {k: c.model_dump() for k, c in p.conditions.new.items()}
+
+
+def test_folding_an_outcome_leaves_the_plan_as_it_was() -> None:
+    p = plan(status=running_status(), pods=all_pods())
+    before = snapshot(p)
+    outcome = ActionOutcome(pod_states=(PodStateChange("qwen-bpe", "learner", "CreateFailed"),)) + failure("Ready", "PodCreateFailed", "quota")
+    folded = fold_outcome(p, outcome)
+    assert snapshot(p) == before and folded is not p
+    assert folded.status.agent_progress[1].learner_pod == "CreateFailed" and cond(folded, "Ready").reason == "PodCreateFailed"
+    assert snapshot(fold_outcome(p, ActionOutcome())) == before  # nothing done: the plan's status is written as planned
+
+
+def test_a_failed_action_sets_its_condition_and_its_warning_follows_the_plans_events() -> None:
+    p = plan()  # first reconcile: Pending, PodsPending
+    outcome = said("Normal", "ConfigMapCreated", "cm") + failure("Ready", "PodCreateFailed", "cannot create pod x: quota")
+    outcome += said("Normal", "PodsCreated", "created 3 pods")
+    folded = fold_outcome(p, outcome)
+    ready = cond(folded, "Ready")
+    assert (ready.status, ready.reason, ready.message) == ("False", "PodCreateFailed", "cannot create pod x: quota")
+    assert ready.last_transition_time == "2026-01-01T12:00:00Z"
+    assert folded.events[: len(p.events)] == p.events
+    assert [(e.type, e.reason) for e in folded.events[len(p.events):]] == [
+        ("Normal", "ConfigMapCreated"), ("Warning", "PodCreateFailed"), ("Normal", "PodsCreated")]
+    assert [c.type for c in folded.status.conditions] == [c.type for c in p.status.conditions]  # set again, not added
+
+
+def test_a_warning_left_out_still_sets_the_condition() -> None:
+    folded = fold_outcome(plan(), failure("Ready", "PodGroupCreateFailed", "no Volcano", warn=False))
+    assert cond(folded, "Ready").reason == "PodGroupCreateFailed" and "PodGroupCreateFailed" not in [e.reason for e in folded.events]
+
+
+def test_pod_states_are_folded_in_the_order_the_actions_happened() -> None:
+    """A learner over two nodes whose node 0 was created and node 1 refused: Pending, then
+    CreateFailed; one replica of a rollout: that replica alone."""
+    exp = two_replica_experiment()
+    outcome = ActionOutcome(created=("a",), pod_states=(PodStateChange("qwen-bpe", "learner", "Pending"),))
+    outcome += ActionOutcome(pod_states=(PodStateChange("qwen-bpe", "learner", "CreateFailed"),))
+    outcome += ActionOutcome(pod_states=(PodStateChange("llama-char", "rollout", "CreateFailed", 1),))
+    folded = fold_outcome(plan(exp=exp), outcome)
+    assert folded.status.agent_progress[1].learner_pod == "CreateFailed"
+    assert folded.status.agent_progress[0].rollout_pod == "Pending, CreateFailed"
+    reversed_order = ActionOutcome(pod_states=outcome.pod_states[1::-1])
+    assert fold_outcome(plan(exp=exp), reversed_order).status.agent_progress[1].learner_pod == "Pending"
+
+
+def test_outcomes_add_up_field_by_field_in_order() -> None:
+    first = ActionOutcome(created=("a",), deleted=("x",), events=(Event("Normal", "A", ""),))
+    second = ActionOutcome(created=("b",), conditions=(ConditionChange("Ready", False, "R"),), events=(Event("Normal", "B", ""),))
+    total = first + second
+    assert total.created == ("a", "b") and total.deleted == ("x",) and [e.reason for e in total.events] == ["A", "B"]
+    assert total.conditions == (ConditionChange("Ready", False, "R", ""),) and first.created == ("a",)

@@ -1,4 +1,6 @@
-"""The one reconcile every trigger runs: observe, plan (pure, ``status.plan_reconcile``), act.
+"""The one reconcile every trigger runs: observe, plan (pure, ``status.plan_reconcile``), act
+(``Reconciler.execute``, which returns what its actions did), fold that into the plan (pure,
+``status.fold_outcome``), write the status and post the Events.
 
 Triggers: the experiment's create/resume/update handlers, its pods' events, and the periodic
 ticker (progress heartbeats live in the store, which sends no events). They all converge on
@@ -18,15 +20,27 @@ from collections.abc import Callable
 from typing import Any
 
 from hacrl_core.spec import Experiment, SpecError, StoreSpec, parse_experiment
+from hacrl_core.status import Condition
 from hacrl_core.store.ownership import StoreOwnedByAnother
 from hacrl_operator import builders
 from hacrl_operator.config import OperatorConfig
 from hacrl_operator.kube import Kube, KubeError
 from hacrl_operator.metrics import OperatorMetrics
-from hacrl_operator.status import Event, Observed, Plan, plan_reconcile, read_status, status_patch
+from hacrl_operator.status import (
+    ActionOutcome,
+    Event,
+    Observed,
+    Plan,
+    fold_outcome,
+    plan_reconcile,
+    read_status,
+    status_patch,
+)
 from hacrl_operator.status.clock import now_utc, rfc3339
 from hacrl_operator.status.conditions import store_deleted
 from hacrl_operator.status.limits import EVENT_MESSAGE_BYTES, cut
+from hacrl_operator.status.outcome import PodStateChange, failure, said
+from hacrl_operator.status.plan import PodSlot
 
 logger = logging.getLogger("hacrl_operator.reconcile")
 
@@ -122,7 +136,7 @@ class Reconciler:
         )
         plan = plan_reconcile(observed)
         if experiment is not None:
-            self.execute(plan, experiment, body)
+            plan = fold_outcome(plan, self.execute(plan, experiment, body))
         patch = status_patch(stored, plan.status)
         if patch:
             try:
@@ -212,132 +226,145 @@ class Reconciler:
                 self._stores[key] = store
         return store
 
-    def execute(self, plan: Plan, experiment: Experiment, body: dict[str, Any]) -> None:
-        kube = self._kube()
-        namespace = body["metadata"]["namespace"]
+    def execute(self, plan: Plan, experiment: Experiment, body: dict[str, Any]) -> ActionOutcome:
+        """Act on ``plan``: the ConfigMap and PodGroup first, then the pods to delete and create,
+        then the store cleanup. It reads the plan and writes nothing into it: what the actions did
+        is returned, and ``status.fold_outcome`` folds it into the status to write."""
+        outcome = ActionOutcome()
         if plan.ensure_configmap:
-            self.ensure_configmap(experiment, body, plan)
+            outcome += self.ensure_configmap(experiment, body)
         if plan.ensure_pod_group:
-            self.ensure_pod_group(experiment, body, plan)
-        for pod in plan.delete_pods:
-            kube.delete_pod(namespace, pod)
-        created: list[str] = []
+            outcome += self.ensure_pod_group(experiment, body, plan.conditions.previous("Ready"))
+        outcome += self.delete_pods(body["metadata"]["namespace"], plan.delete_pods)
         for slot in plan.create_pods:
-            agent, role, replica = slot
-            if builders.node_count(experiment, agent, role) > 1:
-                self.ensure_rendezvous_service(experiment, agent, body, plan)
-            replicated = builders.replica_count(experiment, agent, role) > 1
-            failed = False
-            for index, usual in slot.members(experiment):  # every node's pod of a learner over several, or one replica's
-                where = {"replica": index} if replicated else {"node": index}
-                manifest = builders.build_pod(experiment, agent, role, body, self.config, plan.renamed.get(usual, usual), **where)
-                name = manifest["metadata"]["name"]
-                try:
-                    if kube.create(manifest):
-                        created.append(name)
-                        if not failed:
-                            plan.set_pod_state(agent, role, "Pending", replica)
-                    else:
-                        self.check_pod_owner(kube, namespace, name, body, plan, agent, role, replica)
-                except KubeError as error:
-                    failed = True
-                    plan.set_pod_state(agent, role, "CreateFailed", replica)
-                    message = f"cannot create pod {name}: {error}"
-                    plan.set_condition("Ready", False, "PodCreateFailed", message)
-                    plan.events.append(Event("Warning", "PodCreateFailed", message))
-                    logger.warning("%s/%s: %s", namespace, experiment.name, message)
+            outcome += self.create_pods(experiment, body, slot, plan.renamed)
         restarts = sum(1 for e in plan.events if e.reason in ("PodFailed", "PodLost"))
         if restarts:
             self.metrics.restarts.inc(restarts)
-        if created:
-            plan.events.append(Event("Normal", "PodsCreated", f"created {len(created)} pods: {', '.join(created)}"))
+        if outcome.created:
+            outcome += said("Normal", "PodsCreated", f"created {len(outcome.created)} pods: {', '.join(outcome.created)}")
         if plan.delete_store:
+            outcome += self.delete_store(experiment, body)
+        return outcome
+
+    def delete_pods(self, namespace: str, names: list[str]) -> ActionOutcome:
+        kube = self._kube()
+        for name in names:
+            kube.delete_pod(namespace, name)
+        return ActionOutcome(deleted=tuple(names))
+
+    def create_pods(self, experiment: Experiment, body: dict[str, Any], slot: PodSlot, renamed: dict[str, str]) -> ActionOutcome:
+        """The pods of ``slot`` (every node's of a learner over several, after their headless
+        Service, or one replica's), under the names ``renamed`` gives where a terminating pod holds
+        the usual one. The slot is Pending once created, CreateFailed when a pod could not be."""
+        kube = self._kube()
+        namespace = body["metadata"]["namespace"]
+        agent, role, replica = slot
+        outcome = ActionOutcome()
+        if builders.node_count(experiment, agent, role) > 1:
+            outcome += self.ensure_rendezvous_service(experiment, agent, body)
+        replicated = builders.replica_count(experiment, agent, role) > 1
+        failed = False
+        for index, usual in slot.members(experiment):
+            where = {"replica": index} if replicated else {"node": index}
+            manifest = builders.build_pod(experiment, agent, role, body, self.config, renamed.get(usual, usual), **where)
+            name = manifest["metadata"]["name"]
             try:
-                deleted = delete_owned_store(self.store(experiment), experiment, body)
-                plan.events.append(Event("Normal", "StoreDeleted", f"deleted {deleted} objects of {experiment.name} from {experiment.spec.store.uri}"))
-            except StoreOwnedByAnother as error:
-                message = f"cleanup skipped: {error}"
-                plan.set_condition("CleanedUp", False, "StoreNotOwned", message)
-                plan.events.append(Event("Warning", "StoreNotOwned", message))
-            except Exception as error:
-                message = f"cannot delete the store prefix: {type(error).__name__}: {error}"
-                plan.set_condition("CleanedUp", False, "StoreUnreachable", message)
-                plan.events.append(Event("Warning", "StoreUnreachable", message))
+                if kube.create(manifest):
+                    pending = () if failed else (PodStateChange(agent, role, "Pending", replica),)
+                    outcome += ActionOutcome(created=(name,), pod_states=pending)
+                else:
+                    outcome += self.check_pod_owner(kube, namespace, name, body, agent, role, replica)
+            except KubeError as error:
+                failed = True
+                message = f"cannot create pod {name}: {error}"
+                outcome += ActionOutcome(pod_states=(PodStateChange(agent, role, "CreateFailed", replica),))
+                outcome += failure("Ready", "PodCreateFailed", message)
+                logger.warning("%s/%s: %s", namespace, experiment.name, message)
+        return outcome
+
+    def delete_store(self, experiment: Experiment, body: dict[str, Any]) -> ActionOutcome:
+        """The cleanup policy's delete-store: the experiment's prefix, only when it owns it."""
+        try:
+            deleted = delete_owned_store(self.store(experiment), experiment, body)
+        except StoreOwnedByAnother as error:
+            return failure("CleanedUp", "StoreNotOwned", f"cleanup skipped: {error}")
+        except Exception as error:
+            return failure("CleanedUp", "StoreUnreachable", f"cannot delete the store prefix: {type(error).__name__}: {error}")
+        return said("Normal", "StoreDeleted", f"deleted {deleted} objects of {experiment.name} from {experiment.spec.store.uri}")
 
     @staticmethod
-    def check_pod_owner(kube, namespace: str, name: str, body: dict[str, Any], plan: Plan, agent: str, role: str,
-                        replica: int | None = None) -> None:
+    def check_pod_owner(kube, namespace: str, name: str, body: dict[str, Any], agent: str, role: str,
+                        replica: int | None = None) -> ActionOutcome:
         """A pod that exists already but is not ours (another experiment whose name and agent join
         to the same pod name, or anything else) would leave this experiment waiting forever: say so."""
         existing = kube.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
         if existing is None:
-            return  # gone since: the next reconcile creates it
+            return ActionOutcome()  # gone since: the next reconcile creates it
         uid = body["metadata"].get("uid")
         owners = (existing.get("metadata") or {}).get("ownerReferences") or []
         if any(owner.get("uid") == uid for owner in owners):
-            return  # ours: created by an earlier reconcile
+            return ActionOutcome()  # ours: created by an earlier reconcile
         holder = ", ".join(f"{o.get('kind')} {o.get('name')}" for o in owners) or "no owner"
         message = (f"cannot create pod {name}: a pod of that name already exists and belongs to {holder}; "
                    "rename this experiment or the agent so that experiment-agent-role names differ")
-        plan.set_pod_state(agent, role, "CreateFailed", replica)
-        plan.set_condition("Ready", False, "PodNameTaken", message)
-        plan.events.append(Event("Warning", "PodNameTaken", message))
         logger.warning("%s/%s: %s", namespace, body["metadata"].get("name"), message)
+        return ActionOutcome(pod_states=(PodStateChange(agent, role, "CreateFailed", replica),)) + failure("Ready", "PodNameTaken", message)
 
-    def ensure_configmap(self, experiment: Experiment, body: dict[str, Any], plan: Plan) -> None:
+    def ensure_configmap(self, experiment: Experiment, body: dict[str, Any]) -> ActionOutcome:
         kube = self._kube()
         manifest = builders.build_configmap(experiment, body)
         namespace, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
         current = kube.get_configmap(namespace, name)
         if current is None:
             if kube.create(manifest):
-                plan.events.append(Event("Normal", "ConfigMapCreated", f"rendered spec in ConfigMap {name}"))
+                return said("Normal", "ConfigMapCreated", f"rendered spec in ConfigMap {name}")
         elif (current.get("data") or {}) != manifest["data"]:
             kube.patch_configmap_data(namespace, name, manifest["data"])
-            plan.events.append(Event("Normal", "ConfigMapUpdated", f"rendered spec in ConfigMap {name} updated; pods created from now on use it"))
+            return said("Normal", "ConfigMapUpdated", f"rendered spec in ConfigMap {name} updated; pods created from now on use it")
+        return ActionOutcome()
 
-    def ensure_rendezvous_service(self, experiment: Experiment, agent: str, body: dict[str, Any], plan: Plan) -> None:
+    def ensure_rendezvous_service(self, experiment: Experiment, agent: str, body: dict[str, Any]) -> ActionOutcome:
         """The headless Service of ``agent``'s learner over several nodes, created with its pods
         (before them) when absent: their DNS names, node 0's being the rendezvous. A failure is a
         condition; the pods are created anyway (their ranks wait for the rendezvous to resolve)."""
         manifest = builders.build_rendezvous_service(experiment, agent, body)
         if manifest is None:
-            return
+            return ActionOutcome()
         kube = self._kube()
         name = manifest["metadata"]["name"]
         try:
             if kube.get_object(manifest) is None and kube.create(manifest):
-                plan.events.append(Event("Normal", "ServiceCreated", f"headless Service {name}: DNS names of agent {agent}'s learner pods"))
+                return said("Normal", "ServiceCreated", f"headless Service {name}: DNS names of agent {agent}'s learner pods")
         except KubeError as error:
             message = f"cannot create the headless Service {name} of agent {agent}'s learner pods (their rendezvous): {error}"
-            plan.set_condition("Ready", False, "ServiceCreateFailed", message)
-            plan.events.append(Event("Warning", "ServiceCreateFailed", message))
             logger.warning("%s/%s: %s", body["metadata"]["namespace"], experiment.name, message)
+            return failure("Ready", "ServiceCreateFailed", message)
+        return ActionOutcome()
 
-    def ensure_pod_group(self, experiment: Experiment, body: dict[str, Any], plan: Plan) -> None:
+    def ensure_pod_group(self, experiment: Experiment, body: dict[str, Any], ready: Condition | None) -> ActionOutcome:
         """The experiment's Volcano PodGroup (gang volcano): created before the pods, its spec kept
         equal to the experiment's (agents may change before the experiment starts). Without it
-        Volcano schedules none of the pods: a failure (Volcano not installed) is a condition."""
+        Volcano schedules none of the pods: a failure (Volcano not installed) is a condition,
+        whose Warning is posted once: not when ``ready`` (Ready as last written) says it already."""
         manifest = builders.build_pod_group(experiment, body)
         if manifest is None:
-            return
+            return ActionOutcome()
         kube = self._kube()
         name = manifest["metadata"]["name"]
         try:
             current = kube.get_object(manifest)
             if current is None:
                 if kube.create(manifest):
-                    plan.events.append(Event("Normal", "PodGroupCreated", f"Volcano PodGroup {name} (minMember {manifest['spec']['minMember']})"))
+                    return said("Normal", "PodGroupCreated", f"Volcano PodGroup {name} (minMember {manifest['spec']['minMember']})")
             elif any((current.get("spec") or {}).get(key) != value for key, value in manifest["spec"].items()):
                 kube.patch_spec(manifest)
-                plan.events.append(Event("Normal", "PodGroupUpdated", f"Volcano PodGroup {name}: {manifest['spec']}"))
+                return said("Normal", "PodGroupUpdated", f"Volcano PodGroup {name}: {manifest['spec']}")
         except KubeError as error:
             message = f"cannot create the Volcano PodGroup {name} (spec.scheduling.gang volcano; is Volcano installed?): {error}"
-            previous = plan.conditions.previous("Ready")
-            plan.set_condition("Ready", False, "PodGroupCreateFailed", message)
-            if previous is None or previous.reason != "PodGroupCreateFailed":  # said once, not at every reconcile
-                plan.events.append(Event("Warning", "PodGroupCreateFailed", message))
             logger.warning("%s/%s: %s", body["metadata"]["namespace"], experiment.name, message)
+            return failure("Ready", "PodGroupCreateFailed", message, warn=ready is None or ready.reason != "PodGroupCreateFailed")
+        return ActionOutcome()
 
     def post_event(self, body: dict[str, Any], event: Event) -> None:
         """A core/v1 Event about the experiment (best effort: a failure is logged, never raised)."""

@@ -5,6 +5,8 @@
 - ``decisions``: what to do about each (agent, role) pod, decided before anything is applied;
 - ``plan``: the pure ``plan_reconcile(Observed) -> Plan`` (new status, pods to create and delete,
   cleanup, Events); ``handlers/reconcile.py`` executes plans;
+- ``outcome``: what executing a plan did (``ActionOutcome``), folded into it by the pure
+  ``fold_outcome`` before the status is written;
 - ``conditions``: every condition is set through ``Conditions`` (transition times kept one way);
 - ``events``: the Events of a status transition;
 - ``wire``: the stored camelCase status read into ``hacrl_core.status.ExperimentStatus`` and
@@ -22,8 +24,9 @@ State kept between reconciles lives in the status itself, so the operator is sta
 """
 
 from hacrl_operator.status.events import Event
+from hacrl_operator.status.outcome import ActionOutcome, fold_outcome
 from hacrl_operator.status.plan import Observed, Plan, cleanup_action, plan_reconcile
 from hacrl_operator.status.pods import PodView, summarize_pod
 from hacrl_operator.status.wire import read_status, status_patch
 
-__all__ = ["Event", "Observed", "Plan", "PodView", "cleanup_action", "plan_reconcile", "read_status", "status_patch", "summarize_pod"]
+__all__ = ["ActionOutcome", "Event", "Observed", "Plan", "PodView", "cleanup_action", "fold_outcome", "plan_reconcile", "read_status", "status_patch", "summarize_pod"]
