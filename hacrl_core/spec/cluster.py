@@ -71,7 +71,7 @@ def secret_name(value: str | None) -> str | None:
 # -- experiment-wide env and envFrom ---------------------------------------------------------------
 ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 KEY_NAME = re.compile(r"^[-._a-zA-Z0-9]+$")
-# What the operator sets on every worker container (operator/hacrl_operator/builders.py
+# What the operator sets on every worker container (operator/hacrl_operator/builders/container.py
 # worker_env; tests/operator/test_builders.py keeps the two equal). `spec.env` may not set them:
 # refused with the field named, rather than one side silently winning.
 OPERATOR_ENV_PREFIX = "HACRL_"
