@@ -163,7 +163,7 @@ root.mkdir(parents=True)
 job = "$ROOT/tests/learner/rank_job.py"
 sys.path.insert(0, str(Path(job).parent))
 from rank_job import update_difference  # test_multirank's tolerances, as numbers
-launch = "import sys; from hacrl_core.learner.distributed import launch_local_ranks; sys.exit(launch_local_ranks(sys.argv[2:], int(sys.argv[1])))"
+launch = "import sys; from hacrl_core.learner.launcher import launch_local_ranks; sys.exit(launch_local_ranks(sys.argv[2:], int(sys.argv[1])))"
 model = build_tiny_model("llama-char", seed=0, warmup_steps=0, cache_dir=root / "tiny")
 start = {name: tensor.detach().clone() for name, tensor in load_policy(model)[0].state_dict().items()}
 

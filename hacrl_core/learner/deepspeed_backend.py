@@ -73,7 +73,7 @@ from deepspeed.runtime.fp16.loss_scaler import LossScaler  # noqa: E402
 from deepspeed.runtime.zero.config import ZeroStageEnum  # noqa: E402
 from deepspeed.utils.tensor_fragment import fragment_address  # noqa: E402
 
-from hacrl_core.learner import distributed  # noqa: E402
+from hacrl_core.learner import distributed, launcher  # noqa: E402
 from hacrl_core.learner.backends import register_backend  # noqa: E402
 from hacrl_core.learner.checkpoint import RANK_SHARDS  # noqa: E402
 
@@ -93,7 +93,7 @@ def ensure_distributed() -> None:
     os.environ.setdefault("LOCAL_RANK", "0")
     os.environ.setdefault("WORLD_SIZE", "1")
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(distributed.free_port()))
+    os.environ.setdefault("MASTER_PORT", str(launcher.free_port()))
     deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False, verbose=False, rank=0, world_size=1)
 
 

@@ -43,7 +43,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     except (SpecError, KeyError) as error:  # KeyError: --agent not in the spec (the message lists its agents)
         logging.getLogger("hacrl.worker").error("%s", error if isinstance(error, SpecError) else error.args[0])
         return 2
-    from hacrl_core.learner.distributed import launch_learner_ranks, ranks_from_env
+    from hacrl_core.learner.distributed import ranks_from_env
+    from hacrl_core.learner.launcher import launch_learner_ranks
 
     # learner.processesPerNode > 1: this process starts the learner's local ranks and ends as they do.
     launched = launch_learner_ranks(context, args.role, ["worker", args.role, "--spec", args.spec, "--agent", args.agent])

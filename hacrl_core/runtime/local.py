@@ -144,7 +144,7 @@ def prepare(spec_path: str | Path, *, resume: bool, workdir: str | Path | None =
     the store's run may be started or resumed with it. The store is claimed later, by
     ``claim_store``, once the pre-flight (datasets, models) passed: a run that never started
     leaves the store as it found it."""
-    from hacrl_core.learner.distributed import multi_node_problems
+    from hacrl_core.learner.launcher import multi_node_problems
 
     experiment = load_experiment(spec_path)
     problems = unsupported_settings(experiment) + multi_node_problems(experiment)

@@ -84,7 +84,7 @@ OPERATOR_ENV = (
 #: replica's pod and `hacrl run` each replica's process; the rollout worker samples that slice.
 ROLLOUT_REPLICA_ENV = "HACRL_ROLLOUT_REPLICA"
 #: A learner over several nodes: the node rank the operator gives each node's pod (beside
-#: MASTER_ADDR/MASTER_PORT) and its launcher reads (hacrl_core.learner.distributed.node_placement),
+#: MASTER_ADDR/MASTER_PORT) and its launcher reads (hacrl_core.learner.launcher.node_placement),
 #: and the rendezvous port (torchrun's default). Here so that the operator need not import torch.
 NODE_RANK_ENV = "HACRL_NODE_RANK"
 RENDEZVOUS_PORT = 29500

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from hacrl_core.learner.distributed import (
+from hacrl_core.learner.launcher import (
     DEFAULT_MASTER_PORT,
     NodePlacement,
     free_port,
@@ -82,7 +82,7 @@ from hacrl_core.cli import exit_without_teardown
 exit_without_teardown(0)  # as a learner rank ends (rank_job.py says why)
 """
 
-NODE = ("import sys; from hacrl_core.learner.distributed import NodePlacement, launch_local_ranks; "
+NODE = ("import sys; from hacrl_core.learner.launcher import NodePlacement, launch_local_ranks; "
         "sys.exit(launch_local_ranks(sys.argv[3:], 1, placement=NodePlacement(int(sys.argv[1]), 2, '127.0.0.1', int(sys.argv[2]))))")
 
 
@@ -140,3 +140,10 @@ def test_a_learner_over_two_nodes_takes_the_one_rank_update(tmp_path: Path) -> N
     assert float(differences.max()) < 2e-4 and int((differences > 1e-6).sum()) <= 1e-3 * differences.numel()
     norms = [json.loads((tmp_path / f"{name}.json").read_text())["0"]["learner/grad_norm"] for name in ("one", "two")]
     assert norms[1] == pytest.approx(norms[0], rel=1e-4)
+
+
+def test_the_launcher_starts_ranks_without_importing_torch() -> None:
+    """The launcher process only starts and watches its ranks: it never pays torch's import."""
+    program = "import sys, hacrl_core.learner.launcher; print('torch' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", program], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip() == "False", result.stderr

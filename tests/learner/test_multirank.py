@@ -28,7 +28,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from hacrl_core.learner.distributed import ReadOnlyStore, StoreWriteFromRank, multi_node_problems, rank_environment
+from hacrl_core.learner.distributed import ReadOnlyStore, StoreWriteFromRank
+from hacrl_core.learner.launcher import multi_node_problems, rank_environment
 from hacrl_core.models.tiny import build_tiny_model
 from hacrl_core.spec import parse_experiment
 from hacrl_core.store import open_trajectory_store
@@ -38,7 +39,7 @@ from rank_job import MAX_DIFFERENCE, MAX_SHARE_ABOVE_1E6, MIN_MOVEMENT, update_d
 
 JOB = Path(__file__).with_name("rank_job.py")
 REPO = Path(__file__).resolve().parents[2]
-LAUNCH = "import sys; from hacrl_core.learner.distributed import launch_local_ranks; sys.exit(launch_local_ranks(sys.argv[2:], int(sys.argv[1])))"
+LAUNCH = "import sys; from hacrl_core.learner.launcher import launch_local_ranks; sys.exit(launch_local_ranks(sys.argv[2:], int(sys.argv[1])))"
 
 
 def learner(ranks: int, model: Path, store: Path, work: Path, out: Path, steps: list[int], checkpoint: int | None = None,

@@ -51,7 +51,7 @@ print(before_torch, joined, cli._process_group_joined(), flush=True)
 def test_a_learner_that_left_its_process_group_takes_the_fast_exit() -> None:
     """A finished learner rank leaves its torch.distributed group (``leave_ranks``) and is then
     a process like any other for console's fast exit."""
-    from hacrl_core.learner.distributed import free_port
+    from hacrl_core.learner.launcher import free_port
 
     result = subprocess.run([sys.executable, "-c", GROUP_PROGRAM, str(free_port())], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
@@ -82,7 +82,7 @@ def test_a_rank_that_ends_still_in_its_group_leaves_it_and_keeps_its_exit_code(h
     its group on the way out: a process that exits in a gloo group may abort with signal 6
     (pytorch/pytorch#190489), and its launcher would then report the signal, not the rank's code
     (a fenced-out rank restarted)."""
-    from hacrl_core.learner.distributed import free_port
+    from hacrl_core.learner.launcher import free_port
 
     result = subprocess.run([sys.executable, "-c", FAILING_RANK_PROGRAM, str(free_port()), how], cwd=REPO,
                             capture_output=True, text=True, timeout=120)

@@ -16,7 +16,7 @@ A learner over several nodes (``agents[].learner.nodes`` N > 1) is N pods of the
 ``hacrl.io/node``, behind a headless Service of the agent (``rendezvous_service_name``) that gives
 each pod a DNS name (``hostname`` <role>-<node>, ``subdomain`` the Service): every pod gets
 HACRL_NODE_RANK, and MASTER_ADDR/MASTER_PORT pointing at node 0, which its launcher reads
-(hacrl_core.learner.distributed.node_placement). With N == 1 it is one pod,
+(hacrl_core.learner.launcher.node_placement). With N == 1 it is one pod,
 ``<experiment>-<agent>-<role>-<hash>``, without the node label, the Service or those variables.
 
 A rollout with several replicas (``agents[].rollout.replicas`` R > 1) is R rollout pods,
