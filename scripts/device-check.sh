@@ -148,7 +148,7 @@ skip_two_ranks() {  # skip_two_ranks STAGE: say why STAGE does not run here, in 
 if (( GPUS >= 2 )); then
 # The multi-rank learner tests' job (tests/learner/rank_job.py: the learner worker's own functions on
 # a fixed step of 16 rows) at 1 and at 2 ranks: the 2 ranks must take the 1-rank update (the
-# tolerances of tests/learner/test_multirank.py), and a checkpoint must restore at the other rank
+# tolerances of tests/learner/test_learner_multirank.py), and a checkpoint must restore at the other rank
 # count (torch) or resume at its own (deepspeed ZeRO-2 and ZeRO-3, whose checkpoint gathers every
 # rank's optimizer shard to rank 0 over NCCL). Each case: seconds at 1 and 2 ranks.
 stage multirank timeout 600 "$PY" - "$HAVE_DS" <<PYEOF

@@ -259,7 +259,7 @@ class StoreWriteFromRank(RuntimeError):
 
 
 #: The ``TrajectoryStore`` methods that write; only rank 0 may call them.
-#: (tests/learner/test_multirank.py checks that it names every writing method of the store.)
+#: (tests/learner/test_learner_multirank.py checks that it names every writing method of the store.)
 STORE_WRITES = frozenset({
     "put_spec", "write_rollouts", "write_rollouts_columns", "write_scores", "write_scores_columns", "write_metrics",
     "publish_weights", "save_checkpoint", "delete_checkpoint", "write_progress", "write_tracking", "delete_experiment",

@@ -11,7 +11,7 @@ from pydantic.alias_generators import to_camel
 
 # Name patterns are written as the CRD's (ECMA/RE2) `pattern` strings, where `$` ends the text;
 # in Python `$` also matches before a final newline, so every check here uses ``fullmatch``
-# (tests/unit/test_spec_patterns.py holds the two readings equal on hostile strings).
+# (tests/spec/test_spec_patterns.py holds the two readings equal on hostile strings).
 # An RFC 1123 subdomain: what Kubernetes accepts as a Secret name.
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

@@ -72,7 +72,7 @@ def secret_name(value: str | None) -> str | None:
 ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 KEY_NAME = re.compile(r"^[-._a-zA-Z0-9]+$")
 # What the operator sets on every worker container (operator/hacrl_operator/builders/container.py
-# worker_env; tests/operator/test_builders.py keeps the two equal). `spec.env` may not set them:
+# worker_env; tests/operator/test_operator_builders.py keeps the two equal). `spec.env` may not set them:
 # refused with the field named, rather than one side silently winning.
 OPERATOR_ENV_PREFIX = "HACRL_"
 OPERATOR_ENV = (

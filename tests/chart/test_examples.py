@@ -15,8 +15,8 @@ import yaml
 from hacrl_core.crd import build_crd
 from hacrl_core.spec import SpecError, load_experiment, parse_experiment
 from tests.chart.rendering import ROOT
+from tests.support.crd_schema import openapi_to_jsonschema
 from tests.support.documents import DELETE, set_path
-from tests.unit.test_crd import openapi_to_jsonschema
 
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 SCHEMA = openapi_to_jsonschema(build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"])

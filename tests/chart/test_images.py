@@ -149,7 +149,7 @@ def test_build_context_filter_keeps_what_is_copied(dockerfile: Path):
                 keep = negate
         return keep
 
-    assert not included(".git/config") and not included("tests/unit/test_crd.py") and not included("runs/x")
+    assert not included(".git/config") and not included("tests/spec/test_spec_crd.py") and not included("runs/x")
     for instruction, arguments in instructions(dockerfile):
         if instruction == "COPY" and "--from=" not in arguments:
             for source in arguments.split()[:-1]:

@@ -1,4 +1,4 @@
-"""One learner process of ``test_multirank.py``: a rank of several (torchrun's environment set) or
+"""One learner process of ``test_learner_multirank.py``: a rank of several (torchrun's environment set) or
 the only one. It runs the learner worker's own functions on a fixed step of rows: ``join_ranks``,
 ``initialize`` (which restores the latest checkpoint of the store when there is one),
 ``plan_updates``, ``score_pi_old``, ``run_updates`` for each step asked, then optionally ``checkpoint``; rank 0
@@ -54,7 +54,7 @@ def context_for(model: Path, store_uri: str, work: Path, backend: dict | None = 
 
 
 #: How close weights after a multi-rank update must be to the one-rank update's (why these
-#: numbers: test_multirank.py's docstring). scripts/device-check.sh checks GPUs with the same.
+#: numbers: test_learner_multirank.py's docstring). scripts/device-check.sh checks GPUs with the same.
 MIN_MOVEMENT, MAX_SHARE_ABOVE_1E6, MAX_DIFFERENCE = 1e-4, 1e-3, 2e-4
 
 

@@ -1,7 +1,7 @@
 """Bad input is refused with a clear error or skipped and counted: never a hang, a crash loop or a
 silent zero.
 
-Extends (does not repeat) tests/unit/test_spec.py, tests/data and tests/rewards:
+Extends (does not repeat) tests/spec/test_spec_validation.py, tests/data and tests/rewards:
 - specs through the `hacrl validate` and `hacrl run` command lines (NaN/inf, huge numbers, wrong
   types, negative sizes, non-mapping documents), and `hacrl run` against an S3 store with missing
   or wrong credentials;

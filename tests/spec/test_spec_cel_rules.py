@@ -9,10 +9,10 @@ from collections import Counter
 from pathlib import Path
 
 from hacrl_core.crd import build_crd
-from tests.unit.test_crd_rules import rules
+from tests.support.crd_schema import rules
 
 ROOT = Path(__file__).resolve().parents[2]
-PAIRED_TESTS = (ROOT / "tests" / "unit" / "test_crd_rules.py").read_text()
+PAIRED_TESTS = (ROOT / "tests" / "spec" / "test_spec_crd_rules.py").read_text()
 
 
 def documented_rules() -> list[tuple[str, list[str]]]:

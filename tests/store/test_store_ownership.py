@@ -20,7 +20,7 @@ from hacrl_core.store.ownership import (
     delete_if_owned,
     read_owner,
 )
-from tests.unit.test_spec import MINIMAL
+from tests.support.documents import MINIMAL
 
 # The spec suite's minimal document, under a name two teams might both pick.
 DOCUMENT = {**MINIMAL, "metadata": {"name": "shared-name"}}

@@ -17,3 +17,15 @@ def set_path(document: dict, path: str, value):
     else:
         node[last] = value
     return document
+
+
+#: The smallest valid experiment: two tiny agents on the built-in task, every default.
+MINIMAL = {
+    "apiVersion": "hacrl.io/v1alpha1",
+    "kind": "HACRLExperiment",
+    "metadata": {"name": "demo"},
+    "spec": {
+        "agents": [{"name": "small", "model": "tiny://llama-char"}, {"name": "big", "model": "tiny://qwen2-bpe"}],
+        "data": {"train": {"source": "builtin://arithmetic"}},
+    },
+}

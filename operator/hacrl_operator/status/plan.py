@@ -2,7 +2,7 @@
 
 ``plan_reconcile`` returns a ``Plan``: the new status (a typed ``ExperimentStatus``), the pods to
 create and delete, the cleanup to apply and the Events to post. Nothing here does I/O, so every
-transition is unit-tested table-driven (tests/operator/test_status.py); ``handlers/reconcile.py``
+transition is unit-tested table-driven (tests/operator/test_operator_status.py); ``handlers/reconcile.py``
 executes plans. The phase decides the branch: finished (cleanup, TTL), suspended, blocked (no new
 pod), or active, where each (agent, role) pod is decided first (``decisions.py``) and the
 decisions are applied after.

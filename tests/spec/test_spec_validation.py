@@ -9,20 +9,11 @@ import pytest
 import yaml
 
 from hacrl_core.spec import SpecError, dump_experiment, load_experiment, parse_experiment
-from tests.support.documents import DELETE, set_path
+from tests.support.documents import DELETE, MINIMAL, set_path
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 
-MINIMAL = {
-    "apiVersion": "hacrl.io/v1alpha1",
-    "kind": "HACRLExperiment",
-    "metadata": {"name": "demo"},
-    "spec": {
-        "agents": [{"name": "small", "model": "tiny://llama-char"}, {"name": "big", "model": "tiny://qwen2-bpe"}],
-        "data": {"train": {"source": "builtin://arithmetic"}},
-    },
-}
 
 
 def with_change(path: str, value):

@@ -18,20 +18,11 @@ import yaml
 
 from hacrl_core.crd import build_crd
 from hacrl_core.spec import SpecError, dump_experiment, parse_experiment
-from tests.unit.test_crd import openapi_to_jsonschema
+from tests.support.crd_schema import openapi_to_jsonschema, rules
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
 SCHEMA = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-
-
-def rules(schema: dict[str, Any], path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], dict[str, str]]]:
-    for rule in schema.get("x-kubernetes-validations", []):
-        yield path, rule
-    for name, sub in (schema.get("properties") or {}).items():
-        yield from rules(sub, (*path, name))
-    if "items" in schema:
-        yield from rules(schema["items"], (*path, "*"))
 
 
 def values_at(document: Any, path: tuple[str, ...]) -> list[Any]:

@@ -111,7 +111,7 @@ JOB = Path(__file__).with_name("rank_job.py")
 def test_a_learner_over_two_nodes_takes_the_one_rank_update(tmp_path: Path) -> None:
     """The learner worker's own stages (``rank_job.py``, a fixed HACPO step) as nodes: 2,
     processesPerNode: 1, two node launchers on 127.0.0.1, against the same step at one rank: the
-    same weights (tolerances of tests/learner/test_multirank.py) and gradient norm."""
+    same weights (tolerances of tests/learner/test_learner_multirank.py) and gradient norm."""
     import torch
     from safetensors.torch import load_file
 

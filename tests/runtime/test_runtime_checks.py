@@ -8,7 +8,7 @@ import yaml
 from hacrl_core.context import unsupported_settings
 from hacrl_core.runtime.local import prepare
 from hacrl_core.spec import SpecError, parse_experiment
-from tests.unit.test_spec import MINIMAL
+from tests.support.documents import MINIMAL
 
 
 def test_deepspeed_backend_and_missing_vllm_are_refused_with_field_paths():
@@ -48,7 +48,7 @@ def test_checking_what_is_installed_imports_no_optional_engine_or_backend():
 
     probe = (
         "import sys; from hacrl_core.context import unsupported_settings; "
-        "from hacrl_core.spec import parse_experiment; from tests.unit.test_spec import MINIMAL; "
+        "from hacrl_core.spec import parse_experiment; from tests.support.documents import MINIMAL; "
         "unsupported_settings(parse_experiment(MINIMAL)); "
         "print(sorted(m for m in ('deepspeed', 'vllm') if m in sys.modules))"
     )

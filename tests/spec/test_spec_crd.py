@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from hacrl_core.crd import CRD_PATH, build_crd, render_crd
+from tests.support.crd_schema import openapi_to_jsonschema
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,23 +52,6 @@ def test_crd_names_and_printer_columns():
     version = crd["spec"]["versions"][0]
     assert version["subresources"] == {"status": {}}
     assert [c["name"] for c in version["additionalPrinterColumns"]] == ["Phase", "Step", "Steps", "Agents", "Age"]
-
-
-def openapi_to_jsonschema(node):
-    """Enough of OpenAPI v3 -> JSON Schema (nullable, boolean exclusive bounds) to validate manifests."""
-    if isinstance(node, dict):
-        out = {k: openapi_to_jsonschema(v) for k, v in node.items() if not k.startswith("x-kubernetes")}
-        if out.pop("nullable", False) and "type" in out:
-            out["type"] = [out["type"], "null"]
-        for exclusive, inclusive in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
-            if out.get(exclusive) is True:
-                out[exclusive] = out.pop(inclusive)
-        if node.get("type") == "object" and "properties" in node and not node.get("x-kubernetes-preserve-unknown-fields"):
-            out["additionalProperties"] = False
-        return out
-    if isinstance(node, list):
-        return [openapi_to_jsonschema(v) for v in node]
-    return node
 
 
 @pytest.mark.parametrize("example", sorted((ROOT / "examples").glob("*.yaml")), ids=lambda p: p.name)

@@ -76,4 +76,4 @@ def test_two_packings_give_the_same_update(tmp_path: Path, model_dir: Path, algo
     assert all(len(chunks) == (2 if algorithm == "hacpo" else 1) for chunks in whole.micro_batches)  # own rows, then peer rows
     found = update_difference(weights[0].state_dict(), weights[1].state_dict(),
                               load_policy(model_dir)[0].state_dict())
-    assert found["ok"], found  # the tolerance of a multi-rank update (tests/learner/test_multirank.py), which sums alike
+    assert found["ok"], found  # the tolerance of a multi-rank update (tests/learner/test_learner_multirank.py), which sums alike
