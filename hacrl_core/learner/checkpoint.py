@@ -26,7 +26,8 @@ from typing import Any
 import torch
 
 from hacrl_core.algorithms import CapabilityTracker
-from hacrl_core.models.loading import load_policy, save_trained
+from hacrl_core.models.loading import load_policy
+from hacrl_core.models.lora import save_trained
 
 STATE_FILE = "learner_state.json"
 OPTIMIZER_FILE = "optimizer.pt"

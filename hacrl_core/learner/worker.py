@@ -51,8 +51,8 @@ from hacrl_core.learner.stages import (
 )
 from hacrl_core.learner.updates import StepInputs, plan_updates, run_updates
 from hacrl_core.metrics import WorkerMetrics, store_retries
-from hacrl_core.models.loading import default_device, load_policy, save_trained
-from hacrl_core.models.lora import AdapterDisabled, load_lora_policy
+from hacrl_core.models.loading import default_device, load_policy
+from hacrl_core.models.lora import AdapterDisabled, load_lora_policy, save_trained
 from hacrl_core.rewards.remote import take_retries
 from hacrl_core.rollout.hf_engine import HFEngine
 from hacrl_core.rollout.sampling import rollout_metrics

@@ -64,13 +64,3 @@ def save_policy(model: Any, tokenizer: Any, path: str | Path) -> Path:
     """
     return replace_directory(path, lambda directory: save_pretrained_quietly(model, tokenizer, directory))
 
-
-def save_trained(model: Any, tokenizer: Any, path: str | Path) -> Path:
-    """What a weights version or a checkpoint of a learner's ``model`` holds, written atomically to
-    ``path``: the adapter alone for a LoRA policy (``models.lora.save_adapter``: the base model is
-    the agent's ``model``, read by every worker itself), else the whole model and its tokenizer."""
-    from hacrl_core.models.lora import is_lora_model, save_adapter
-
-    if is_lora_model(model):
-        return save_adapter(model, path)
-    return save_policy(model, tokenizer, path)

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from hacrl_core.models.directories import replace_directory
+from hacrl_core.models.loading import load_policy, save_policy
 
 ADAPTER_CONFIG_FILE = "adapter_config.json"
 ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
@@ -79,6 +80,15 @@ class AdapterDisabled(torch.nn.Module):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         with self.policy.disable_adapter():
             return self.policy(*args, **kwargs)
+
+
+def save_trained(model: Any, tokenizer: Any, path: str | Path) -> Path:
+    """What a weights version or a checkpoint of a learner's ``model`` holds, written atomically to
+    ``path``: the adapter alone for a LoRA policy (``save_adapter``: the base model is the agent's
+    ``model``, which every worker reads itself), else the whole model and its tokenizer."""
+    if is_lora_model(model):
+        return save_adapter(model, path)
+    return save_policy(model, tokenizer, path)
 
 
 def adapter_state(model: Any) -> dict[str, torch.Tensor]:
@@ -150,8 +160,6 @@ def load_lora_policy(base_dir: str | Path, settings, *, adapter_dir: str | Path 
                      device: str | torch.device = "cpu", field: str = "learner.lora") -> tuple[Any, Any]:
     """``(model, tokenizer)`` for training: the base model in ``base_dir`` with a trainable adapter
     (``add_adapter``), holding the tensors of ``adapter_dir`` when given (a checkpoint's)."""
-    from hacrl_core.models.loading import load_policy
-
     base, tokenizer = load_policy(base_dir, dtype=dtype, device=device)
     model = add_adapter(base, settings, field)
     model.to(device)

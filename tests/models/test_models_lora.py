@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from hacrl_core.learner.backends import create_backend
-from hacrl_core.models.loading import load_policy, save_trained
+from hacrl_core.models.loading import load_policy
 from hacrl_core.models.lora import (
     ADAPTER_CONFIG_FILE,
     ADAPTER_WEIGHTS_FILE,
@@ -19,6 +19,7 @@ from hacrl_core.models.lora import (
     is_adapter_dir,
     load_adapter_weights,
     load_lora_policy,
+    save_trained,
 )
 from hacrl_core.models.tiny import build_tiny_model
 from hacrl_core.rollout.engine import SamplingParams
