@@ -87,7 +87,7 @@ def initialize(context: WorkerContext, device: str | None = None) -> LearnerStat
         factory = backend_factory(settings.backend)
         model, tokenizer, optimizer_state, capability_state, local = restore_checkpoint(
             context.store, context.agent_name, latest, context.work_dir, device, dtype, factory.checkpoint_globals,
-            rank=distributed.world()[0], load_model=load_model if settings.lora else None,
+            rank=distributed.world()[0], load_model=load_model,
         )
         backend = factory(model, settings)
         backend.load_optimizer_state(optimizer_state)
