@@ -116,3 +116,11 @@ def test_target_modules_the_model_lacks_are_refused_naming_the_field_and_the_mod
     with pytest.raises(ValueError, match=r"spec.agents\[1\].learner.lora.targetModules: 'query' match no linear module of the "
                                          r"model; its linear modules are: .*q_proj"):
         add_adapter(base, LoraSettings(target_modules=["q_proj", "query"]), "spec.agents[1].learner.lora")
+
+
+def test_the_adapter_stays_float32_over_a_bfloat16_base(base_dir: Path) -> None:
+    """Why spec.warnings() does not warn about a LoRA agent with the torch backend in bfloat16:
+    the parameters AdamW updates are float32, so its small steps do not round away."""
+    model, _ = load_lora_policy(base_dir, LoraSettings(rank=4), dtype=torch.bfloat16)
+    assert {p.dtype for p in model.parameters() if p.requires_grad} == {torch.float32}
+    assert {p.dtype for p in model.parameters() if not p.requires_grad} == {torch.bfloat16}
