@@ -51,8 +51,8 @@ class EngineModule:
     importing vLLM takes seconds and logs to stdout, and this table imports no engine, so the
     engines can import it without a cycle."""
 
-    module: str  # defines the engine class and ``engine_options(settings)``
-    factory: str  # the engine class, called with ``engine_options(settings)``
+    module: str  # defines the engine class and ``engine_options(settings, lora)``
+    factory: str  # the engine class, called with ``engine_options(settings, lora)``
     requires: str | None = None  # the distribution it needs, where that is optional
 
     def installed(self) -> bool:

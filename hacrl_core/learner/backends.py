@@ -78,13 +78,14 @@ class TorchBackend:
         self.model = model
         self.grad_clip = settings.grad_clip
         self.sharded = distributed.multi_rank()
+        self.parameters = trainable_parameters(model)
         if self.sharded:
             from torch.distributed.optim import ZeroRedundancyOptimizer
 
-            self.optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=settings.lr,
+            self.optimizer = ZeroRedundancyOptimizer(self.parameters, optimizer_class=torch.optim.AdamW, lr=settings.lr,
                                                      weight_decay=settings.weight_decay)
         else:
-            self.optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
+            self.optimizer = torch.optim.AdamW(self.parameters, lr=settings.lr, weight_decay=settings.weight_decay)
 
     def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
@@ -93,8 +94,8 @@ class TorchBackend:
         loss.backward()
 
     def step(self) -> float:
-        distributed.sum_gradients(self.model.parameters())  # one rank: nothing to do
-        norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip))
+        distributed.sum_gradients(self.parameters)  # one rank: nothing to do
+        norm = float(torch.nn.utils.clip_grad_norm_(self.parameters, self.grad_clip))
         if math.isfinite(norm):  # a NaN/inf gradient would poison the weights and AdamW's moments
             self.optimizer.step()  # (the summed gradients, hence the norm, are the same on every rank)
         return norm
@@ -114,6 +115,12 @@ class TorchBackend:
 
     def gathered_weights(self) -> contextlib.AbstractContextManager[torch.nn.Module]:
         return contextlib.nullcontext(self.model)
+
+
+def trainable_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """The parameters the optimizer updates: all of them, or a LoRA agent's adapter alone (peft
+    freezes the base model's), so that its optimizer state is the adapter's size."""
+    return [p for p in model.parameters() if p.requires_grad]
 
 
 def plain_optimizer_state(state: dict[str, Any]) -> dict[str, Any]:

@@ -1,5 +1,8 @@
 """Learner checkpoints: weights, optimizer, capability history and RNG, saved atomically.
 
+The weights are the model (safetensors and tokenizer) or, for a LoRA agent, its adapter alone
+(``models.lora``): its base model is the agent's ``model``, which the restoring learner reads.
+
 A checkpoint named N holds the state *after* N completed steps, so a learner restored from it
 runs step N next. The store makes the directory visible only once every file is in (manifest).
 
@@ -16,14 +19,15 @@ import pickle
 import random
 import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from hacrl_core.algorithms import CapabilityTracker
-from hacrl_core.models.loading import load_policy, save_policy
+from hacrl_core.models.loading import load_policy
+from hacrl_core.models.lora import save_trained
 
 STATE_FILE = "learner_state.json"
 OPTIMIZER_FILE = "optimizer.pt"
@@ -40,7 +44,7 @@ _SHARD_FILE = re.compile(r"^optimizer-rank-(\d{5})\.pt$")
 def save_checkpoint(store, agent: str, completed_steps: int, model, tokenizer, optimizer_state: dict, tracker: CapabilityTracker, work_dir: Path) -> None:
     local = work_dir / f"checkpoint-{completed_steps:06d}"
     shutil.rmtree(local, ignore_errors=True)
-    save_policy(model, tokenizer, local / "model")
+    save_trained(model, tokenizer, local / "model")
     shards = optimizer_state.get(RANK_SHARDS)
     if shards is None:
         torch.save(optimizer_state, local / OPTIMIZER_FILE)
@@ -94,16 +98,23 @@ def load_tensor_state(path: Path, map_location: str | torch.device | None = None
 
 
 def restore_checkpoint(store, agent: str, completed_steps: int, work_dir: Path, device: str, dtype,
-                       optimizer_globals: Sequence[type] = (), rank: int = 0):
+                       optimizer_globals: Sequence[type] = (), rank: int = 0,
+                       load_model: Callable[[Path], tuple[Any, Any]] | None = None):
     """(model, tokenizer, optimizer_state, capability_state, local_dir) of checkpoint
     ``completed_steps`` as learner rank ``rank`` needs it: of a sharded optimizer state
     (``RANK_SHARDS``) only that rank's shard is downloaded and read, the others are None.
-    ``optimizer_globals``: the training backend's ``checkpoint_globals``. The caller deletes
-    ``local_dir`` (the downloaded files) once the backend holds the state."""
+    ``optimizer_globals``: the training backend's ``checkpoint_globals``. ``load_model``: how the
+    checkpoint's weights directory becomes ``(model, tokenizer)`` (a LoRA agent's: its base model
+    with the checkpoint's adapter, ``models.lora.load_lora_policy``); default ``load_policy``. It
+    runs before the RNG state is restored, so what it draws does not shift the restored streams.
+    The caller deletes ``local_dir`` (the downloaded files) once the backend holds the state."""
     local = work_dir / f"restore-{completed_steps:06d}"
     shutil.rmtree(local, ignore_errors=True)
     store.load_checkpoint(agent, completed_steps, local, skip=lambda path: shard_rank(path) not in (None, rank))
-    model, tokenizer = load_policy(local / "model", dtype=dtype, device=device)
+    if load_model is None:
+        model, tokenizer = load_policy(local / "model", dtype=dtype, device=device)
+    else:
+        model, tokenizer = load_model(local / "model")
     optimizer_state = read_optimizer_state(local, rank, optimizer_globals)
     rng = load_tensor_state(local / RNG_FILE)
     torch.set_rng_state(rng["torch"])

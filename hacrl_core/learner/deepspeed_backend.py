@@ -74,7 +74,7 @@ from deepspeed.runtime.zero.config import ZeroStageEnum  # noqa: E402
 from deepspeed.utils.tensor_fragment import fragment_address  # noqa: E402
 
 from hacrl_core.learner import distributed, launcher  # noqa: E402
-from hacrl_core.learner.backends import register_backend  # noqa: E402
+from hacrl_core.learner.backends import register_backend, trainable_parameters  # noqa: E402
 from hacrl_core.learner.checkpoint import RANK_SHARDS  # noqa: E402
 
 log = logging.getLogger("hacrl")
@@ -136,7 +136,8 @@ class DeepSpeedBackend:
         self.dtype = settings.dtype
         self.grad_clip = settings.grad_clip
         self._self_clip = self.zero_stage == 0 and settings.dtype != "bfloat16"
-        optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
+        self.parameters = trainable_parameters(model)  # a LoRA agent's: the adapter's alone (peft froze the base)
+        optimizer = torch.optim.AdamW(self.parameters, lr=settings.lr, weight_decay=settings.weight_decay)
         self.engine, self.optimizer, _, _ = deepspeed.initialize(
             model=model, optimizer=optimizer, config=deepspeed_config(settings, self.zero_stage)
         )
@@ -158,8 +159,8 @@ class DeepSpeedBackend:
     def step(self) -> float:
         norm = None
         if self._self_clip:
-            distributed.sum_gradients(self.engine.module.parameters())  # several ranks: the step's averaging then keeps it
-            norm = float(torch.nn.utils.clip_grad_norm_(self.engine.module.parameters(), self.grad_clip))
+            distributed.sum_gradients(self.parameters)  # several ranks: the step's averaging then keeps it
+            norm = float(torch.nn.utils.clip_grad_norm_(self.parameters, self.grad_clip))
             if not math.isfinite(norm):
                 return norm  # skipped; under ZeRO the norm is known only after the step (weights are checked before publishing)
         self.engine.step()

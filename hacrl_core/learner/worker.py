@@ -24,6 +24,8 @@ import os
 import shutil
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -49,7 +51,8 @@ from hacrl_core.learner.stages import (
 )
 from hacrl_core.learner.updates import StepInputs, plan_updates, run_updates
 from hacrl_core.metrics import WorkerMetrics, store_retries
-from hacrl_core.models.loading import default_device, load_policy, save_policy
+from hacrl_core.models.loading import default_device, load_policy
+from hacrl_core.models.lora import AdapterDisabled, load_lora_policy, save_trained
 from hacrl_core.sharing import shared_rows_used, sharing_warning
 from hacrl_core.tracking import open_tracking, steps_jsonl
 
@@ -69,16 +72,17 @@ def initialize(context: WorkerContext, device: str | None = None) -> LearnerStat
     device = device or default_device()
     spec, settings = context.spec, context.agent.learner
     dtype = DTYPES[settings.dtype]
+    load_model = model_loader(context, dtype, device)
     latest = context.store.latest_checkpoint(context.agent_name)
     if latest is None:
-        model, tokenizer = load_policy(context.initial_model_dir(), dtype=dtype, device=device)
+        model, tokenizer = load_model(None)
         backend = create_backend(settings.backend, model, settings)
         capability_state = None
     else:  # restores the RNG state too, so nothing random may happen before this
         factory = backend_factory(settings.backend)
         model, tokenizer, optimizer_state, capability_state, local = restore_checkpoint(
             context.store, context.agent_name, latest, context.work_dir, device, dtype, factory.checkpoint_globals,
-            rank=distributed.world()[0],
+            rank=distributed.world()[0], load_model=load_model,
         )
         backend = factory(model, settings)
         backend.load_optimizer_state(optimizer_state)
@@ -86,13 +90,28 @@ def initialize(context: WorkerContext, device: str | None = None) -> LearnerStat
         log.info("learner %s: resumed from checkpoint after %d steps", context.agent_name, latest)
     reference = None
     if spec.algorithm.kl_coef > 0:  # 0 must skip loading the reference entirely
-        reference, _ = load_policy(context.initial_model_dir(), dtype=dtype, device=device)
-        reference.eval().requires_grad_(False)
+        if settings.lora:  # the frozen reference is the base model itself: no second copy
+            reference = AdapterDisabled(backend.unwrapped_model())
+        else:
+            reference, _ = load_policy(context.initial_model_dir(), dtype=dtype, device=device)
+            reference.eval().requires_grad_(False)
     state = start_state(model, tokenizer, backend, spec.algorithm, len(spec.agents), next_step=latest or 0, reference=reference, device=device,
                         learner=settings)
     if capability_state is not None:
         state.tracker.load_state_dict(capability_state)
     return state
+
+
+def model_loader(context: WorkerContext, dtype: torch.dtype, device: str) -> Callable[[Path | None], tuple[Any, Any]]:
+    """How the learner gets its ``(model, tokenizer)``: from a checkpoint's weights directory, or
+    from the agent's initial model when None. A LoRA agent (``learner.lora``) reads its base
+    model from the agent's ``model`` either way and adds the adapter (the checkpoint's, or a
+    fresh one): its checkpoints hold the adapter alone (``models.lora``)."""
+    lora = context.agent.learner.lora
+    if lora is None:
+        return lambda weights: load_policy(weights or context.initial_model_dir(), dtype=dtype, device=device)
+    field = f"spec.agents[{context.agent_index}].learner.lora"
+    return lambda weights: load_lora_policy(context.initial_model_dir(), lora, adapter_dir=weights, dtype=dtype, device=device, field=field)
 
 
 def publish_weights(context: WorkerContext, state: LearnerState, version: int) -> None:
@@ -104,7 +123,7 @@ def publish_weights(context: WorkerContext, state: LearnerState, version: int) -
             return
         shutil.rmtree(local, ignore_errors=True)
         ensure_finite_weights(model, context.agent_name, f"publish weights version {version}")
-        save_policy(model, state.tokenizer, local)
+        save_trained(model, state.tokenizer, local)  # a LoRA agent's: the adapter alone
     context.store.publish_weights(context.agent_name, version, local)
     shutil.rmtree(local, ignore_errors=True)
 

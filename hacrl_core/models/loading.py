@@ -76,3 +76,4 @@ def save_policy(model: Any, tokenizer: Any, path: str | Path) -> Path:
     reader never sees a half-written directory (an existing ``path`` is replaced).
     """
     return replace_directory(path, lambda directory: save_pretrained_quietly(model, tokenizer, directory))
+

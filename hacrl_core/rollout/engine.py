@@ -41,6 +41,11 @@ class RolloutEngine(Protocol):
     def load(self, model_dir: Path) -> None:
         """Load (or reload in place) the weights found in ``model_dir``."""
 
+    def load_adapter(self, adapter_dir: Path) -> None:
+        """Sample with the LoRA adapter in ``adapter_dir`` (``models.lora``: a LoRA agent's weights
+        version) over the base model ``load`` read; a later call replaces the adapter, never
+        re-reading the base."""
+
     def generate(self, prompts: list[str], params: SamplingParams) -> list[list[Sample]]:
         """``params.n`` samples for each rendered prompt text, in prompt order."""
 
@@ -66,7 +71,9 @@ def create_engine(name: str, **kwargs: Any) -> RolloutEngine:
     return getattr(engine_module(name), ENGINES.get(name).factory)(**kwargs)
 
 
-def engine_for(settings) -> RolloutEngine:
+def engine_for(settings, lora=None) -> RolloutEngine:
     """The engine an agent's ``rollout`` settings name, configured from those settings (each
-    engine module's ``engine_options(settings)``: batch size, device, tensor parallelism, ...)."""
-    return create_engine(settings.engine, **engine_module(settings.engine).engine_options(settings))
+    engine module's ``engine_options(settings, lora)``: batch size, device, tensor parallelism,
+    ...); ``lora``: the agent's ``learner.lora`` settings when it trains an adapter, which an
+    engine may need to know before it starts (vLLM's largest adapter rank)."""
+    return create_engine(settings.engine, **engine_module(settings.engine).engine_options(settings, lora))

@@ -25,6 +25,16 @@ class HFEngine:
         self.model, self.tokenizer = load_policy(model_dir, dtype=self.dtype, device=self.device)
         self.model.eval()
 
+    def load_adapter(self, adapter_dir: Path) -> None:
+        """Apply a LoRA adapter over the loaded base model through peft: the first adapter wraps
+        the base, every later one is loaded into the same modules in place (``models.lora.apply_adapter``)."""
+        from hacrl_core.models.lora import apply_adapter
+
+        if self.model is None:
+            raise RuntimeError("engine has no base model loaded: call load(model_dir) before load_adapter(adapter_dir)")
+        self.model = apply_adapter(self.model, adapter_dir)
+        self.model.eval()
+
     def set_policy(self, model: Any, tokenizer: Any) -> None:
         """Use an already-loaded policy (the learner evaluates its live model this way)."""
         self.model, self.tokenizer = model, tokenizer
@@ -81,9 +91,10 @@ class HFEngine:
         return Sample(token_ids=ids, text=self.tokenizer.decode(ids, skip_special_tokens=True), finish_reason="length")
 
 
-def engine_options(settings) -> dict[str, Any]:
+def engine_options(settings, lora=None) -> dict[str, Any]:
     """Keyword arguments of ``HFEngine`` from an agent's ``RolloutSettings``: the GPU in bf16
-    where there is one (sampling only; the learner re-scores every row), else the CPU in fp32."""
+    where there is one (sampling only; the learner re-scores every row), else the CPU in fp32.
+    A LoRA adapter needs nothing set up front (``lora`` is unused)."""
     from hacrl_core.models.loading import default_device
 
     device = default_device()

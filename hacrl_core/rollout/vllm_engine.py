@@ -24,6 +24,11 @@ Contract, the same as the ``hf`` engine's (``hacrl_core.rollout.engine``):
   never requested: the learner scores every row itself (docs/architecture.md, "One step", step 2).
 - Seeds: prompt ``i`` of a call gets ``seed + i * n`` and vLLM gives its ``n`` samples
   ``seed + i * n + j``, so every (prompt, sample) of a step has its own reproducible stream.
+- LoRA agents (``models.lora``): ``engine_options`` starts the engine with ``enable_lora`` and
+  ``max_lora_rank`` (vLLM's smallest allowed rank at or above the agent's ``learner.lora.rank``).
+  ``load(base_dir)`` starts it on the base model once; ``load_adapter(adapter_dir)`` makes every
+  later generate call carry a ``LoRARequest`` for that directory under a new id, so vLLM reads
+  the new version's adapter (never the base again) and evicts the old one (``max_loras`` 1).
 - ``tensor_parallel_size`` and ``gpu_memory_utilization`` come from the agent's ``rollout``
   settings (defaults 1 and 0.85). ``batch_size`` (an ``hf`` setting) bounds the prompts of one
   ``LLM.generate`` call here too; vLLM schedules within a call itself.
@@ -48,13 +53,29 @@ DEFAULT_TENSOR_PARALLEL_SIZE = 1
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.85
 
 
-def engine_options(settings) -> dict[str, Any]:
-    """Keyword arguments of ``create_engine("vllm", ...)`` from an agent's ``RolloutSettings``."""
-    return {
+#: The adapter ranks vLLM accepts as ``max_lora_rank`` (vllm.config.lora.MaxLoRARanks).
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def max_lora_rank(rank: int) -> int:
+    """vLLM's smallest ``max_lora_rank`` that serves an adapter of ``rank`` (the spec caps it at 512)."""
+    fitting = [allowed for allowed in VLLM_LORA_RANKS if allowed >= rank]
+    if not fitting:
+        raise ValueError(f"learner.lora.rank {rank}: vLLM serves adapters up to rank {VLLM_LORA_RANKS[-1]}")
+    return fitting[0]
+
+
+def engine_options(settings, lora=None) -> dict[str, Any]:
+    """Keyword arguments of ``create_engine("vllm", ...)`` from an agent's ``RolloutSettings``
+    and, for a LoRA agent, its ``learner.lora`` settings."""
+    options: dict[str, Any] = {
         "batch_size": settings.batch_size,
         "tensor_parallel_size": settings.tensor_parallel_size or DEFAULT_TENSOR_PARALLEL_SIZE,
         "gpu_memory_utilization": settings.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION,
     }
+    if lora is not None:
+        options["max_lora_rank"] = max_lora_rank(lora.rank)
+    return options
 
 
 # What fixes the shapes of the parameters: an in-place reload needs these equal. Other keys may
@@ -80,10 +101,14 @@ class VLLMEngine:
         gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
         dtype: str = "auto",
         seed: int = 0,
+        max_lora_rank: int | None = None,
         **llm_options: Any,
     ) -> None:
-        """``llm_options`` go to ``vllm.LLM`` as they are (e.g. ``max_model_len``,
-        ``enforce_eager``)."""
+        """``max_lora_rank``: serve LoRA adapters up to this rank (``load_adapter``); None: none.
+        ``llm_options`` go to ``vllm.LLM`` as they are (e.g. ``max_model_len``, ``enforce_eager``)."""
+        self.max_lora_rank = max_lora_rank
+        self.lora_request: Any = None
+        self._adapters = 0
         self.batch_size = batch_size
         self.tensor_parallel_size = tensor_parallel_size
         self.gpu_memory_utilization = gpu_memory_utilization
@@ -109,6 +134,7 @@ class VLLMEngine:
                 dtype=self.dtype,
                 seed=self.seed,
                 generation_config="vllm",
+                **self.lora_options(),
                 **self.llm_options,
             )
         else:
@@ -123,6 +149,24 @@ class VLLMEngine:
         self.model_dir = model_dir
         self._architecture = architecture
 
+    def lora_options(self) -> dict[str, Any]:
+        """``vllm.LLM`` options for serving adapters: one at a time (a step samples one version)."""
+        if self.max_lora_rank is None:
+            return {}
+        return {"enable_lora": True, "max_lora_rank": self.max_lora_rank, "max_loras": 1}
+
+    def load_adapter(self, adapter_dir: Path) -> None:
+        """Sample with the adapter in ``adapter_dir`` from now on: a ``LoRARequest`` under a new id,
+        which vLLM loads on the next generate call (the old id is never asked for again)."""
+        from vllm.lora.request import LoRARequest
+
+        if self.llm is None:
+            raise RuntimeError("engine has no base model loaded: call load(model_dir) before load_adapter(adapter_dir)")
+        if self.max_lora_rank is None:
+            raise RuntimeError("this engine was started without LoRA: create it with max_lora_rank (engine_options with the agent's learner.lora)")
+        self._adapters += 1
+        self.lora_request = LoRARequest(f"adapter-{self._adapters}", self._adapters, str(Path(adapter_dir).resolve()))
+
     def generate(self, prompts: list[str], params: SamplingParams) -> list[list[Sample]]:
         if self.llm is None:
             raise RuntimeError("engine has no weights loaded: call load(model_dir) first")
@@ -133,7 +177,7 @@ class VLLMEngine:
             chunk = prompts[start : start + self.batch_size]
             requests = [{"prompt_token_ids": encode_prompt(self.tokenizer, prompt)} for prompt in chunk]
             sampling = [self._sampling_params(params, per_prompt, params.seed + (start + i) * per_prompt, eos_id) for i in range(len(chunk))]
-            outputs = self.llm.generate(requests, sampling, use_tqdm=False)
+            outputs = self.llm.generate(requests, sampling, use_tqdm=False, lora_request=self.lora_request)
             for output in outputs:
                 completions = sorted(output.outputs, key=lambda c: c.index)
                 results.append([self._sample(list(c.token_ids), c.finish_reason, eos_id) for c in completions])

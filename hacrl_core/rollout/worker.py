@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from pathlib import Path
 
 from hacrl_core.context import WorkerContext, log
 from hacrl_core.metrics import WorkerMetrics, store_retries
@@ -58,6 +59,29 @@ def sample_rollouts(context: WorkerContext, engine: RolloutEngine, step: int, ve
     return rows, seconds
 
 
+def load_weights(context: WorkerContext, engine: RolloutEngine, version: int, local: Path, *, first: bool) -> None:
+    """Put the agent's weights version ``version`` into ``engine`` (fetched into ``local``).
+
+    Version 0 is the initial model, which the learner is still loading to publish: sampling from
+    the same checkpoint at once takes the learner's start-up off the critical path (its pi_old is
+    the learner's own scoring either way). A LoRA agent's versions are adapters (``models.lora``):
+    the engine reads the base model once (``first``) and applies each version over it; its
+    version 0 adapter is the identity (peft starts B at 0), so the base alone samples it.
+    """
+    lora = context.agent.learner.lora is not None
+    if lora and first:
+        engine.load(context.initial_model_dir())
+    if version == 0:
+        if not lora:
+            engine.load(context.initial_model_dir())
+        return
+    context.store.fetch_weights(context.agent.name, version, local, wait=context.wait_seconds)
+    if lora:
+        engine.load_adapter(local)
+    else:
+        engine.load(local)
+
+
 def run_rollout_worker(context: WorkerContext) -> None:
     spec, agent = context.spec, context.agent
     replicas = agent.rollout.replicas
@@ -68,7 +92,7 @@ def run_rollout_worker(context: WorkerContext) -> None:
     metrics.serve(spec.metrics.port, spec.metrics.bind_address)
     for report in context.dataset_reports(include_eval=False):  # logs what the reader skipped
         metrics.publish(report.metrics())
-    engine = engine_for(agent.rollout)
+    engine = engine_for(agent.rollout, agent.learner.lora)
     start = first_missing_step(context.store, agent.name, spec.algorithm.steps, context.replica)
     if start:
         log.info("rollout %s: steps 0..%d already written, resuming at %d", name, start - 1, start)
@@ -80,15 +104,7 @@ def run_rollout_worker(context: WorkerContext) -> None:
         began = time.perf_counter()
         version = sampling_version(step, spec.algorithm.max_staleness)
         if version != loaded:
-            if version == 0:
-                # Version 0 is the initial model, which the learner is still loading to publish:
-                # sampling from the same checkpoint at once takes the learner's start-up off the
-                # critical path (its pi_old is the learner's own scoring either way).
-                engine.load(context.initial_model_dir())
-            else:
-                local = weights_root / f"{version:06d}"
-                context.store.fetch_weights(agent.name, version, local, wait=context.wait_seconds)
-                engine.load(local)
+            load_weights(context, engine, version, weights_root / f"{version:06d}", first=loaded is None)
             if loaded is not None:
                 shutil.rmtree(weights_root / f"{loaded:06d}", ignore_errors=True)
             loaded = version

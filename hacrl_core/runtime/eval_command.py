@@ -84,10 +84,11 @@ def evaluate(args: argparse.Namespace) -> dict:
     try:
         version = chosen_version(context.store, args.agent, args.version)
         with tempfile.TemporaryDirectory() as tmp:
-            context.store.fetch_weights(args.agent, version, Path(tmp) / "w", wait=0)
-            engine = engine_for(context.agent.rollout)  # the agent's own engine: vllm on GPU clusters
+            weights = Path(tmp) / "w"
+            context.store.fetch_weights(args.agent, version, weights, wait=0)
+            engine = engine_for(context.agent.rollout, context.agent.learner.lora)  # the agent's own engine: vllm on GPU clusters
             try:
-                engine.load(Path(tmp) / "w")
+                load_version(context, engine, weights)
             except Exception as error:  # the loader's own errors (safetensors, config JSON, tokenizer files) vary by library
                 raise EvalRefused(f"weights version {version} of agent {args.agent!r} do not load: "
                                   f"{type(error).__name__}: {_first_line(error)}", 1) from None
@@ -95,6 +96,18 @@ def evaluate(args: argparse.Namespace) -> dict:
     except (StoreError, TimeoutError) as error:
         raise EvalRefused(f"agent {args.agent!r}: {_first_line(error)}", 1) from None
     return {"agent": args.agent, "weights_version": version, **results}
+
+
+def load_version(context, engine, weights: Path) -> None:
+    """A fetched weights version into ``engine``: a LoRA agent's adapter (models/lora.py) over its
+    base model, read from the agent's ``model``; any other agent's whole model."""
+    from hacrl_core.models.lora import is_adapter_dir
+
+    if is_adapter_dir(weights):
+        engine.load(context.initial_model_dir())
+        engine.load_adapter(weights)
+    else:
+        engine.load(weights)
 
 
 def _first_line(error: BaseException) -> str:

@@ -14,7 +14,7 @@ Nothing here imports torch: the operator validates specs with it.
 """
 
 from hacrl_core.catalog import ALGORITHM_NAMES, SHARED_ROW_ALGORITHMS
-from hacrl_core.spec.agents import AgentSpec, LearnerSettings, RolloutSettings
+from hacrl_core.spec.agents import LORA_MODULE, AgentSpec, LearnerSettings, LoraSettings, RolloutSettings
 from hacrl_core.spec.algorithm import DEFAULT_MINI_BATCH_PROMPTS, Ablations, AlgorithmSpec
 from hacrl_core.spec.base import DNS_LABEL, DNS_SUBDOMAIN, KubeObject, SpecModel
 from hacrl_core.spec.cluster import (
@@ -94,7 +94,7 @@ __all__ = [
     "ROLLOUT_REPLICA_ENV", "SHARED_ROW_ALGORITHMS", "SHORT_NAME", "SPEC_DIGEST_ENV", "WANDB_PROJECT",
     "Ablations", "AgentSpec", "AlgorithmSpec", "CheckpointSpec", "CleanupAction", "CleanupSpec", "DataSource", "DataSpec",
     "EnvFromSource", "EnvVar", "EnvVarSource", "EvalSet", "EvaluationSpec", "Experiment", "ExperimentSpec", "GangScheduler",
-    "ImageSpec", "KeyReference", "KubeObject", "LearnerSettings", "Metadata", "MetricsSpec", "MlflowTracking", "ModelCacheSpec",
+    "ImageSpec", "KeyReference", "KubeObject", "LearnerSettings", "LoraSettings", "LORA_MODULE", "Metadata", "MetricsSpec", "MlflowTracking", "ModelCacheSpec",
     "ObjectReference", "RewardServerSpec", "RolePodTemplates", "RoleResources", "RolloutSettings", "SchedulingSpec",
     "SpecError", "SpecModel", "StoreSpec", "TensorBoardTracking", "TrackingSpec", "WandbTracking",
     "dump_experiment", "format_validation_error", "gpu_count", "load_experiment", "load_spec_document", "operator_env_problem",

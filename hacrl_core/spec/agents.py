@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 from hacrl_core.catalog import BACKEND_NAMES, ENGINE_NAMES
 from hacrl_core.spec.base import DNS_LABEL, SpecModel
@@ -35,6 +36,47 @@ class RolloutSettings(SpecModel):
         return self
 
 
+#: A module name as peft matches it in ``target_modules``: a name of the model's modules, or a
+#: dotted suffix of one (``q_proj``, ``self_attn.q_proj``).
+LORA_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
+
+
+def _lora_module(name: str) -> str:
+    if len(name) > 128 or not LORA_MODULE.fullmatch(name):
+        raise ValueError(f"{name!r} is not a module name: letters, digits and '_', dotted for a suffix of a module path (e.g. q_proj, self_attn.q_proj)")
+    return name
+
+
+LoraModule = Annotated[str, AfterValidator(_lora_module), WithJsonSchema({"type": "string", "maxLength": 128, "pattern": LORA_MODULE.pattern})]
+
+
+class LoraSettings(SpecModel):
+    # The API server's copy of the uniqueness check below.
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "!has(self.targetModules) || self.targetModules.all(m, self.targetModules.exists_one(n, n == m))",
+         "message": "lora.targetModules lists a module twice; list each once"},
+    ]})
+    rank: int = Field(16, ge=1, le=512, description=(
+        "r: rank of each adapter matrix pair (vLLM serves adapters up to rank 512). The adapter holds rank x (in + out) "
+        "parameters per targeted linear layer. Default 16."))
+    alpha: float = Field(32.0, gt=0, le=65536, description="LoRA alpha: the adapter's output is scaled by alpha / rank. Default 32 (twice the default rank).")
+    dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the adapter's input while training (0: none, the default; RL updates are small).")
+    target_modules: list[LoraModule] | None = Field(None, min_length=1, max_length=64, description=(
+        "Names of the linear modules that get an adapter, as peft matches them (a module name or a dotted suffix, e.g. "
+        "`[q_proj, k_proj, v_proj, o_proj]`). Unset: every linear layer but the output head (peft's `all-linear`). A name "
+        "that matches no module of the model stops the learner with the model's linear module names."))
+
+    @field_validator("target_modules")
+    @classmethod
+    def _each_once(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return value
+        twice = sorted({name for name in value if value.count(name) > 1})
+        if twice:
+            raise ValueError(f"lists a module twice ({', '.join(map(repr, twice))}); list each once")
+        return value
+
+
 class LearnerSettings(SpecModel):
     backend: Literal[BACKEND_NAMES] = Field("torch", description="Training backend: plain `torch` or `deepspeed`.")
     lr: float = Field(1e-6, gt=0, le=1, description="AdamW learning rate (paper: 1e-6).")
@@ -58,6 +100,10 @@ class LearnerSettings(SpecModel):
         "Nodes the learner spans (torchrun's --nnodes): the learner has nodes x processesPerNode ranks. `hacrl run` runs "
         "one node and refuses more; the operator runs one learner pod per node (colocated: one colocated pod per node) "
         "behind a headless Service, node 0's pod the rendezvous, and restarts them together. Default 1."))
+    lora: LoraSettings | None = Field(None, description=(
+        "Train a LoRA adapter (peft) instead of every weight: the base model stays frozen, the optimizer holds the adapter's "
+        "parameters only, and weights versions and checkpoints carry the adapter alone (adapter_model.safetensors and "
+        "adapter_config.json); every worker reads the base model once, from `model`. Unset: full fine-tuning."))
 
     @property
     def world_size(self) -> int:

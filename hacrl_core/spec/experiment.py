@@ -147,7 +147,8 @@ class ExperimentSpec(SpecModel):
             f"agents[{i}].learner: backend torch with dtype bfloat16 keeps no fp32 master weights, so AdamW steps smaller "
             f"than about |w|/256 round away (at lr {a.learner.lr:g} most do); use backend: deepspeed (fp32 master "
             "weights) or dtype: float32"
-            for i, a in enumerate(self.agents) if a.learner.backend == "torch" and a.learner.dtype == "bfloat16"
+            # peft keeps a LoRA adapter's own parameters in float32 over a bfloat16 base
+            for i, a in enumerate(self.agents) if a.learner.backend == "torch" and a.learner.dtype == "bfloat16" and a.learner.lora is None
         ]
 
     def runs_colocated(self, *, by_default: bool) -> bool:

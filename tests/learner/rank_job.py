@@ -4,7 +4,7 @@ the only one. It runs the learner worker's own functions on a fixed step of rows
 ``plan_updates``, ``score_pi_old``, ``run_updates`` for each step asked, then optionally ``checkpoint``; rank 0
 writes the trained weights to ``--out`` (safetensors) and each step's metrics next to it (.json).
 
-    python tests/learner/rank_job.py --model DIR --store URI --work DIR --steps 0 [--checkpoint 1] [--deepspeed-zero 2] [--uneven] [--micro-batch-tokens 24] --out W.safetensors
+    python tests/learner/rank_job.py --model DIR --store URI --work DIR --steps 0 [--checkpoint 1] [--deepspeed-zero 2] [--uneven] [--micro-batch-tokens 24] [--lora] --out W.safetensors
 """
 
 from __future__ import annotations
@@ -33,6 +33,9 @@ from hacrl_core.learner.updates import StepInputs, plan_updates, run_updates  # 
 from hacrl_core.learner.worker import checkpoint, initialize  # noqa: E402
 from hacrl_core.spec import parse_experiment  # noqa: E402
 from hacrl_core.store import open_trajectory_store  # noqa: E402
+
+#: The adapter of ``--lora`` jobs.
+LORA = {"rank": 4, "alpha": 8}
 
 
 def context_for(model: Path, store_uri: str, work: Path, backend: dict | None = None) -> WorkerContext:
@@ -127,9 +130,12 @@ def main() -> None:
     parser.add_argument("--uneven", action="store_true", help="rows the ranks slice unevenly (see train_step)")
     parser.add_argument("--micro-batch-tokens", type=int, help="micro-batches packed by padded tokens up to this budget, no row cap")
     parser.add_argument("--poison-rank", type=int, help="this rank's first micro-batch has a non-finite loss (see train_step)")
+    parser.add_argument("--lora", action="store_true", help=f"a LoRA agent: learner.lora {LORA}")
     args = parser.parse_args()
-    torch.manual_seed(0)
-    backend = None if args.deepspeed_zero is None else {"backend": "deepspeed", "zeroStage": args.deepspeed_zero}
+    torch.manual_seed(0)  # also the LoRA adapter's initialisation: the same in every job
+    backend = {} if args.deepspeed_zero is None else {"backend": "deepspeed", "zeroStage": args.deepspeed_zero}
+    if args.lora:
+        backend["lora"] = LORA
     context = context_for(args.model, args.store, args.work, backend)
     device = distributed.join_ranks(context)
     state = initialize(context, device)

@@ -44,7 +44,7 @@ LAUNCH = "import sys; from hacrl_core.learner.launcher import launch_local_ranks
 
 def learner(ranks: int, model: Path, store: Path, work: Path, out: Path, steps: list[int], checkpoint: int | None = None,
             zero: int | None = None, fails_with: str | None = None, uneven: bool = False, micro_batch_tokens: int | None = None,
-            poison_rank: int | None = None) -> dict:
+            poison_rank: int | None = None, lora: bool = False) -> dict:
     """Run ``rank_job.py`` as ``ranks`` processes (the torch backend, or deepspeed at ZeRO stage
     ``zero``); the weights (rank 0's) and the steps' metrics; or, with ``fails_with``, check that
     the job failed saying so."""
@@ -53,6 +53,7 @@ def learner(ranks: int, model: Path, store: Path, work: Path, out: Path, steps: 
     command += (["--deepspeed-zero", str(zero)] if zero is not None else []) + (["--uneven"] if uneven else [])
     command += ["--micro-batch-tokens", str(micro_batch_tokens)] if micro_batch_tokens else []
     command += ["--poison-rank", str(poison_rank)] if poison_rank is not None else []
+    command += ["--lora"] if lora else []
     if ranks > 1:
         command = [sys.executable, "-c", LAUNCH, str(ranks), *command]
     env = dict(os.environ, OMP_NUM_THREADS="1", HACRL_TORCH_THREADS="1", PYTHONPATH=str(REPO))
@@ -111,6 +112,25 @@ def test_a_checkpoint_restores_at_another_rank_count(runs: dict) -> None:
     before = runs["step0@1"]["weights"]
     assert_same_update(runs["step1@2->1"]["weights"], reference, before)
     assert_same_update(runs["step1@1->2"]["weights"], reference, before)
+
+
+def test_lora_ranks_take_the_one_rank_update_and_restore_at_another_rank_count(tmp_path: Path, runs: dict) -> None:
+    """A LoRA agent on the torch backend: the adapter's AdamW state sharded over 2 ranks
+    (ZeroRedundancyOptimizer over the trainable parameters only) gives the one-rank update, and a
+    2-rank checkpoint (the adapter and its optimizer state) restores at 1 rank to the one-rank
+    learner's next update. The base weights never move."""
+    model = runs["model"]
+    one = learner(1, model, tmp_path / "s1", tmp_path / "w1", tmp_path / "a.st", [0], checkpoint=1, lora=True)
+    two = learner(2, model, tmp_path / "s2", tmp_path / "w2", tmp_path / "b.st", [0], checkpoint=1, lora=True)
+    start = {name.replace("base_model.model.", "").replace(".base_layer", ""): tensor for name, tensor in one["weights"].items()
+             if "lora_" not in name}
+    assert all(torch.equal(tensor, initial_weights(model)[name]) for name, tensor in start.items()), "a base weight moved"
+    adapter = {name: tensor for name, tensor in one["weights"].items() if "lora_B" in name}
+    assert_same_update(two["weights"], one["weights"], {name: torch.zeros_like(t) if name in adapter else t
+                                                        for name, t in one["weights"].items()})
+    resumed_one = learner(1, model, tmp_path / "s1", tmp_path / "w11", tmp_path / "c.st", [1], lora=True)
+    resumed_two = learner(1, model, tmp_path / "s2", tmp_path / "w21", tmp_path / "d.st", [1], lora=True)
+    assert_same_update(resumed_two["weights"], resumed_one["weights"], one["weights"])
 
 
 def test_only_rank_0_wrote_to_the_store(runs: dict) -> None:

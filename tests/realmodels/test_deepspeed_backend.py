@@ -25,8 +25,9 @@ from hacrl_core.learner.backends import available_backends, create_backend  # no
 from hacrl_core.learner.checkpoint import load_tensor_state  # noqa: E402
 from hacrl_core.models.loading import load_policy  # noqa: E402
 from hacrl_core.models.logprobs import sequence_logprobs  # noqa: E402
+from hacrl_core.models.lora import load_lora_policy  # noqa: E402
 from hacrl_core.models.tiny import build_tiny_model  # noqa: E402
-from hacrl_core.spec import AlgorithmSpec, LearnerSettings  # noqa: E402
+from hacrl_core.spec import AlgorithmSpec, LearnerSettings, LoraSettings  # noqa: E402
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -169,6 +170,34 @@ def test_checkpoint_resume_round_trip(model_dir: Path, tmp_path: Path) -> None:
         torch.testing.assert_close(value, before[key], rtol=0, atol=0)
     hacpo_update(restored, second, update_index=1)
     assert_close(parameters(restored), parameters(original), before)
+
+
+def fresh_lora(model_dir: Path, name: str, **settings):
+    """A LoRA agent's backend: the same adapter initialisation in every call (seeded)."""
+    lora = LoraSettings(rank=4, alpha=8)
+    torch.manual_seed(0)
+    model, _ = load_lora_policy(model_dir, lora)
+    model.train()
+    return create_backend(name, model, LearnerSettings(backend=name, lora=lora, **COMMON, **settings))
+
+
+@pytest.mark.parametrize("zero_stage", [2, 0])
+def test_lora_update_matches_torch_backend_and_leaves_the_base_alone(model_dir: Path, zero_stage: int) -> None:
+    """A LoRA agent through DeepSpeed: the optimizer holds the adapter alone, two updates move it as
+    the torch backend does, and no base weight moves."""
+    batches = [make_batch(seed=5), make_batch(seed=6)]
+    reference = fresh_lora(model_dir, "torch")
+    before = parameters(reference)
+    backend = fresh_lora(model_dir, "deepspeed", zero_stage=zero_stage)
+    assert parameters(backend).keys() == before.keys()
+    for update_index, batch in enumerate(batches):
+        hacpo_update(reference, batch, update_index)
+        hacpo_update(backend, batch, update_index)
+    got = parameters(backend)
+    assert_close(got, parameters(reference), before)
+    frozen = [key for key in before if "lora_" not in key]
+    assert frozen and all(torch.equal(got[key], before[key]) for key in frozen)
+    assert all(not torch.equal(got[key], before[key]) for key in before if "lora_B" in key)
 
 
 def test_load_refuses_other_settings(model_dir: Path) -> None:

@@ -107,6 +107,8 @@ def test_the_quickstart_passes_every_rule() -> None:
     ("colocate-stale", changed("spec.algorithm.maxStaleness", 1, changed("spec.colocate", True)), "colocate: true needs algorithm.maxStaleness 0"),
     ("colocate-vllm", changed("spec.agents.1.rollout.engine", "vllm", changed("spec.colocate", True)), "every agent's rollout.engine hf"),
     ("colocate-replicas", changed("spec.agents.1.rollout.replicas", 2, changed("spec.colocate", True)), "and rollout.replicas 1"),
+    ("lora-module-twice", changed("spec.agents.0.learner", {"lora": {"targetModules": ["q_proj", "q_proj"]}}),
+     "lora.targetModules lists a module twice"),
     ("replicas-above-prompts", changed("spec.agents.0.rollout.replicas", 9, changed("spec.algorithm.promptsPerStep", 8)),
      "rollout.replicas must be at most algorithm.promptsPerStep"),
 ])
@@ -141,6 +143,12 @@ def test_env_env_from_and_model_cache_both_accept() -> None:
     document = changed("spec.envFrom", [{"configMapRef": {"name": "tuning"}}, {"secretRef": {"name": "extra"}, "prefix": "X_"}], document)
     document = changed("spec.modelCache", {"claimName": "models"}, document)
     document = changed("spec.agents.0.modelCache", {"claimName": "models-a"}, document)
+    assert violations(document) == [] and not python_refuses(document)
+
+
+def test_lora_settings_both_accept() -> None:
+    document = changed("spec.agents.0.learner", {"lora": {"rank": 8, "alpha": 16, "dropout": 0.05, "targetModules": ["q_proj", "self_attn.v_proj"]}})
+    document = changed("spec.agents.1.learner", {"lora": {}}, document)
     assert violations(document) == [] and not python_refuses(document)
 
 

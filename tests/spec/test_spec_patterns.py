@@ -57,6 +57,7 @@ SETTERS: dict[str, Callable[[str], Callable[[dict], None]]] = {
     "spec.data.reward": lambda v: lambda spec: spec["data"].update(reward=v),
     "spec.tracking.mlflow.trackingUri": lambda v: lambda spec: spec.update(tracking={"mlflow": {"trackingUri": v}}),
     "spec.tracking.wandb.project": lambda v: lambda spec: spec.update(tracking={"wandb": {"project": v}}),
+    "spec.agents[].learner.lora.targetModules[]": lambda v: lambda spec: spec["agents"][0].update(learner={"lora": {"targetModules": [v]}}),
 }
 
 

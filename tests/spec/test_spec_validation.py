@@ -105,6 +105,16 @@ BAD_SPECS = [
     ("spec", {**MINIMAL["spec"], "colocate": True, "agents": [{"name": "a", "model": "tiny://llama-char", "rollout": {"replicas": 2}},
                                                              {"name": "b", "model": "tiny://qwen2-bpe"}]}, "spec.colocate",
      "agents[0].rollout.replicas: 2 (a colocated worker is one sampler per agent; set it to 1)"),
+    ("spec.agents.0.learner", {"lora": {"rank": 0}}, "spec.agents[0].learner.lora.rank", "greater than or equal to 1"),
+    ("spec.agents.0.learner", {"lora": {"rank": 1024}}, "spec.agents[0].learner.lora.rank", "less than or equal to 512"),
+    ("spec.agents.0.learner", {"lora": {"alpha": 0}}, "spec.agents[0].learner.lora.alpha", "greater than 0"),
+    ("spec.agents.0.learner", {"lora": {"dropout": 1.0}}, "spec.agents[0].learner.lora.dropout", "less than 1"),
+    ("spec.agents.0.learner", {"lora": {"targetModules": []}}, "spec.agents[0].learner.lora.targetModules", "at least 1 item"),
+    ("spec.agents.0.learner", {"lora": {"targetModules": ["q-proj"]}}, "spec.agents[0].learner.lora.targetModules[0]",
+     "'q-proj' is not a module name"),
+    ("spec.agents.0.learner", {"lora": {"targetModules": ["q_proj", "v_proj", "q_proj"]}}, "spec.agents[0].learner.lora.targetModules",
+     "lists a module twice ('q_proj'); list each once"),
+    ("spec.agents.0.learner", {"lora": {"ranks": 8}}, "spec.agents[0].learner.lora.ranks", "unknown field"),
     ("metadata.name", "My Experiment", "metadata.name", "not a valid experiment name"),
     ("kind", "RayJob", "kind", "'HACRLExperiment'"),
 ]
@@ -210,6 +220,9 @@ def test_pure_bf16_torch_learners_are_warned_about_naming_the_field(tmp_path):
         "agents[1].learner: backend torch with dtype bfloat16 keeps no fp32 master weights, so AdamW steps smaller than "
         "about |w|/256 round away (at lr 1e-06 most do); use backend: deepspeed (fp32 master weights) or dtype: float32"]
     assert parse_experiment(with_change("spec.agents.1.learner", {"backend": "torch", "dtype": "float32"})).spec.warnings() == []
+    # peft keeps a LoRA adapter in float32 over the bfloat16 base: nothing rounds away
+    lora = with_change("spec.agents.1.learner", {"backend": "torch", "dtype": "bfloat16", "lora": {"rank": 8}})
+    assert parse_experiment(lora).spec.warnings() == []
     path = tmp_path / "bf16.yaml"
     path.write_text(yaml.safe_dump(document))
     result = subprocess.run([sys.executable, "-m", "hacrl_core.cli", "validate", str(path)], capture_output=True, text=True)
