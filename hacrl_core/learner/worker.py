@@ -55,6 +55,7 @@ from hacrl_core.rollout.sampling import rollout_metrics
 from hacrl_core.rollout.worker import sample_rollouts
 from hacrl_core.sharing import shared_rows_used, sharing_warning
 from hacrl_core.spec import SpecError
+from hacrl_core.store.weight_chain import publish_policy
 from hacrl_core.tracking import open_tracking, steps_jsonl
 
 log = logging.getLogger("hacrl")
@@ -109,8 +110,13 @@ def publish_weights(context: WorkerContext, state: LearnerState, version: int) -
         shutil.rmtree(local, ignore_errors=True)
         ensure_finite_weights(model, context.agent_name, f"publish weights version {version}")
         save_policy(model, state.tokenizer, local)
-    context.store.publish_weights(context.agent_name, version, local)
+    # A delta against the previous publish, or in full (store/weight_chain.py; docs/architecture.md, "Weight publishes").
+    published = publish_policy(context.store, context.agent_name, version, local, context.work_dir / "published-weights",
+                               full_every=context.agent.learner.full_publish_every)
     shutil.rmtree(local, ignore_errors=True)
+    log.info("learner %s: weights version %d published %s, %.1f MB of %.1f MB%s", context.agent_name, version, published.kind,
+             published.bytes_written / 1e6, published.full_bytes / 1e6,
+             "" if published.changed_fraction is None else f", {published.changed_fraction:.2%} of elements changed")
 
 
 def publish_own_scores(context: WorkerContext, step: int, own_rollouts, rows: list[TrainRow], old: OldLogprobs) -> None:

@@ -13,7 +13,6 @@ committed, so it rewrites nothing another replica or its own earlier incarnation
 
 from __future__ import annotations
 
-import shutil
 import time
 
 from hacrl_core.context import WorkerContext, log
@@ -23,6 +22,7 @@ from hacrl_core.rollout.engine import RolloutEngine, engine_for
 from hacrl_core.rollout.replicas import check_replica_prompts, replica_slice
 from hacrl_core.rollout.sampling import rollout_metrics, rollout_rows, sample_step, sampling_params, sampling_version
 from hacrl_core.store import TrajectoryStore
+from hacrl_core.store.weight_chain import fetch_policy
 
 
 def first_missing_step(store: TrajectoryStore, agent: str, steps: int, replica: int = 0) -> int:
@@ -72,9 +72,10 @@ def run_rollout_worker(context: WorkerContext) -> None:
     start = first_missing_step(context.store, agent.name, spec.algorithm.steps, context.replica)
     if start:
         log.info("rollout %s: steps 0..%d already written, resuming at %d", name, start - 1, start)
-    # Replicas of one agent may share a machine (`hacrl run`): each fetches and prunes its own copy.
+    # Replicas of one agent may share a machine (`hacrl run`): each rebuilds the weights in its own folder.
     weights_root = context.work_dir / ("rollout-weights" if replicas == 1 else f"rollout-weights-{context.replica}")
-    loaded: int | None = None
+    loaded: int | None = None  # the version asked for last
+    holds = 0  # the version the engine holds: ``loaded``, or an older one after a broken delta
     for step in range(start, spec.algorithm.steps):
         seconds: dict[str, float] = {}
         began = time.perf_counter()
@@ -85,16 +86,20 @@ def run_rollout_worker(context: WorkerContext) -> None:
                 # sampling from the same checkpoint at once takes the learner's start-up off the
                 # critical path (its pi_old is the learner's own scoring either way).
                 engine.load(context.initial_model_dir())
+                holds = 0
             else:
-                local = weights_root / f"{version:06d}"
-                context.store.fetch_weights(agent.name, version, local, wait=context.wait_seconds)
-                engine.load(local)
-            if loaded is not None:
-                shutil.rmtree(weights_root / f"{loaded:06d}", ignore_errors=True)
+                # The chain from what this worker holds (or from the last full publish) to ``version``
+                # (store/weight_chain.py); after a broken delta, an older version of the chain, said in the rows.
+                fetched = fetch_policy(context.store, agent.name, version, weights_root, wait=context.wait_seconds)
+                engine.load(weights_root)
+                holds = fetched.version
+                if fetched.fell_back:
+                    log.warning("rollout %s step %d: sampling with weights version %d instead of %d (a delta of the "
+                                "chain is unusable; see the warning above)", name, step, fetched.version, version)
             loaded = version
         seconds["load_weights"] = time.perf_counter() - began
 
-        rows, sampled = sample_rollouts(context, engine, step, version)
+        rows, sampled = sample_rollouts(context, engine, step, holds)
         seconds.update(sampled)
         values = rollout_metrics(rows, step, seconds, take_retries())
         metrics.publish_step(values)
