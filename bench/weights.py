@@ -18,7 +18,7 @@ checksum, rewrite the local files). The bytes are the files' sizes; the ratio to
 publish is what the goal of docs/benchmarks.md is stated in.
 
     python bench/weights.py            # ~113M parameters, 10 steps at lr 1e-6 and 1e-5
-    python bench/weights.py --quick    # the small llama-char preset, 3 steps at lr 1e-5
+    python bench/weights.py --quick    # the small llama-char preset, 2 steps at lr 1e-5
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
     if args.quick:
-        args.model, args.lrs, args.steps = SMALL, "1e-5", 3
+        args.model, args.lrs, args.steps = SMALL, "1e-5", 2
     return args
 
 
