@@ -15,6 +15,8 @@ from hacrl_core.store.weight_deltas import (
     StateDelta,
     apply_delta,
     apply_tensor_delta,
+    decode_gaps,
+    encode_gaps,
     state_delta,
     state_sha256,
     tensor_delta,
@@ -84,14 +86,23 @@ def test_state_delta_round_trips_through_its_flat_form(pairs) -> None:
 
 def test_each_encoding_is_chosen_where_it_is_smallest() -> None:
     old = torch.zeros(10_000, dtype=torch.bfloat16)
-    for changed, encoding in ((10, "index"), (2_000, "mask"), (9_900, "dense")):
+    for where, encoding in ((torch.arange(0, 10_000, 2_000), "index"),  # long gaps: 8 bytes each
+                            (torch.arange(0, 10_000, 20), "gaps"), (torch.arange(0, 3_000), "mask"),
+                            (torch.arange(0, 9_900), "dense")):
         new = old.clone()
-        new[:changed] = 1.0
+        new[where] = 1.0
         delta = tensor_delta(old, new)
-        assert delta is not None and delta.encoding == encoding and delta.changed == changed
+        assert delta is not None and delta.encoding == encoding and delta.changed == where.numel()
         assert bits_equal(apply_tensor_delta(old, delta), new)
     sparse = tensor_delta(old, torch.cat([torch.ones(10), torch.zeros(9_990)]).to(torch.bfloat16))
-    assert sparse is not None and sparse.nbytes == 10 * (2 + 4)  # positions int32 + bf16 values
+    assert sparse is not None and sparse.encoding == "gaps" and sparse.nbytes == 10 * (2 + 1)  # a byte per gap + bf16 values
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 3_000), unique=True, max_size=60))
+def test_gaps_round_trip_including_gaps_past_a_byte(positions) -> None:
+    where = torch.tensor(sorted(positions), dtype=torch.long)
+    assert torch.equal(decode_gaps(encode_gaps(where)), where)
 
 
 def test_signed_zero_and_nan_payloads_count_as_changes() -> None:
