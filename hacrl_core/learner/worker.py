@@ -54,6 +54,7 @@ from hacrl_core.metrics import WorkerMetrics, store_retries
 from hacrl_core.models.loading import default_device, load_policy
 from hacrl_core.models.lora import AdapterDisabled, load_lora_policy, save_trained
 from hacrl_core.sharing import shared_rows_used, sharing_warning
+from hacrl_core.store.weight_chain import publish_policy
 from hacrl_core.tracking import open_tracking, steps_jsonl
 
 log = logging.getLogger("hacrl")
@@ -124,8 +125,17 @@ def publish_weights(context: WorkerContext, state: LearnerState, version: int) -
         shutil.rmtree(local, ignore_errors=True)
         ensure_finite_weights(model, context.agent_name, f"publish weights version {version}")
         save_trained(model, state.tokenizer, local)  # a LoRA agent's: the adapter alone
-    context.store.publish_weights(context.agent_name, version, local)
+    if context.agent.learner.lora is not None:  # an adapter is small and most of it moves each step: published whole
+        context.store.publish_weights(context.agent_name, version, local)
+        shutil.rmtree(local, ignore_errors=True)
+        return
+    # A delta against the previous publish, or in full (store/weight_chain.py; docs/architecture.md, "Weight publishes").
+    published = publish_policy(context.store, context.agent_name, version, local, context.work_dir / "published-weights",
+                               full_every=context.agent.learner.full_publish_every)
     shutil.rmtree(local, ignore_errors=True)
+    log.info("learner %s: weights version %d published %s, %.1f MB of %.1f MB%s", context.agent_name, version, published.kind,
+             published.bytes_written / 1e6, published.full_bytes / 1e6,
+             "" if published.changed_fraction is None else f", {published.changed_fraction:.2%} of elements changed")
 
 
 def publish_own_scores(context: WorkerContext, step: int, own_rollouts, rows: list[TrainRow], old: OldLogprobs) -> None:

@@ -24,6 +24,7 @@ from hacrl_core.rollout.engine import RolloutEngine, engine_for
 from hacrl_core.rollout.replicas import check_replica_prompts, replica_slice
 from hacrl_core.rollout.sampling import rollout_metrics, rollout_rows, sample_step, sampling_params, sampling_version
 from hacrl_core.store import TrajectoryStore
+from hacrl_core.store.weight_chain import fetch_policy
 
 
 def first_missing_step(store: TrajectoryStore, agent: str, steps: int, replica: int = 0) -> int:
@@ -59,27 +60,36 @@ def sample_rollouts(context: WorkerContext, engine: RolloutEngine, step: int, ve
     return rows, seconds
 
 
-def load_weights(context: WorkerContext, engine: RolloutEngine, version: int, local: Path, *, first: bool) -> None:
-    """Put the agent's weights version ``version`` into ``engine`` (fetched into ``local``).
+def load_weights(context: WorkerContext, engine: RolloutEngine, version: int, weights_root: Path, *, loaded: int | None) -> int:
+    """Put the agent's weights version ``version`` into ``engine`` (fetched under ``weights_root``;
+    ``loaded``: the version asked for before, None at start); returns the version the engine holds.
 
     Version 0 is the initial model, which the learner is still loading to publish: sampling from
     the same checkpoint at once takes the learner's start-up off the critical path (its pi_old is
-    the learner's own scoring either way). A LoRA agent's versions are adapters (``models.lora``):
-    the engine reads the base model once (``first``) and applies each version over it; its
-    version 0 adapter is the identity (peft starts B at 0), so the base alone samples it.
+    the learner's own scoring either way). A fully trained agent's later versions are rebuilt from
+    what ``weights_root`` holds along the chain of deltas (store/weight_chain.py): after a broken
+    delta, an older version of the chain, which the rows then record. A LoRA agent's versions are
+    adapters (``models.lora``), published whole: the engine reads the base model once and applies
+    each version over it; its version 0 adapter is the identity (peft starts B at 0), so the base
+    alone samples it.
     """
     lora = context.agent.learner.lora is not None
-    if lora and first:
+    if lora and loaded is None:
         engine.load(context.initial_model_dir())
     if version == 0:
         if not lora:
             engine.load(context.initial_model_dir())
-        return
+        return 0
+    if not lora:
+        fetched = fetch_policy(context.store, context.agent.name, version, weights_root, wait=context.wait_seconds)
+        engine.load(weights_root)
+        return fetched.version
+    local = weights_root / f"adapter-{version:06d}"
     context.store.fetch_weights(context.agent.name, version, local, wait=context.wait_seconds)
-    if lora:
-        engine.load_adapter(local)
-    else:
-        engine.load(local)
+    engine.load_adapter(local)
+    if loaded is not None:
+        shutil.rmtree(weights_root / f"adapter-{loaded:06d}", ignore_errors=True)
+    return version
 
 
 def run_rollout_worker(context: WorkerContext) -> None:
@@ -96,21 +106,23 @@ def run_rollout_worker(context: WorkerContext) -> None:
     start = first_missing_step(context.store, agent.name, spec.algorithm.steps, context.replica)
     if start:
         log.info("rollout %s: steps 0..%d already written, resuming at %d", name, start - 1, start)
-    # Replicas of one agent may share a machine (`hacrl run`): each fetches and prunes its own copy.
+    # Replicas of one agent may share a machine (`hacrl run`): each rebuilds the weights in its own folder.
     weights_root = context.work_dir / ("rollout-weights" if replicas == 1 else f"rollout-weights-{context.replica}")
-    loaded: int | None = None
+    loaded: int | None = None  # the version asked for last
+    holds = 0  # the version the engine holds: ``loaded``, or an older one after a broken delta
     for step in range(start, spec.algorithm.steps):
         seconds: dict[str, float] = {}
         began = time.perf_counter()
         version = sampling_version(step, spec.algorithm.max_staleness)
         if version != loaded:
-            load_weights(context, engine, version, weights_root / f"{version:06d}", first=loaded is None)
-            if loaded is not None:
-                shutil.rmtree(weights_root / f"{loaded:06d}", ignore_errors=True)
+            holds = load_weights(context, engine, version, weights_root, loaded=loaded)
+            if holds != version:
+                log.warning("rollout %s step %d: sampling with weights version %d instead of %d (a delta of the "
+                            "chain is unusable; see the warning above)", name, step, holds, version)
             loaded = version
         seconds["load_weights"] = time.perf_counter() - began
 
-        rows, sampled = sample_rollouts(context, engine, step, version)
+        rows, sampled = sample_rollouts(context, engine, step, holds)
         seconds.update(sampled)
         values = rollout_metrics(rows, step, seconds, take_retries())
         metrics.publish_step(values)

@@ -62,6 +62,7 @@ def evaluate(args: argparse.Namespace) -> dict:
     from hacrl_core.rollout.engine import engine_for
     from hacrl_core.spec import SpecError
     from hacrl_core.store import StoreError
+    from hacrl_core.store.weight_chain import fetch_policy
 
     if args.version is not None and args.version < 0:
         raise EvalRefused(f"--version {args.version}: a weights version is 0 or more", 2)
@@ -84,8 +85,14 @@ def evaluate(args: argparse.Namespace) -> dict:
     try:
         version = chosen_version(context.store, args.agent, args.version)
         with tempfile.TemporaryDirectory() as tmp:
+            # Its chain from the last full publish (store/weight_chain.py): a broken delta leaves an older
+            # version. A LoRA agent's versions are adapter directories, read whole.
             weights = Path(tmp) / "w"
-            context.store.fetch_weights(args.agent, version, weights, wait=0)
+            fetched = fetch_policy(context.store, args.agent, version, weights, wait=0)
+            if fetched.fell_back:
+                print(f"hacrl eval: warning: weights version {version} of agent {args.agent!r} cannot be rebuilt (a delta of "
+                      f"its chain is unusable); scoring version {fetched.version} instead", file=sys.stderr)
+                version = fetched.version
             engine = engine_for(context.agent.rollout, context.agent.learner.lora)  # the agent's own engine: vllm on GPU clusters
             try:
                 load_version(context, engine, weights)

@@ -91,6 +91,16 @@ class LearnerSettings(SpecModel):
         "state), see docs/runtime.md."))
     zero_stage: Literal[0, 1, 2, 3] | None = Field(None, description="DeepSpeed ZeRO stage (deepspeed backend only; default 0).")
     dtype: Literal["float32", "bfloat16"] = Field("float32", description="Parameter dtype for training.")
+    full_publish_every: int = Field(10, ge=1, le=1000, description=(
+        "Weights versions per full publish. Between two full publishes the learner publishes only the elements that "
+        "changed since its previous publish (a delta, bit-identical once applied, checked against a sha256 of the whole "
+        "state), and sooner than this it publishes in full once the deltas since the last full one add up to its size. "
+        "A rollout replica that holds the previous version reads one delta per step; a new or restarted one reads the "
+        "last full publish and at most fullPublishEvery - 1 deltas. Deltas pay off for bf16 publishes (dtype bfloat16, "
+        "or deepspeed): at lr 1e-6 a few percent of bf16 elements change per step, while an fp32 copy changes almost "
+        "everywhere and is published in full. 1: every publish in full. Default 10: a new replica reads at most a full "
+        "publish and 9 deltas, and the full publishes add a tenth of a model per step to the writes "
+        "(docs/benchmarks.md, weights). A LoRA agent (`lora`) publishes its adapter whole every version."))
     processes_per_node: int = Field(1, ge=1, le=64, description=(
         "Data-parallel learner ranks per node (one per GPU; torchrun's --nproc-per-node). Each rank trains on its slice of "
         "every mini-batch and the gradients are summed, so the update is the one-rank update; the optimizer state is "

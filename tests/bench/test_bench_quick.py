@@ -30,11 +30,12 @@ BENCHMARKS = {
     "operator": ("operator-quick", "heartbeat->status median ms"),
     "sharing": ("sharing-quick", "shared rows used"),
     "headroom": ("headroom-quick", "sampled knows"),
+    "weights": ("weights-quick", "delta / full"),
 }
 
 
 #: Benchmarks that build tiny models take the session's model cache (built once for every suite).
-TAKES_CACHE = {"learning", "learner", "pipeline", "sharing", "headroom"}
+TAKES_CACHE = {"learning", "learner", "pipeline", "sharing", "headroom", "weights"}
 
 
 def check_operator(stdout: str, payload: dict) -> None:
@@ -50,8 +51,19 @@ def check_operator(stdout: str, payload: dict) -> None:
     assert {run["mode"] for run in payload["runs"]} == {"operator", "floor"}
 
 
+def check_weights(stdout: str, payload: dict) -> None:
+    """Every (store, mode) published every version, and the delta mode published deltas smaller than
+    a full publish that its replica read instead of the full one."""
+    assert {entry["store/mode"] for entry in payload["summary"]} == {"file/full", "s3/full", "file/delta", "s3/delta"}
+    for entry in payload["summary"]:
+        if entry["store/mode"].endswith("/delta"):
+            assert 0 < entry["delta_over_full"] < 1 and entry["read_over_full"] < 1, entry
+        else:
+            assert entry["delta_over_full"] is None and entry["read_over_full"] >= 1, entry
+
+
 #: Checks of one benchmark's output beyond its table: (stdout, JSON) -> None.
-CHECKS = {"operator": check_operator}
+CHECKS = {"operator": check_operator, "weights": check_weights}
 
 
 @pytest.mark.parametrize("script", sorted(BENCHMARKS))

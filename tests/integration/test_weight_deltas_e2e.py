@@ -1,0 +1,46 @@
+"""End to end: delta weight publishes through `hacrl run --split` (docs/architecture.md, "Weight
+publishes"), with the learner SIGKILLed mid-run: every version rebuilds and verifies, and every
+step is sampled with the version its schedule names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hacrl_core.store import open_trajectory_store
+from hacrl_core.store.weight_chain import fetch_policy, get_meta
+from tests.integration.runs import run_env, start_run, tiny_spec, wait_for, write_spec
+from tests.integration.test_run_e2e import assert_every_shard_once, hold_qwen_learner, kill_worker, release
+
+pytestmark = pytest.mark.slow
+
+
+def test_bf16_learners_publish_deltas_that_every_reader_rebuilds_after_a_killed_learner(tmp_path: Path, model_cache: Path) -> None:
+    store_uri = (tmp_path / "store").as_uri()
+    document = tiny_spec("e2e-deltas", store_uri, steps=5, algorithm="naive", colocate=False)
+    for agent in document["spec"]["agents"]:  # bf16 publishes at the paper's lr: few elements change per step
+        agent["learner"].update(lr=1e-6, dtype="bfloat16", fullPublishEvery=3)
+    process = start_run(write_spec(tmp_path, document), tmp_path, run_env(model_cache))
+    store = open_trajectory_store(store_uri, "e2e-deltas")
+    held = hold_qwen_learner(tmp_path / "work")
+    try:
+        wait_for(lambda: (store.read_progress("llama") or {}).get("step", 0) >= 1, 300, "llama to finish a step")
+        kill_worker(tmp_path / "work", "llama", "learner")  # its next publish has no local reference
+    finally:
+        release(held)
+    output, _ = process.communicate(timeout=900)
+    assert process.returncode == 0, output
+    assert "learner worker of llama exited with code -9; restarting" in output
+
+    assert_every_shard_once(store, 5, ["llama", "qwen"])
+    for agent in ("llama", "qwen"):
+        metas = [get_meta(store, agent, version) for version in range(6)]
+        kinds = [meta["kind"] for meta in metas]
+        assert kinds[0] == "full" and "delta" in kinds, (agent, kinds)
+        assert all(len(meta["chain"]) <= 3 for meta in metas), (agent, [m["chain"] for m in metas])
+        for version, meta in enumerate(metas):  # a new replica at each version: full + deltas, verified
+            fetched = fetch_policy(store, agent, version, tmp_path / f"reader-{agent}-{version}")
+            assert (fetched.version, fetched.full_read, fetched.deltas_applied) == (version, True, len(meta["chain"]) - 1)
+        for step in range(5):  # the rollout worker never fell back
+            assert {row["policy_version"] for row in store.read_rollouts(step, agent)} == {step}, (agent, step)
