@@ -58,8 +58,8 @@ def test_a_rollout_started_at_a_later_version_samples_with_the_trained_adapter(c
     base = logits(load_policy(context.initial_model_dir())[0])
     assert not torch.allclose(trained, base, atol=1e-4), "the adapter did not train"
     at_zero = HFEngine()
-    load_weights(context, at_zero, 0, tmp_path / "v0", first=True)
+    assert load_weights(context, at_zero, 0, tmp_path / "v0", loaded=None) == 0
     assert torch.equal(logits(at_zero.model), base), "version 0 samples with the base"
     restarted = HFEngine()  # a worker restarted at step 2: the base, then version 2's adapter
-    load_weights(context, restarted, 2, tmp_path / "v2", first=True)
+    assert load_weights(context, restarted, 2, tmp_path / "v2", loaded=None) == 2
     assert torch.allclose(logits(restarted.model), trained, atol=1e-5)
