@@ -490,7 +490,8 @@ def measured(run, *, label: str) -> dict:
 def report(length: int, runs: dict[str, list[dict]], args: argparse.Namespace) -> tuple[str, dict]:
     """The table of one length: step time, ratio against TRL, each phase, completion length, load."""
     completions = args.prompts * args.group_size
-    base = steady_of(runs.get("trl")) if runs.get("trl") else None
+    trl = next((c for c in runs if parse_config(c)[0] == "trl"), None)  # the first TRL configuration is the baseline
+    base = steady_of(runs[trl]) if trl else None
     summary, rows = {}, []
     for config, records in runs.items():
         step_s = steady_of(records)
@@ -505,10 +506,12 @@ def report(length: int, runs: dict[str, list[dict]], args: argparse.Namespace) -
                      f"{tokens / completions:.1f}", f"{tokens / step_s:.0f}", f"{min(loads):.1f}-{max(loads):.1f}"
                      + (f" ({summary[config]['loaded_runs']} loaded)" if summary[config]["loaded_runs"] else "")])
     text = table(["config", "s/step", "vs TRL", *(f"{k} s" for k in PHASES), "tokens/completion", "trained tok/s", "load 1-min"], rows)
-    if runs.get("trl"):
-        detail = {k: median_of(runs["trl"], lambda s, k=k: s["train_detail"][k]) for k in ("score", "forward", "backward", "optimizer")}
-        summary["trl"]["train_detail"] = detail
-        text += "\nTRL's train phase: " + ", ".join(f"{k} {v:.3f} s" for k, v in detail.items())
+    if trl:
+        detail = {k: median_of(runs[trl], lambda s, k=k: s["train_detail"][k]) for k in ("score", "forward", "backward", "optimizer")}
+        summary[trl]["train_detail"] = detail
+        text += f"\n{trl}'s train phase: " + ", ".join(f"{k} {v:.3f} s" for k, v in detail.items())
+    if any(PLACEMENTS[parse_config(c)[0]].colocated is False for c in runs if parse_config(c)[0] != "trl"):
+        text += "\nsplit placements: generate and reward run in the rollout worker, beside the learner's stages (their wait shows in train)"
     return text, summary
 
 
