@@ -16,6 +16,10 @@ def _setup_worker_process() -> None:
     threads = os.environ.get("HACRL_TORCH_THREADS")
     if threads:
         torch.set_num_threads(int(threads))
+    from hacrl_core.runtime.cpus import started_wait_policy
+
+    logging.getLogger("hacrl.worker").info("torch threads %d, OMP_WAIT_POLICY %s", torch.get_num_threads(),
+                                           started_wait_policy() or "unset")
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -95,6 +99,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     # Before torch loads: `hacrl run` builds tiny models in this process while other work shares
     # the CPUs, and spinning OpenMP threads made a 20-s warm start take minutes (docs/benchmarks.md).
+    # The workers get their own policy (runtime/cpus.py); the user's, if set, everywhere.
+    user_wait_policy = os.environ.get("OMP_WAIT_POLICY")
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from hacrl_core.runtime.display import make_display
     from hacrl_core.runtime.local import RunError, run_local
@@ -114,7 +120,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     stop_on_signals()
     try:
         report = run_local(args.spec, resume=args.resume, workdir=args.workdir, display=make_display(experiment, quiet=args.quiet),
-                           colocate=args.colocate)
+                           colocate=args.colocate, wait_policy=user_wait_policy)
     except SpecError as error:
         print(error, file=sys.stderr)
         return 2

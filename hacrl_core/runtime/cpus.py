@@ -10,6 +10,11 @@ Idle OpenMP threads (libgomp, torch's on Linux) either spin or sleep between par
 small kernels of a generate or a backward pass then do not pay a wake-up each. Workers that share
 the CPUs, or that wait for each other in turns, let them sleep: libgomp's ACTIVE policy spins an
 idle worker's threads without end, on the cores the busy one needs.
+
+The OpenMP runtime reads ``OMP_WAIT_POLICY`` once, when torch loads it: a worker forked from `hacrl
+run`'s fork server (runtime/forkserver.py) has the policy the server started with, whatever its own
+environment says later, so `hacrl run` starts the server with the run's policy
+(``started_wait_policy`` reads back what a process got).
 """
 
 from __future__ import annotations
@@ -22,6 +27,10 @@ from pathlib import Path
 CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
 #: Set to a number to give every worker that many threads instead.
 THREADS_ENV = "HACRL_TORCH_THREADS"
+#: ACTIVE or PASSIVE; set by the user, it wins over ``wait_policy``'s choice.
+WAIT_POLICY_ENV = "OMP_WAIT_POLICY"
+#: The environment this process started with (Linux): what its OpenMP runtime read.
+START_ENVIRON = Path("/proc/self/environ")
 
 
 def available_cpus(cpu_max: Path = CGROUP_CPU_MAX) -> int:
@@ -51,3 +60,15 @@ def wait_policy(agents: int, colocated: bool, max_staleness: int, replicas: int 
     from start to end (one agent, colocated, one rollout replica); PASSIVE otherwise."""
     alone = agents == 1 and colocated and replicas == 1
     return "ACTIVE" if alone and max_staleness == 0 else "PASSIVE"
+
+
+def started_wait_policy(start_environ: Path = START_ENVIRON) -> str | None:
+    """``OMP_WAIT_POLICY`` as this process's OpenMP runtime read it: from the environment the
+    process started with, which for a forked worker is its fork server's (``os.environ`` shows
+    what the worker was given instead); None where unset or not readable (not Linux)."""
+    try:
+        entries = start_environ.read_bytes().split(b"\0")
+    except OSError:
+        return None
+    prefix = WAIT_POLICY_ENV.encode() + b"="
+    return next((e[len(prefix):].decode(errors="replace") for e in entries if e.startswith(prefix)), None)

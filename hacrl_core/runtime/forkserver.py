@@ -109,8 +109,11 @@ class ForkServer:
         self._context: ForkServerContext = multiprocessing.get_context("forkserver")
         self._context.set_forkserver_preload(list(modules))
 
-    def start_server(self) -> None:
+    def start_server(self, environment: dict[str, str] | None = None) -> None:
         """Start the server (it imports in the background); the first ``start`` waits for it.
+        ``environment``: variables the server starts with on top of this process's, for what
+        its imports read once (the OpenMP runtime's ``OMP_WAIT_POLICY``: runtime/cpus.py); a
+        server already running (an earlier run in this Python process) keeps its own.
 
         The server (and multiprocessing's resource tracker, started with it) get /dev/null as
         stdout and stderr instead of this process's: they outlive `hacrl run` by their own
@@ -118,7 +121,7 @@ class ForkServer:
         ``| tee``, a test capturing it) would wait for that too. Workers write to their logs."""
         from multiprocessing import forkserver
 
-        with _stdio_to_devnull():
+        with _stdio_to_devnull(), _environment(environment or {}):
             forkserver.ensure_running()
 
     @staticmethod
@@ -149,6 +152,21 @@ def fork_server() -> ForkServer | None:
     if os.environ.get(FORK_SERVER_ENV, "1") == "0" or "forkserver" not in multiprocessing.get_all_start_methods():
         return None
     return ForkServer()
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """``os.environ`` with ``values`` set inside the block (for processes started there), as before after it."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @contextlib.contextmanager

@@ -28,7 +28,7 @@ from pathlib import Path
 from hacrl_core.context import unsupported_settings
 from hacrl_core.data.report import DatasetReport, read_datasets
 from hacrl_core.runtime.context_fit import overlong_prompts
-from hacrl_core.runtime.cpus import THREADS_ENV, available_cpus, wait_policy, worker_threads
+from hacrl_core.runtime.cpus import THREADS_ENV, WAIT_POLICY_ENV, available_cpus, wait_policy, worker_threads
 from hacrl_core.runtime.forkserver import ForkedProcess, ForkServer, cli_command, fork_server
 from hacrl_core.runtime.resume import ResumeRefused, check_resume
 from hacrl_core.runtime.supervisor_watch import SUPERVISOR_PID_ENV
@@ -114,6 +114,7 @@ class LocalRun:
     generation: int = 0  # fencing generation of this run's workers (store/fencing.py)
     roles: tuple[str, ...] = ROLES  # the workers of each agent
     forks: ForkServer | None = None  # where the workers are forked from (None: fresh interpreters)
+    wait_policy: str = "PASSIVE"  # OMP_WAIT_POLICY of every worker (runtime/cpus.py)
     resume: bool = False
     owner: Owner | None = None  # who claims the store (claim_store)
     rendered: str = ""  # the spec as the workers read it (run.spec_path) and the store keeps it
@@ -256,8 +257,6 @@ def start_workers(run: LocalRun) -> None:
     chosen = os.environ.get(THREADS_ENV)
     threads = chosen or str(worker_threads(available_cpus(), len(spec.agents), spec.algorithm.max_staleness))
     run.restarts.update({agent.name: 0 for agent in spec.agents})
-    colocated = run.roles == COLOCATED_ROLES
-    policy = wait_policy(len(spec.agents), colocated, spec.algorithm.max_staleness, max(a.rollout.replicas for a in spec.agents))
     for index, (agent, role, replica) in enumerate(slots):
         port = ports[index] if ports else 0
         # An agent's replicas sample at the same time: they share the threads its one rollout worker would have.
@@ -275,8 +274,9 @@ def start_workers(run: LocalRun) -> None:
         if replica is not None:
             env[ROLLOUT_REPLICA_ENV] = str(replica)
         # Spinning OpenMP threads speed up a worker that computes alone, and steal the cores of
-        # workers that share them (runtime/cpus.py); the user's own setting wins.
-        env.setdefault("OMP_WAIT_POLICY", policy)
+        # workers that share them (runtime/cpus.py). Read at start: a forked worker has the fork
+        # server's (started with the same), a fresh interpreter this.
+        env[WAIT_POLICY_ENV] = run.wait_policy
         worker = WorkerProcess(
             agent=agent,
             role=role,
@@ -366,20 +366,21 @@ def stop_all(run: LocalRun, grace: float = 10.0) -> None:
 
 
 def run_local(spec_path: str | Path, *, resume: bool = False, workdir: str | Path | None = None, display=None,
-              colocate: bool | None = None) -> Path:
+              colocate: bool | None = None, wait_policy: str | None = None) -> Path:
     """Run an experiment to completion on this machine; returns the report folder. ``colocate``
     (`--colocate`/`--split`; None: the spec's ``colocate``, else whenever the experiment allows
     it): one worker per agent that samples and trains (``hacrl worker colocated``) instead of a
-    rollout and a learner worker."""
+    rollout and a learner worker. ``wait_policy``: the user's ``OMP_WAIT_POLICY`` for every
+    worker (None: chosen for the run, runtime/cpus.py)."""
     began = time.perf_counter()
     run = prepare(spec_path, resume=resume, workdir=workdir)
     try:
-        return _run_prepared(run, spec_path, began, display, colocate)
+        return _run_prepared(run, spec_path, began, display, colocate, wait_policy)
     finally:
         release_workdir(run.workdir_lock)
 
 
-def _run_prepared(run: LocalRun, spec_path: str | Path, began: float, display, colocate: bool | None) -> Path:
+def _run_prepared(run: LocalRun, spec_path: str | Path, began: float, display, colocate: bool | None, user_wait_policy: str | None) -> Path:
     from hacrl_core.runtime.display import make_display
     from hacrl_core.runtime.report import load_plotting, write_report
 
@@ -390,10 +391,14 @@ def _run_prepared(run: LocalRun, spec_path: str | Path, began: float, display, c
             raise SpecError(str(spec_path), [f"spec.{b}: cannot run with --colocate; or run with --split" for b in blockers])
     colocated = spec.runs_colocated(by_default=True) if colocate is None else colocate
     run.roles = COLOCATED_ROLES if colocated else ROLES
+    run.wait_policy = user_wait_policy or wait_policy(len(spec.agents), colocated, spec.algorithm.max_staleness,
+                                                      max(a.rollout.replicas for a in spec.agents))
     display = display or make_display(run.experiment)
     run.forks = fork_server()
     if run.forks is not None:
-        run.forks.start_server()  # it imports torch and transformers while the datasets and models are prepared
+        # It imports torch and transformers while the datasets and models are prepared; its OpenMP
+        # runtime reads the wait policy then, for every worker forked from it.
+        run.forks.start_server({WAIT_POLICY_ENV: run.wait_policy})
     for line in spec.warnings():
         display.warn(f"spec.{line}")
     check_datasets(run, display)

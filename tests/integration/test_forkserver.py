@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -70,3 +72,20 @@ def test_only_hacrl_commands_are_forked_and_the_server_can_be_turned_off(monkeyp
     assert fork_server() is None
     monkeypatch.delenv(FORK_SERVER_ENV)
     assert isinstance(fork_server(), ForkServer)
+
+
+def test_a_run_whose_one_worker_computes_alone_forks_it_with_spinning_openmp_threads(tmp_path: Path, model_cache: Path) -> None:
+    """One agent, colocated, on-policy: runtime/cpus.py chooses ACTIVE. The OpenMP runtime reads
+    the policy once, when torch loads: in the fork server, not in the worker it forks, so the
+    server must start with it (the worker logs the policy its process started with)."""
+    document = tiny_spec("alone", (tmp_path / "store").as_uri(), algorithm="grpo", steps=1, colocate=True)
+    document["spec"]["agents"] = document["spec"]["agents"][1:]
+    document["spec"]["data"]["eval"] = []
+    spec = write_spec(tmp_path, document)
+    env = run_env(model_cache)
+    env.pop("OMP_WAIT_POLICY", None)  # the user's own setting would win
+    run = subprocess.run([sys.executable, "-m", "hacrl_core.cli", "run", "--quiet", "--workdir", str(tmp_path / "work"), str(spec)],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
+    log = (tmp_path / "work" / "logs" / "qwen-colocated.log").read_text()
+    assert run.returncode == 0, run.stderr[-3000:] + log[-3000:]
+    assert "OMP_WAIT_POLICY ACTIVE" in log, log[:3000]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hacrl_core.runtime.cpus import available_cpus, wait_policy, worker_threads
+from hacrl_core.runtime.cpus import available_cpus, started_wait_policy, wait_policy, worker_threads
 
 
 @pytest.mark.parametrize(
@@ -48,3 +48,12 @@ def test_a_cgroup_quota_caps_the_cpus(tmp_path: Path):
 )
 def test_openmp_threads_spin_only_for_a_worker_that_computes_alone(agents, colocated, staleness, replicas, policy):
     assert wait_policy(agents, colocated, staleness, replicas) == policy
+
+
+def test_started_wait_policy_is_read_from_the_environment_the_process_started_with(tmp_path):
+    environ = tmp_path / "environ"
+    environ.write_bytes(b"PATH=/bin\0OMP_WAIT_POLICY=ACTIVE\0OMP_WAIT_POLICY_X=no\0")
+    assert started_wait_policy(environ) == "ACTIVE"
+    environ.write_bytes(b"PATH=/bin\0OMP_WAIT_POLICY_X=no\0")
+    assert started_wait_policy(environ) is None
+    assert started_wait_policy(tmp_path / "absent") is None
