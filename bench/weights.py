@@ -51,6 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--full-every", type=int, default=10, help="fullPublishEvery of the delta mode")
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     p.add_argument("--work", type=Path, default=Path("/tmp/hacrl-bench/weights"))
+    p.add_argument("--keep", action="store_true", help="keep --work (the stores it wrote) after the run")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
     if args.quick:
@@ -181,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
             records += train_and_publish(args, model_dir, lr, stores)
     finally:
         server.stop()
+        # Every version of every store is a full copy or a chain of deltas of the model: GBs.
+        if not args.keep:
+            shutil.rmtree(args.work, ignore_errors=True)
     keys = [f"{backend}/{mode}" for backend, mode in stores]
     summary = summarize(records, keys)
     import torch

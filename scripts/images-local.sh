@@ -192,4 +192,8 @@ for step in "${STEPS[@]}"; do
     gpu) build_gpu ;;
   esac
 done
+# Each rebuild leaves the previous image of a tag behind, untagged (1.7 GB for worker-cpu): a
+# day of rebuilds filled 27 GB here and a later test run ran out of disk. Drop those; the
+# layers the current tags are built from stay, so the next build still hits its cache.
+podman image prune --force >/dev/null
 log "images-local: done (${STEPS[*]})"

@@ -31,6 +31,11 @@ DEFAULT_ACCESS_KEY = "hacrl-test-key"
 DEFAULT_SECRET_KEY = "hacrl-test-secret"
 DEFAULT_REGION = "us-east-1"
 
+# weed mini sizes its volumes from the free disk (64 MiB at the smallest) and serves no writes
+# when not one fits: the S3 API then times out instead of saying why. Below this, refuse to
+# start and say so (a CI run once failed 73 tests this way on a disk 96% full).
+MIN_FREE_BYTES = 512 * 1024 * 1024
+
 # weed mini listens on one HTTP port per component plus a gRPC port each; all are set explicitly
 # so that parallel test runs (and other services) never collide on the defaults.
 _PORT_FLAGS = (
@@ -203,6 +208,12 @@ def start_seaweedfs(
     """
     data_dir = Path(data_dir).absolute()
     data_dir.mkdir(parents=True, exist_ok=True)
+    if shutil.disk_usage(data_dir).free < MIN_FREE_BYTES:
+        raise RuntimeError(
+            f"SeaweedFS not started: {disk_free_note(data_dir)}, below the "
+            f"{MIN_FREE_BYTES >> 20} MiB it needs for one volume and its writes; free disk space "
+            "(pytest keeps its last runs' folders under /tmp/pytest-of-$USER)"
+        )
     ports = dict(zip(_PORT_FLAGS, free_ports(len(_PORT_FLAGS)), strict=True))
     command = [
         find_weed_binary(),
@@ -262,6 +273,15 @@ def start_seaweedfs(
     return server
 
 
+def disk_free_note(path: Path) -> str:
+    """'the disk holding PATH has N MiB free': the first thing to check when weed stalls."""
+    try:
+        free = shutil.disk_usage(path).free
+    except OSError as exc:
+        return f"free space of {path} unknown ({exc})"
+    return f"the disk holding {path} has {free >> 20} MiB free"
+
+
 def _wait_ready(server: SeaweedS3, timeout: float) -> None:
     """Poll until the bucket exists and a probe object round-trips."""
     from botocore.exceptions import BotoCoreError, ClientError
@@ -293,7 +313,8 @@ def _wait_ready(server: SeaweedS3, timeout: float) -> None:
         if time.monotonic() > deadline:
             raise RuntimeError(
                 f"SeaweedFS S3 at {server.endpoint} not ready after {timeout:g}s "
-                f"(last error: {last_error})\n--- log ---\n{server.log_tail()}"
+                f"(last error: {last_error}; {disk_free_note(server.data_dir)})"
+                f"\n--- log ---\n{server.log_tail()}"
             )
         time.sleep(0.1)
 
