@@ -1,4 +1,5 @@
-"""The `hf` engine: transformers `generate`, batched, on CPU or GPU."""
+"""The `hf` engine: a transformers model sampled in batches, one prefill per prompt
+(``rollout.decoding``), on CPU or GPU."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 import torch
 
 from hacrl_core.models.encoding import encode_prompt
+from hacrl_core.rollout.decoding import sample_with_shared_prefill
 from hacrl_core.rollout.engine import Sample, SamplingParams
 
 
@@ -58,22 +60,12 @@ class HFEngine:
             # Left padding so every prompt ends where generation starts.
             input_ids = torch.tensor([[pad_id] * (width - len(ids)) + ids for ids in encoded], device=self.device)
             attention = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in encoded], device=self.device)
-            torch.manual_seed(generator_seed + start)
-            kwargs: dict[str, Any] = dict(
-                input_ids=input_ids,
-                attention_mask=attention,
-                max_new_tokens=params.max_new_tokens,
-                pad_token_id=pad_id,
-                eos_token_id=eos_id,
-                num_return_sequences=1 if params.greedy else params.n,
-            )
-            if params.greedy:
-                kwargs.update(do_sample=False)
-            else:
-                kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0)
-            output = self.model.generate(**kwargs)
-            continuation = output[:, width:].tolist()
             per_prompt = 1 if params.greedy else params.n
+            generator = torch.Generator(device=input_ids.device).manual_seed(generator_seed + start)
+            continuation = sample_with_shared_prefill(
+                self.model, input_ids, attention, samples_per_prompt=per_prompt, max_new_tokens=params.max_new_tokens,
+                eos_id=eos_id, pad_id=pad_id, greedy=params.greedy, temperature=params.temperature, top_p=params.top_p,
+                generator=generator).tolist()
             for index in range(len(chunk)):
                 samples = [self._sample(continuation[index * per_prompt + j], eos_id, pad_id) for j in range(per_prompt)]
                 results.append(samples)
