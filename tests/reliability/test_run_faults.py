@@ -293,7 +293,8 @@ def test_s3_server_killed_mid_run_and_restarted_on_same_ports(tmp_path: Path, mo
             f"{restarted} worker restarts; "
             "no step lost or repeated; result equal to uninterrupted"
         )
-        S3_RUN["dir"] = tmp_path
+        # read now: pytest removes a passed test's tmp_path (tmp_path_retention_policy "failed")
+        S3_RUN["files"] = {str(p): p.read_bytes() for p in (tmp_path / "work").rglob("*") if p.is_file()}
         S3_RUN["objects"] = {k: server.client().get_object(Bucket=server.bucket, Key=k)["Body"].read()
                              for k in _all_bucket_keys(server)}
         S3_RUN["output"] = output
@@ -318,12 +319,12 @@ def test_s3_run_leaks_no_credential(tmp_path: Path) -> None:
     object the run wrote to the store."""
     if not S3_RUN:
         pytest.skip("needs test_s3_server_killed_mid_run_and_restarted_on_same_ports in the same session")
-    files = [p for p in (S3_RUN["dir"] / "work").rglob("*") if p.is_file()]
+    files = {Path(name): data for name, data in S3_RUN["files"].items()}
     assert any(p.name.endswith(".log") for p in files) and any(p.name == "spec.yaml" for p in files)
     assert len(S3_RUN["objects"]) > 50
     for needle in (KNOWN_SECRET.encode(), KNOWN_ACCESS_KEY.encode()):
         assert needle not in S3_RUN["output"].encode()
-        leaked = [str(p) for p in files if needle in p.read_bytes()]
+        leaked = [str(p) for p, data in files.items() if needle in data]
         assert not leaked, f"{needle!r} found in {leaked}"
         leaked = [k for k, data in S3_RUN["objects"].items() if needle in data]
         assert not leaked, f"{needle!r} found in store objects {leaked}"
