@@ -90,6 +90,8 @@ STEP_COUNTERS: tuple[StepCounter, ...] = (
                 derive=_shared_rows_used),
     StepCounter("hacrl_learner_trained_tokens", "Response tokens trained (own and peers' rows, every epoch).", key="learner/trained_tokens"),
     StepCounter("hacrl_learner_updates", "Optimizer updates run.", key="learner/updates"),
+    StepCounter("hacrl_learner_weights_published_bytes", "Bytes of weights written to the store (deltas or in full; docs/architecture.md, "
+                "\"Weight publishes\").", key="learner/weights_bytes_written"),
     StepCounter("hacrl_learner_skipped_updates", "Optimizer updates skipped for a non-finite loss or gradient norm.",
                 key="learner/skipped_updates"),
 )

@@ -115,27 +115,32 @@ def model_loader(context: WorkerContext, dtype: torch.dtype, device: str) -> Cal
     return lambda weights: load_lora_policy(context.initial_model_dir(), lora, adapter_dir=weights, dtype=dtype, device=device, field=field)
 
 
-def publish_weights(context: WorkerContext, state: LearnerState, version: int) -> None:
+def publish_weights(context: WorkerContext, state: LearnerState, version: int) -> dict[str, float]:
     """Weights version ``version`` into the store. Several learner ranks all call it (ZeRO-3 gathers
-    the weights from every rank); rank 0 publishes."""
+    the weights from every rank); rank 0 publishes. Returns its bytes as step metrics: what it
+    wrote (a delta or in full) and that as a share of a full publish (none on the other ranks)."""
     local = context.work_dir / f"publish-{version:06d}"
     with state.backend.gathered_weights() as model:
         if not distributed.is_writer():
-            return
+            return {}
         shutil.rmtree(local, ignore_errors=True)
         ensure_finite_weights(model, context.agent_name, f"publish weights version {version}")
         save_trained(model, state.tokenizer, local)  # a LoRA agent's: the adapter alone
-    if context.agent.learner.lora is not None:  # an adapter is small and most of it moves each step: published whole
-        context.store.publish_weights(context.agent_name, version, local)
+    try:
+        if context.agent.learner.lora is not None:  # an adapter is small and most of it moves each step: published whole
+            size = float(sum(path.stat().st_size for path in local.rglob("*") if path.is_file()))
+            context.store.publish_weights(context.agent_name, version, local)
+            return {"learner/weights_bytes_written": size, "learner/weights_publish_share": 1.0}
+        # A delta against the previous publish, or in full (store/weight_chain.py; docs/architecture.md, "Weight publishes").
+        published = publish_policy(context.store, context.agent_name, version, local, context.work_dir / "published-weights",
+                                   full_every=context.agent.learner.full_publish_every)
+    finally:  # a failed publish leaves no copy of the model behind either
         shutil.rmtree(local, ignore_errors=True)
-        return
-    # A delta against the previous publish, or in full (store/weight_chain.py; docs/architecture.md, "Weight publishes").
-    published = publish_policy(context.store, context.agent_name, version, local, context.work_dir / "published-weights",
-                               full_every=context.agent.learner.full_publish_every)
-    shutil.rmtree(local, ignore_errors=True)
     log.info("learner %s: weights version %d published %s, %.1f MB of %.1f MB%s", context.agent_name, version, published.kind,
              published.bytes_written / 1e6, published.full_bytes / 1e6,
              "" if published.changed_fraction is None else f", {published.changed_fraction:.2%} of elements changed")
+    return {"learner/weights_bytes_written": float(published.bytes_written),
+            "learner/weights_publish_share": published.bytes_written / max(published.full_bytes, 1)}
 
 
 def publish_own_scores(context: WorkerContext, step: int, own_rollouts, rows: list[TrainRow], old: OldLogprobs) -> None:
@@ -336,13 +341,14 @@ def run_learner_worker(context: WorkerContext, *, sampler: Callable[[LearnerStat
         values, _rows = train_step(context, state, step, algorithm, clock)
         completed = step + 1
         checkpoint_due = completed % spec.checkpoint.every_steps == 0 or completed == spec.algorithm.steps
+        published = {}
         if not colocated or checkpoint_due:  # colocated: nobody loads the weights of every step
-            publish_weights(context, state, completed)
+            published = publish_weights(context, state, completed)
         clock.lap("publish")
         evaluation = evaluate(context, state) if evaluation_due(context, completed) else {}
         clock.lap("eval")
 
-        values.update({"step": step, "weights_version": completed, **sampled, **evaluation})
+        values.update({"step": step, "weights_version": completed, **sampled, **evaluation, **published})
         values.update(clock.metrics())
         if step == 0:
             values.update(initial_eval)

@@ -44,3 +44,7 @@ def test_bf16_learners_publish_deltas_that_every_reader_rebuilds_after_a_killed_
             assert (fetched.version, fetched.full_read, fetched.deltas_applied) == (version, True, len(meta["chain"]) - 1)
         for step in range(5):  # the rollout worker never fell back
             assert {row["policy_version"] for row in store.read_rollouts(step, agent)} == {step}, (agent, step)
+        # the step metrics say what each publish cost: a delta's bytes are a share of a full publish's
+        shares = {metas[step + 1]["kind"]: store.read_metrics(step, agent)["learner/weights_publish_share"] for step in range(5)}
+        # (over the tensors' bytes: a full publish also writes the config and tokenizer, a few % here)
+        assert 0 < shares["delta"] < 0.2 and 1.0 <= shares.get("full", 1.0) < 1.2, (agent, shares)

@@ -53,7 +53,8 @@ def test_step_counts_add_up_as_counters_and_durations_fill_histograms() -> None:
     metrics.count_from("hacrl_store_retries", "retries", lambda: retries[0])
     step = {"learner/own_rows": 8, "learner/cross_rows": 8, "learner/cross_clip_frac": 0.25, "learner/trained_tokens": 120,
             "learner/updates": 2, "learner/skipped_updates": 0, "learner/pg_loss": 0.5,
-            "learner/seconds_update": 0.2, "learner/seconds_score": 0.05, "learner/seconds_publish": 0.1}
+            "learner/seconds_update": 0.2, "learner/seconds_score": 0.05, "learner/seconds_publish": 0.1,
+            "learner/weights_bytes_written": 1000, "learner/weights_publish_share": 0.05}
     metrics.publish_step(step)
     metrics.publish_step({**step, "learner/pg_loss": 0.25})
     retries[0] = 3
@@ -67,3 +68,4 @@ def test_step_counts_add_up_as_counters_and_durations_fill_histograms() -> None:
     assert samples["hacrl_learner_update_seconds_count{}"] == 2 and abs(samples["hacrl_learner_update_seconds_sum{}"] - 0.4) < 1e-9
     assert samples["hacrl_learner_step_seconds_count{}"] == 2 and abs(samples["hacrl_learner_step_seconds_sum{}"] - 0.7) < 1e-9
     assert samples["hacrl_store_retries_total{}"] == 3
+    assert samples["hacrl_learner_weights_published_bytes_total{}"] == 2000 and samples["hacrl_learner_weights_publish_share{}"] == 0.05
