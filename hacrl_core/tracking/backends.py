@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import unquote, urlparse
 
 EXTRA_HINT = "install the tracking extra: pip install 'hacrl[tracking]'"
 
@@ -74,6 +75,7 @@ class MlflowTracker:
             # MLflow keeps its file store only on request now; a file:// URI in the spec is that request.
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         self.client = mlflow.MlflowClient(tracking_uri=tracking_uri)
+        self.tracking_uri = tracking_uri
         self.experiment_name = experiment_name
         self.run_id: str | None = None
 
@@ -82,9 +84,7 @@ class MlflowTracker:
             self.client.update_run(run_id, status="RUNNING")
             self.run_id = run_id
             return run_id
-        experiment = self.client.get_experiment_by_name(self.experiment_name)
-        experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(self.experiment_name)
-        run = self.client.create_run(experiment_id, run_name=run_name, tags={"hacrl.agent": run_name})
+        run = self.client.create_run(self._experiment_id(), run_name=run_name, tags={"hacrl.agent": run_name})
         self.run_id = run.info.run_id
         from mlflow.entities import Param
 
@@ -92,6 +92,36 @@ class MlflowTracker:
         for start in range(0, len(flat), 100):  # MLflow takes at most 100 params a call
             self.client.log_batch(self.run_id, params=flat[start : start + 100])
         return self.run_id
+
+    def _experiment_id(self) -> str:
+        """The run's experiment, created by the first learner to get here. The learners of a run
+        start together: MLflow's file store checks that the name is free and creates it in two
+        moves, so racing learners made one experiment each under the same name, and a user opening
+        it by name saw one agent's run. A lock on the store's folder makes the two moves one; a
+        tracking server refuses the second create of a name, and the loser reads the winner's."""
+        from mlflow.exceptions import MlflowException
+
+        def get_or_create() -> str:
+            experiment = self.client.get_experiment_by_name(self.experiment_name)
+            if experiment:
+                return experiment.experiment_id
+            try:
+                return self.client.create_experiment(self.experiment_name)
+            except MlflowException:
+                experiment = self.client.get_experiment_by_name(self.experiment_name)
+                if experiment is None:
+                    raise
+                return experiment.experiment_id
+
+        where = urlparse(self.tracking_uri)
+        if where.scheme not in ("", "file"):  # a tracking server (http, databricks, a database)
+            return get_or_create()
+        from filelock import FileLock
+
+        root = Path(unquote(where.path))
+        root.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(root / ".hacrl-create-experiment.lock")):
+            return get_or_create()
 
     def log(self, step: int, metrics: Mapping[str, float]) -> None:
         from mlflow.entities import Metric
