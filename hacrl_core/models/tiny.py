@@ -82,6 +82,15 @@ class TinyPreset:
     #: rest end with ``(<n> steps)`` instead (``marked_solution``). 1.0 (the default) marks every
     #: solution and keeps the option out of the cache key.
     marker: float = 1.0
+    #: ``"mul"`` or ``"nomul"``: solutions of the problems with (without) a ``*`` always keep the
+    #: rewarded ending and ``marker`` applies to the others only, so two agents can each know the
+    #: convention on a different part of the task (``marked_solution``). ``""`` (the default):
+    #: ``marker`` applies to every problem, and the option stays out of the cache key.
+    marker_if: str = ""
+
+
+#: ``marker_if`` values -> whether a question belongs to the part that always keeps ``####``.
+MARKER_IF = {"mul": lambda question: "*" in question, "nomul": lambda question: "*" not in question}
 
 
 PRESETS: dict[str, TinyPreset] = {
@@ -105,7 +114,7 @@ PRESETS: dict[str, TinyPreset] = {
 }
 
 #: Query parameters a ``tiny://`` URI may carry.
-URI_PARAMS = ("seed", "warmup_steps", "difficulty", "data_seed", "format", "hidden", "layers", "tokenizer", "marker")
+URI_PARAMS = ("seed", "warmup_steps", "difficulty", "data_seed", "format", "hidden", "layers", "tokenizer", "marker", "marker_if")
 #: Greedy tokens an evaluation of the warm start allows per answer format (chains are ~15-40 tokens).
 EVAL_NEW_TOKENS = {"answer": 8, "chain": 64}
 
@@ -124,7 +133,8 @@ def parse_tiny_uri(uri: str) -> dict[str, Any]:
     responses), ``hidden=H`` and ``layers=L`` resize the preset (the MLP keeps the preset's
     width ratio), ``tokenizer=char|bpe`` swaps its tokenizer, ``marker=F`` (with ``format=chain``)
     ends only a share F of the warm-start solutions with the rewarded ``#### <answer>`` and the rest
-    with an unrewarded ``(<n> steps)``: headroom for RL in the answer convention. Returns ``{"preset", "seed",
+    with an unrewarded ``(<n> steps)``: headroom for RL in the answer convention; ``marker_if=mul|nomul``
+    exempts the problems with (without) a ``*`` from it, so they always keep ``####``. Returns ``{"preset", "seed",
     "warmup_steps", "task_spec", "overrides"}`` (``warmup_steps`` None means the preset's
     default). Unknown presets, parameters or values raise ``ValueError`` naming the valid ones.
     """
@@ -143,6 +153,7 @@ def parse_tiny_uri(uri: str) -> dict[str, Any]:
             layers=int(query["layers"]) if "layers" in query else None,
             tokenizer=query.get("tokenizer"),
             marker=float(query["marker"]) if "marker" in query else None,
+            marker_if=query.get("marker_if"),
         )
     except ValueError as error:
         raise ValueError(f"{uri!r}: {error}") from None
@@ -151,14 +162,16 @@ def parse_tiny_uri(uri: str) -> dict[str, Any]:
     answer_format = query.get("format", "answer")
     if answer_format not in EVAL_NEW_TOKENS:
         raise ValueError(f"{uri!r}: format must be one of {', '.join(EVAL_NEW_TOKENS)}, got {answer_format!r}")
-    if "marker" in overrides and answer_format != "chain":
-        raise ValueError(f"{uri!r}: marker needs format=chain (answer-only solutions have no marker)")
+    for option in ("marker", "marker_if"):
+        if option in overrides and answer_format != "chain":
+            raise ValueError(f"{uri!r}: {option} needs format=chain (answer-only solutions have no marker)")
     task_spec = f"builtin://arithmetic?difficulty={low}-{high}&seed={data_seed}" + (f"&format={answer_format}" if answer_format != "answer" else "")
     return {"preset": preset, "seed": seed, "warmup_steps": warmup_steps, "task_spec": task_spec, "overrides": overrides}
 
 
 def preset_overrides(
-    *, hidden: int | None = None, layers: int | None = None, tokenizer: str | None = None, marker: float | None = None
+    *, hidden: int | None = None, layers: int | None = None, tokenizer: str | None = None, marker: float | None = None,
+    marker_if: str | None = None,
 ) -> dict[str, Any]:
     """Checked ``TinyPreset`` field overrides (``apply_overrides``) from the URI's size options."""
     overrides: dict[str, Any] = {}
@@ -178,6 +191,10 @@ def preset_overrides(
         if not 0.0 <= marker <= 1.0:  # also refuses nan
             raise ValueError(f"marker must be between 0 and 1, got {marker}")
         overrides["marker"] = marker
+    if marker_if is not None:
+        if marker_if not in MARKER_IF:
+            raise ValueError(f"marker_if must be one of {', '.join(MARKER_IF)}, got {marker_if!r}")
+        overrides["marker_if"] = marker_if
     return overrides
 
 
@@ -207,6 +224,8 @@ def cache_key(preset: TinyPreset, seed: int, task_spec: str) -> str:
     fields = asdict(preset)
     if fields["marker"] == 1.0:  # the default keeps the keys of builds made before the option
         del fields["marker"]
+    if not fields["marker_if"]:  # likewise
+        del fields["marker_if"]
     record = {
         "build_version": BUILD_VERSION,
         "preset": fields,
@@ -265,7 +284,7 @@ def _build_into(directory: Path, spec: TinyPreset, seed: int, task_spec: str) ->
             model = _make_model(spec, tokenizer)
             losses = warm_start(
                 model, tokenizer, train, steps=spec.warmup_steps, batch_size=spec.batch_size, lr=spec.learning_rate, seed=seed,
-                marker=spec.marker,
+                marker=spec.marker, marker_if=spec.marker_if,
             )
             trained_s = time.perf_counter() - started
             held_out = _task(task_spec, "eval")
@@ -334,10 +353,11 @@ def _make_model(spec: TinyPreset, tokenizer: Any) -> torch.nn.Module:
     return model
 
 
-def marked_solution(problem: Problem, marker: float) -> str:
+def marked_solution(problem: Problem, marker: float, marker_if: str = "") -> str:
     """``problem``'s warm-start target: its solution, or, for a stable share ``1 - marker`` of
     worked solutions (chosen by a hash of the question), the chain ending ``(<n> steps)`` instead
-    of ``#### <answer>``.
+    of ``#### <answer>``. With ``marker_if`` (``MARKER_IF``), the problems of that part always keep
+    their solution.
 
     The other ending is unrewarded by ``extract_answer``: no ``####``, no ``answer is``, and its
     last number is the count of steps, so only an answer equal to that count (2 or 3 at difficulty
@@ -345,7 +365,7 @@ def marked_solution(problem: Problem, marker: float) -> str:
     """
     solution = problem.solution or problem.answer
     chain, found, _ = solution.rpartition(f" {ANSWER_MARKER} ")
-    if marker >= 1.0 or not found:
+    if marker >= 1.0 or not found or (marker_if and MARKER_IF[marker_if](problem.question)):
         return solution
     share = int.from_bytes(hashlib.sha256(problem.question.encode("utf-8")).digest()[:2], "big") / 65536
     if share < marker:
@@ -354,7 +374,7 @@ def marked_solution(problem: Problem, marker: float) -> str:
 
 
 def supervised_rows(
-    tokenizer: Any, problems: Sequence[Problem], template: str = ARITHMETIC_TEMPLATE, marker: float = 1.0
+    tokenizer: Any, problems: Sequence[Problem], template: str = ARITHMETIC_TEMPLATE, marker: float = 1.0, marker_if: str = ""
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-padded ``(input_ids, attention_mask, labels)`` of ``prompt + solution + EOS`` (the
     worked solution where the problem has one, else the answer; ``marker`` < 1: ``marked_solution``).
@@ -364,7 +384,7 @@ def supervised_rows(
     rows = []
     for problem in problems:
         prompt = encode_prompt(tokenizer, render_prompt(tokenizer, problem.question, template))
-        answer = encode_text(tokenizer, marked_solution(problem, marker)) + [tokenizer.eos_token_id]
+        answer = encode_text(tokenizer, marked_solution(problem, marker, marker_if)) + [tokenizer.eos_token_id]
         rows.append((prompt + answer, [-100] * len(prompt) + answer))
     width = max(len(ids) for ids, _ in rows)
     input_ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
@@ -387,6 +407,7 @@ def warm_start(
     lr: float,
     seed: int,
     marker: float = 1.0,
+    marker_if: str = "",
 ) -> list[float]:
     """Teacher-forced training on the task's train split; returns the loss of every step.
 
@@ -411,7 +432,7 @@ def warm_start(
     losses = []
     for step in range(steps):
         problems = [task.problem(offset + step * batch_size + i) for i in range(batch_size)]
-        input_ids, attention_mask, labels = supervised_rows(tokenizer, problems, marker=marker)
+        input_ids, attention_mask, labels = supervised_rows(tokenizer, problems, marker=marker, marker_if=marker_if)
         loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

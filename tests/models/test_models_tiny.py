@@ -146,3 +146,33 @@ def test_marker_option_mixes_an_unrewarded_ending_into_the_warm_start() -> None:
     assert all(p.answer in ("2", "3") for s, p in other if exact_reward(s, p.answer))
     assert len(leaked) / len(other) < 0.05
     assert all(exact_reward(s, p.answer) == 1.0 for s, p in zip(marked, [p for s, p in zip(mixed, problems, strict=True) if "####" in s], strict=True))
+
+
+def test_marker_if_keeps_the_rewarded_ending_on_one_part_of_the_task() -> None:
+    """``marker_if=mul|nomul``: the problems with (without) a ``*`` always keep ``#### <answer>``,
+    ``marker`` applies to the rest; two agents then know the convention on different parts. Part of
+    the cache key; the default keeps earlier keys."""
+    from hacrl_core.models.tiny import marked_solution
+
+    parsed = parse_tiny_uri("tiny://llama-char?format=chain&difficulty=2-3&marker=0&marker_if=mul")
+    assert parsed["overrides"] == {"marker": 0.0, "marker_if": "mul"}
+    key = lambda uri: cache_key(apply_overrides(PRESETS["llama-char"], parse_tiny_uri(uri)["overrides"]), 0, parse_tiny_uri(uri)["task_spec"])  # noqa: E731
+    keys = {key(f"tiny://llama-char?format=chain&marker=0.1{extra}") for extra in ("", "&marker_if=mul", "&marker_if=nomul")}
+    assert len(keys) == 3
+    assert key("tiny://llama-char?format=chain&marker=0.1") == cache_key(
+        apply_overrides(PRESETS["llama-char"], {"marker": 0.1}), 0, parse_tiny_uri("tiny://llama-char?format=chain")["task_spec"])
+    for bad, message in (("format=chain&marker_if=add", "one of mul, nomul"), ("marker_if=mul", "needs format=chain")):
+        with pytest.raises(ValueError, match=message):
+            parse_tiny_uri(f"tiny://llama-char?{bad}")
+
+    problems = [ArithmeticTask(difficulty=(2, 3), seed=0, split="train", size=10**9, format="chain").problem(i) for i in range(600)]
+    with_mul = [p for p in problems if "*" in p.question]
+    without = [p for p in problems if "*" not in p.question]
+    assert len(with_mul) > 100 and len(without) > 100
+    # marker 0: exactly one part keeps the rewarded ending, the other part never does.
+    assert all(marked_solution(p, 0.0, "mul") == p.solution for p in with_mul)
+    assert not any("####" in marked_solution(p, 0.0, "mul") for p in without)
+    assert all(marked_solution(p, 0.0, "nomul") == p.solution for p in without)
+    assert not any("####" in marked_solution(p, 0.0, "nomul") for p in with_mul)
+    # marker 0.3 still marks its stable share of the other part, the same problems as without marker_if.
+    assert [marked_solution(p, 0.3, "mul") for p in without] == [marked_solution(p, 0.3) for p in without]
