@@ -14,7 +14,13 @@ Teams (``--teams``): ``same-tokenizer`` (weak-char + strong-char), ``cross-token
 dilute?); ``marker-same-tokenizer`` (the same pair warm-started with ``marker=0.3``: only 30% of
 their chains end with the rewarded ``#### <answer>``, so GSPO alone has headroom) and
 ``marker-cross-tokenizer`` (weak-char-m + strong-bpe-m, the Qwen2 BPE agent warm-started the same
-way), and ``marker-trio`` (all three marker agents); none of these is in the default ``--teams``. Every configuration of a team runs the same number of optimizer updates (same steps,
+way), and ``marker-trio`` (all three marker agents); none of these is in the default ``--teams``.
+``complementary`` (not in the default either): two agents whose strengths differ rather than rank,
+``mul-char`` and ``addsub-char``, the same llama-char model (500 warm-start steps) warm-started with
+``marker=0.1`` and ``marker_if=mul`` or ``marker_if=nomul``: each always ends its chains with the
+rewarded ``#### <answer>`` on one part of the task (problems with a ``*``, or without one) and on
+only 10% of the other part, so each agent's verified rows show the other the convention where it
+lacks it; evaluated on the mixed held-out task (``--probe`` prints each part's accuracy). Every configuration of a team runs the same number of optimizer updates (same steps,
 promptsPerStep and miniBatchPrompts) over the same seeds (``algorithm.seed``: data order,
 sampling; the initial models are the same for every run, so seeds measure RL noise only).
 
@@ -102,7 +108,7 @@ CONTROLS = ["gspo-x2", "grpo", "naive"]
 DIFFICULTY = "2-3"
 #: Short team tags for run names (experiment names are at most 40 characters).
 TEAM_TAGS = {"same-tokenizer": "same", "cross-tokenizer": "cross", "trio": "trio", "marker-same-tokenizer": "mark", "marker-cross-tokenizer": "markx",
-             "marker-trio": "markt"}
+             "marker-trio": "markt", "complementary": "comp"}
 #: Three-agent teams -> the pairs their agents come from (HACPO in the trio is compared with HACPO in each).
 TRIOS = {"trio": ("same-tokenizer", "cross-tokenizer"), "marker-trio": ("marker-same-tokenizer", "marker-cross-tokenizer")}
 #: Shorter configuration tags, used only where the full run name would pass 40 characters (so the
@@ -144,6 +150,11 @@ STRONG_BPE = Agent("strong-bpe", "qwen2-bpe", 600)
 WEAK_CHAR_MARKER = Agent("weak-char-m", "llama-char", 300, "marker=0.3")
 STRONG_CHAR_MARKER = Agent("strong-char-m", "llama-char", 500, "marker=0.3")
 STRONG_BPE_MARKER = Agent("strong-bpe-m", "qwen2-bpe", 600, "marker=0.3")
+#: Strengths that differ rather than rank: the same model and warm start, each agent taught the
+#: rewarded ending on a different part of the task (``marker_if``, docs/runtime.md) and on 10% of the
+#: rest (a little headroom for GSPO alone, and cross rows near enough to land in HACPO's window).
+MUL_CHAR = Agent("mul-char", "llama-char", 500, "marker=0.1&marker_if=mul")
+ADDSUB_CHAR = Agent("addsub-char", "llama-char", 500, "marker=0.1&marker_if=nomul")
 TEAMS: dict[str, list[Agent]] = {
     "same-tokenizer": [WEAK_CHAR, STRONG_CHAR],
     "cross-tokenizer": [WEAK_CHAR, STRONG_BPE],
@@ -151,6 +162,7 @@ TEAMS: dict[str, list[Agent]] = {
     "marker-same-tokenizer": [WEAK_CHAR_MARKER, STRONG_CHAR_MARKER],
     "marker-cross-tokenizer": [WEAK_CHAR_MARKER, STRONG_BPE_MARKER],
     "marker-trio": [WEAK_CHAR_MARKER, STRONG_CHAR_MARKER, STRONG_BPE_MARKER],
+    "complementary": [MUL_CHAR, ADDSUB_CHAR],
 }
 
 #: Two-sided 95% Student t quantiles by degrees of freedom (stdlib only; beyond 30, 1.96).
@@ -182,7 +194,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--teams", default="same-tokenizer,cross-tokenizer,trio", help="comma-separated subset of: " + ", ".join(TEAMS))
     p.add_argument("--steps", type=int, default=40, help="steps of every run (x 2 optimizer updates)")
     p.add_argument("--seeds", type=int, default=5, help="seeds of the main comparison")
-    p.add_argument("--ablation-seeds", type=int, default=3, help="seeds of the four ablations (the first N of --seeds)")
+    p.add_argument("--first-seed", type=int, default=0, help="the first seed: runs seeds K .. K+seeds-1 (check a claim on seeds a table did not use)")
+    p.add_argument("--probe", action="store_true",
+                   help="before the runs, print each agent's warm-start greedy accuracy on the held-out problems with and without a '*'")
+    p.add_argument("--probe-problems", type=int, default=400, help="held-out problems of --probe")
+    p.add_argument("--ablation-seeds", type=int, default=3, help="seeds of the four ablations (the first N of the seeds)")
     p.add_argument("--control-seeds", type=int, help="seeds of the controls gspo-x2, grpo and naive (the first N of --seeds; default: all)")
     p.add_argument("--ablation-teams", default="cross-tokenizer", help="teams that run the ablations")
     p.add_argument("--trio-seeds", type=int, default=3, help="seeds of the trio (the first N of --seeds)")
@@ -230,14 +246,15 @@ def plan(args: argparse.Namespace) -> list[tuple[str, str, int]]:
         raise SystemExit(f"unknown teams or configs {unknown}; teams: {', '.join(TEAMS)}; configs: {', '.join(CONFIGS)}")
     trio_configs = [c.strip() for c in args.trio_configs.split(",") if c.strip()]
     runs = []
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
+        rank = seed - args.first_seed  # --trio-seeds, --ablation-seeds, --control-seeds: the first N of the seeds
         for team in teams:
             for config in configs:
-                if team in TRIOS and (config not in trio_configs or seed >= args.trio_seeds):
+                if team in TRIOS and (config not in trio_configs or rank >= args.trio_seeds):
                     continue
-                if config in ABLATIONS and (seed >= args.ablation_seeds or team not in args.ablation_teams.split(",")):
+                if config in ABLATIONS and (rank >= args.ablation_seeds or team not in args.ablation_teams.split(",")):
                     continue
-                if config in CONTROLS and args.control_seeds is not None and seed >= args.control_seeds:
+                if config in CONTROLS and args.control_seeds is not None and rank >= args.control_seeds:
                     continue
                 runs.append((team, config, seed))
     return runs
@@ -378,6 +395,54 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace) -> tuple[str, s
     return text, paired, summary
 
 
+def paired_finals(runs: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """HACPO minus GSPO final held-out accuracy per agent, one per seed (ascending) where both ran;
+    keyed by agent, or ``team/agent`` when the runs hold more than one team."""
+    teams = list(dict.fromkeys(r["team"] for r in runs))
+    paired: dict[str, list[float]] = {}
+    for team in teams:
+        by_config = {config: {r["seed"]: r for r in runs if r["team"] == team and r["config"] == config} for config in ("hacpo", "gspo")}
+        seeds = sorted(set(by_config["hacpo"]) & set(by_config["gspo"]))
+        if not seeds:
+            continue
+        for agent in (a.name for a in TEAMS[team]):
+            key = agent if len(teams) == 1 else f"{team}/{agent}"
+            paired[key] = [round(by_config["hacpo"][s]["agents"][agent]["final"] - by_config["gspo"][s]["agents"][agent]["final"], 6)
+                           for s in seeds]
+    return paired
+
+
+def probe(args: argparse.Namespace, teams: list[str]) -> dict[str, dict[str, float]]:
+    """Each agent's warm start, greedy on held-out problems split by whether they hold a ``*``:
+    accuracy and the share of completions ending in the rewarded ``####`` (is each agent weak where
+    the other is strong?). Builds the models if needed."""
+    from hacrl_core.data.arithmetic import ArithmeticTask
+    from hacrl_core.data.templates import render_prompt
+    from hacrl_core.models.loading import load_policy
+    from hacrl_core.models.tiny import generate_greedy
+    from hacrl_core.models.uri import resolve_model
+    from hacrl_core.rewards.simple import exact_reward
+
+    low, high = (int(x) for x in DIFFICULTY.split("-"))
+    held_out = ArithmeticTask(difficulty=(low, high), seed=0, split="eval", size=args.probe_problems, format="chain")
+    problems = [held_out.problem(i) for i in range(args.probe_problems)]
+    found: dict[str, dict[str, float]] = {}
+    for agent in dict.fromkeys(a for team in teams for a in TEAMS[team]):
+        model, tokenizer = load_policy(resolve_model(agent.uri(args.warmups.get(agent.name)), args.cache.resolve() / "models"))
+        completions = generate_greedy(model, tokenizer, [render_prompt(tokenizer, p.question) for p in problems], max_new_tokens=args.max_new_tokens)
+        row: dict[str, float] = {}
+        for part, keep in (("all", lambda q: True), ("mul", lambda q: "*" in q), ("nomul", lambda q: "*" not in q)):
+            chosen = [(c, p) for c, p in zip(completions, problems, strict=True) if keep(p.question)]
+            row[f"{part}_accuracy"] = sum(exact_reward(c, p.answer) for c, p in chosen) / len(chosen)
+            row[f"{part}_marked"] = sum("####" in c for c, _ in chosen) / len(chosen)
+            row[f"{part}_problems"] = len(chosen)
+        found[agent.name] = row
+        print(f"probe {agent.name}: held-out greedy accuracy all {row['all_accuracy']:.3f}, with '*' {row['mul_accuracy']:.3f} "
+              f"({row['mul_problems']} problems, {row['mul_marked']:.0%} end in ####), without '*' {row['nomul_accuracy']:.3f} "
+              f"({row['nomul_problems']}, {row['nomul_marked']:.0%})", flush=True)
+    return found
+
+
 def plot(runs: list[dict[str, Any]], team: str, agent: str, path: Path) -> None:
     import matplotlib
 
@@ -449,6 +514,7 @@ def main(argv: list[str] | None = None) -> int:
     uris = [a["model"] for i in to_run for a in json.loads(fingerprints[i])["spec"]["agents"]]
     build_seconds = build_models(uris, args.cache.resolve())
     print(f"models ready: {build_seconds}", flush=True)
+    probed = probe(args, list(dict.fromkeys(team for team, _, _ in schedule))) if args.probe else None
 
     runs: list[dict[str, Any]] = []
     for index, ((team, config, seed), name, fingerprint) in enumerate(zip(schedule, names, fingerprints)):
@@ -484,8 +550,10 @@ def main(argv: list[str] | None = None) -> int:
           f"paired by seed (HACPO minus the other; ± 95% CI)\n{paired}")
     name = ("learning-quick" if args.quick else "learning") + (f"-{args.name}" if args.name else "")
     walls = {config: statistics.fmean(r["wall_seconds"] for r in runs if r["config"] == config) for config in dict.fromkeys(r["config"] for r in runs)}
+    hacpo_minus_gspo = paired_finals(runs)
     path = save(name, {"settings": settings, "build_seconds": build_seconds, "total_seconds": time.perf_counter() - began,
-                       "wall_seconds_by_config": walls, "table": text, "paired": paired, "summary": summary, "runs": runs}, args.out)
+                       "wall_seconds_by_config": walls, "table": text, "paired": paired, "summary": summary, "probe": probed,
+                       "hacpo_minus_gspo_final": hacpo_minus_gspo, "runs": runs}, args.out)
     print(f"wrote {path}")
     if not args.quick:  # a named variant's figures carry its name, beside the default run's
         variant_tag = f"{args.name}-" if args.name else ""
@@ -493,6 +561,8 @@ def main(argv: list[str] | None = None) -> int:
             for agent in TEAMS[team]:
                 plot(runs, team, agent.name, args.img / f"learning-{variant_tag}{team}-{agent.name}.png")
         print(f"wrote {args.img}/learning-*.png")
+    # The last line, for a reader checking the claim on other seeds: HACPO minus GSPO per agent and seed.
+    print(json.dumps({"paired": hacpo_minus_gspo}))
     return 0
 
 
