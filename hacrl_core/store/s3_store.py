@@ -19,6 +19,7 @@ raise ``StoreUnavailable`` naming the endpoint, the bucket and the fix.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 from collections.abc import Callable
@@ -199,6 +200,17 @@ def _remember_failure(request_dict: dict[str, Any], response: Any, caught_except
     request_dict["context"][_FAILURE] = what
 
 
+# The store whose request is being sent in this thread: a client that several stores share
+# (s3_clients) has one retry hook, which counts the retry on the store that made the request.
+_CALLER: contextvars.ContextVar[S3ObjectStore | None] = contextvars.ContextVar("hacrl_s3_caller", default=None)
+
+
+def _count_retry_of_caller(request: Any, **kwargs: Any) -> None:
+    store = _CALLER.get()
+    if store is not None:
+        store._count_retry(request, **kwargs)
+
+
 def is_transient(exc: BaseException) -> bool:
     """True if retrying ``exc`` may succeed: connection trouble, timeouts, 5xx, 429, throttling."""
     exc = _boto_cause(exc)
@@ -219,6 +231,9 @@ class S3ObjectStore:
     connect_timeout=, read_timeout=)`` when None.
     attempts: tries of one request, the first included (default 8; 1 disables retrying); it
     configures the client built here, an injected client keeps its own retry settings.
+    shared_client: the injected client serves other stores too (``s3_clients.SharedS3Clients``):
+    its hooks are registered once per client, not once per store (which would grow the client's
+    handler list with every store and log every retry once per store).
     """
 
     def __init__(
@@ -232,6 +247,7 @@ class S3ObjectStore:
         attempts: int = DEFAULT_ATTEMPTS,
         connect_timeout: float = 5.0,
         read_timeout: float = 60.0,
+        shared_client: bool = False,
     ) -> None:
         if not bucket or "/" in bucket:
             raise ValueError(f"bucket must be a non-empty name without '/', got {bucket!r}")
@@ -251,8 +267,11 @@ class S3ObjectStore:
         self.retries = 0  # requests sent again after a transient failure, so far
         self._bucket_checked = False
         events = self.client.meta.events
-        events.register("needs-retry.s3", _remember_failure)
-        events.register("request-created.s3", self._count_retry)
+        events.register("needs-retry.s3", _remember_failure, unique_id="hacrl-remember-failure")
+        if shared_client:
+            events.register("request-created.s3", _count_retry_of_caller, unique_id="hacrl-count-retry")
+        else:
+            events.register("request-created.s3", self._count_retry)
 
     def __repr__(self) -> str:
         return f"S3ObjectStore({self.uri!r}, endpoint={self.endpoint!r})"
@@ -410,6 +429,7 @@ class S3ObjectStore:
             )  # fmt: skip
 
     def _call(self, op: str, key: str, fn: Callable[[], T]) -> T:
+        caller = _CALLER.set(self)
         try:
             return fn()
         except StoreError:
@@ -419,6 +439,8 @@ class S3ObjectStore:
             if translated is None:
                 raise
             raise translated from exc
+        finally:
+            _CALLER.reset(caller)
 
     def _translate(self, exc: BaseException, op: str, key: str) -> StoreError | None:
         cause = _boto_cause(exc)

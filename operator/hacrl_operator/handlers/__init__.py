@@ -13,11 +13,12 @@ from hacrl_operator.handlers.experiment_changed import register_experiment_chang
 from hacrl_operator.handlers.experiment_deleted import register_experiment_deleted
 from hacrl_operator.handlers.lifecycle import register_lifecycle
 from hacrl_operator.handlers.pod_event import register_pod_event
-from hacrl_operator.handlers.reconcile import Reconciler, StoreOpener, open_store
+from hacrl_operator.handlers.reconcile import Reconciler
+from hacrl_operator.handlers.stores import StoreOpener
 from hacrl_operator.metrics import OperatorMetrics
 
 
-def register(registry: kopf.OperatorRegistry, config: OperatorConfig, store_opener: StoreOpener = open_store) -> Reconciler:
+def register(registry: kopf.OperatorRegistry, config: OperatorConfig, store_opener: StoreOpener | None = None) -> Reconciler:
     reconciler = Reconciler(config, OperatorMetrics(), store_opener)
     register_lifecycle(registry, config, reconciler)
     register_experiment_changed(registry, config, reconciler)

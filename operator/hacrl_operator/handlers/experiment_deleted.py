@@ -43,7 +43,8 @@ def register_experiment_deleted(registry: kopf.OperatorRegistry, config: Operato
         if action != "delete-store" or store_deleted(read_status(status or {})):
             return
         try:
-            deleted = delete_owned_store(reconciler.store(experiment), experiment, body)
+            with reconciler.stores.borrowed(experiment) as store:  # forgotten: it holds none
+                deleted = delete_owned_store(store, experiment, body)
         except StoreOwnedByAnother as error:
             logger.warning("store of %s/%s left alone: %s", namespace, name, error)
             return

@@ -16,7 +16,6 @@ import dataclasses
 import logging
 import threading
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 from hacrl_core.spec import Experiment, SpecError, StoreSpec, parse_experiment
@@ -24,6 +23,7 @@ from hacrl_core.status import Condition
 from hacrl_core.store.ownership import StoreOwnedByAnother
 from hacrl_operator import builders
 from hacrl_operator.config import OperatorConfig
+from hacrl_operator.handlers.stores import ExperimentStores, StoreOpener
 from hacrl_operator.kube import Kube, KubeError
 from hacrl_operator.metrics import OperatorMetrics
 from hacrl_operator.status import (
@@ -40,11 +40,9 @@ from hacrl_operator.status.clock import now_utc, rfc3339
 from hacrl_operator.status.conditions import store_deleted
 from hacrl_operator.status.limits import EVENT_MESSAGE_BYTES, cut
 from hacrl_operator.status.outcome import PodStateChange, failure, said
-from hacrl_operator.status.plan import PodSlot
+from hacrl_operator.status.plan import PodSlot, reads_store
 
 logger = logging.getLogger("hacrl_operator.reconcile")
-
-StoreOpener = Callable[[Experiment], Any]
 
 
 def delete_owned_store(store: Any, experiment: Experiment, body: dict[str, Any]) -> int:
@@ -55,17 +53,13 @@ def delete_owned_store(store: Any, experiment: Experiment, body: dict[str, Any])
     return delete_if_owned(store, str((body.get("metadata") or {}).get("uid")), where=describe_prefix(experiment))
 
 
-def open_store(experiment: Experiment) -> Any:
-    from hacrl_core.store import open_experiment_store
-
-    return open_experiment_store(experiment)
-
-
 @dataclasses.dataclass
 class Outcome:
     outcome: str  # ok, invalid, gone, coalesced
     phase: str | None = None
     errors: list[str] | None = None
+    # Needs no store until something changes: finished, suspended, invalid or gone (reads_store).
+    rests: bool = False
 
 
 class _Slot:
@@ -75,14 +69,13 @@ class _Slot:
 
 
 class Reconciler:
-    def __init__(self, config: OperatorConfig, metrics: OperatorMetrics, store_opener: StoreOpener = open_store) -> None:
+    def __init__(self, config: OperatorConfig, metrics: OperatorMetrics, store_opener: StoreOpener | None = None) -> None:
         self.config = config
         self.metrics = metrics
         self.kube: Kube | None = None
-        self.store_opener = store_opener
+        self.stores = ExperimentStores(store_opener)  # held only by experiments that read theirs
         self._slots: dict[tuple[str, str], _Slot] = {}
         self._guard = threading.Lock()
-        self._stores: dict[tuple[str, str | None, str, str | None, str | None], Any] = {}
         self.known: set[tuple[str, str]] = set()  # experiments seen, for the periodic ticker
 
     # -- serialisation -------------------------------------------------------------------------
@@ -97,15 +90,29 @@ class Reconciler:
         with slot.lock:
             with self._guard:
                 slot.waiting = False
-            with self.metrics.track(trigger) as tracked:
-                outcome = self._reconcile(namespace, name)
-                tracked["outcome"] = outcome.outcome
-                return outcome
+            outcome: Outcome | None = None
+            try:
+                with self.metrics.track(trigger) as tracked:
+                    outcome = self._reconcile(namespace, name)
+                    tracked["outcome"] = outcome.outcome
+            finally:
+                self._settle_store(namespace, name, outcome)
+            return outcome
+
+    def _settle_store(self, namespace: str, name: str, outcome: Outcome | None) -> None:
+        """Release the experiment's store once it needs none (``Outcome.rests``), or when it was
+        forgotten (deleted) while this reconcile ran and may have opened it again. Kept after a
+        failed reconcile: the next one reads it again."""
+        with self._guard:
+            keep = (namespace, name) in self.known and not (outcome is not None and outcome.rests)
+        if not keep:
+            self.stores.release(namespace, name)
 
     def forget(self, namespace: str, name: str) -> None:
         with self._guard:
             self._slots.pop((namespace, name), None)
             self.known.discard((namespace, name))
+        self.stores.release(namespace, name)
         self.metrics.set_phase(namespace, name, None)
 
     # -- one reconcile -------------------------------------------------------------------------
@@ -114,7 +121,7 @@ class Reconciler:
         kube = self._kube()
         body = kube.get_experiment(namespace, name)
         if body is None or body.get("metadata", {}).get("deletionTimestamp"):
-            return Outcome("gone")
+            return Outcome("gone", rests=True)
         experiment, errors = self.parse(body)
         stored = body.get("status") or {}
         status = read_status(stored)
@@ -124,10 +131,12 @@ class Reconciler:
         blocked: list[tuple[str, str]] = []
         if experiment is not None:
             pods = kube.list_pods(namespace, {builders.LABEL_EXPERIMENT: name})
-            if not store_deleted(status):  # nothing to read, nor to own, once cleanup deleted it
+            # Nothing to read once it finished or while suspended, nor to own once cleanup deleted it.
+            reading = reads_store(experiment, status) and not store_deleted(status)
+            if reading:
                 progress, store_error = self.read_progress(experiment)
             blocked = [("SecretNotAllowed", m) for m in self.refused_secrets(experiment, namespace)]
-            if store_error is None and not store_deleted(status):
+            if store_error is None and reading:
                 blocked += [("StoreOwnedByAnother", m) for m in self.store_owner_refusal(experiment, body)]
         observed = Observed(
             experiment=experiment, spec_errors=errors, status=status, pods=pods, progress=progress,
@@ -143,7 +152,7 @@ class Reconciler:
                 kube.patch_experiment_status(namespace, name, patch)
             except KubeError as error:
                 if error.status == 404:  # deleted since it was read (a race the periodic reconcile can lose)
-                    return Outcome("gone")
+                    return Outcome("gone", rests=True)
                 raise
         for event in plan.events:
             self.post_event(body, event)
@@ -151,7 +160,8 @@ class Reconciler:
         self.metrics.set_phase(namespace, name, phase)
         if plan.delete_experiment:
             kube.delete_experiment(namespace, name)
-        return Outcome("invalid" if errors else "ok", phase=phase, errors=errors)
+        rests = experiment is None or not reads_store(experiment, plan.status)
+        return Outcome("invalid" if errors else "ok", phase=phase, errors=errors, rests=rests)
 
     def parse(self, body: dict[str, Any]) -> tuple[Experiment | None, list[str] | None]:
         """The experiment, with a store filled in when it names none: the one it already runs on
@@ -216,15 +226,8 @@ class Reconciler:
         return progress, None
 
     def store(self, experiment: Experiment) -> Any:
-        spec = experiment.spec.store
-        key = (spec.uri, experiment.metadata.namespace, experiment.name, spec.endpoint, spec.region)
-        with self._guard:
-            store = self._stores.get(key)
-        if store is None:
-            store = self.store_opener(experiment)
-            with self._guard:
-                self._stores[key] = store
-        return store
+        """The experiment's store, held until it rests or is forgotten (``_settle_store``)."""
+        return self.stores.get(experiment)
 
     def execute(self, plan: Plan, experiment: Experiment, body: dict[str, Any]) -> ActionOutcome:
         """Act on ``plan``: the ConfigMap and PodGroup first, then the pods to delete and create,

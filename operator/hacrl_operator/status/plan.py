@@ -140,6 +140,17 @@ def _failed_for_invalid_spec(old: ExperimentStatus) -> bool:
     return old.phase == "Failed" and any(c.type == "Failed" and c.reason == "InvalidSpec" for c in old.conditions)
 
 
+def reads_store(experiment: Experiment, status: ExperimentStatus) -> bool:
+    """Whether a reconcile of ``experiment`` in ``status`` reads its store (heartbeats, owner
+    record). Not once it finished: its status holds the last progress, and a cluster keeps many
+    finished experiments, each of which would otherwise cost a store client and a read per agent
+    every reconcile interval for good. Not while ``spec.suspend`` keeps its pods deleted: nothing
+    writes heartbeats. An experiment failed for an invalid spec that was fixed starts over: read."""
+    if experiment.spec.suspend:
+        return False
+    return status.phase not in TERMINAL or _failed_for_invalid_spec(status)
+
+
 def _plan_valid(observed: Observed, experiment: Experiment, old: ExperimentStatus, conditions: Conditions) -> Plan:
     spec = experiment.spec
     steps = spec.algorithm.steps
@@ -158,7 +169,9 @@ def _plan_valid(observed: Observed, experiment: Experiment, old: ExperimentStatu
         conditions=[], start_time=old.start_time, completion_time=None if resumed_from_invalid else old.completion_time,
     )
     plan = Plan(status, conditions, delete_pods=orphans)  # pods of agents removed from the spec
-    if observed.store_error:
+    if not reads_store(experiment, old):
+        plan.keep_condition("StoreReachable")  # not read: what the last read found
+    elif observed.store_error:
         plan.set_condition("StoreReachable", False, "StoreUnreachable", observed.store_error)
     else:
         plan.set_condition("StoreReachable", True, "StoreReachable", f"progress read from {spec.store.uri}")

@@ -1,0 +1,129 @@
+"""The operator's store clients are shared and bounded (issue 38, item 1), with real SeaweedFS.
+
+Before: ``Reconciler.store()`` kept one opened store per experiment for the life of the process,
+each ``s3://`` store with a boto3 client of its own (about 12 MiB), and the periodic reconcile
+read every known experiment's heartbeats, finished ones included. A cluster with about 35
+experiments on S3 stores OOM-killed the operator (limit 512Mi).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from harness import EmulatedCluster, run_operator, wait_for
+
+from hacrl_core.store import open_trajectory_store
+from hacrl_core.store.ownership import Owner, claim
+from hacrl_operator.config import OperatorConfig
+from hacrl_operator.handlers.reconcile import Reconciler
+from hacrl_operator.metrics import OperatorMetrics
+from tests.support.seaweed import SeaweedS3
+
+QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml"
+NS = "ml"
+
+
+@pytest.fixture
+def s3_env(seaweed_server: SeaweedS3, monkeypatch: pytest.MonkeyPatch) -> SeaweedS3:
+    """The operator's own S3 credentials (boto3's chain reads them from its environment)."""
+    for key, value in seaweed_server.env().items():
+        monkeypatch.setenv(key, value)
+    return seaweed_server
+
+
+def experiment_body(name: str, s3: SeaweedS3, **spec_changes: Any) -> dict[str, Any]:
+    document = yaml.safe_load(QUICKSTART.read_text())
+    document["metadata"] = {"name": name, "namespace": NS, "uid": f"uid-{name}"}
+    document["spec"]["store"] = {"uri": f"s3://{s3.bucket}/memory", "endpoint": s3.endpoint}
+    document["spec"].update(spec_changes)
+    return document
+
+
+def rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS in /proc/self/status")
+
+
+def test_forty_experiments_on_one_endpoint_read_through_one_client_closed_with_the_last(s3_env: SeaweedS3) -> None:
+    reconciler = Reconciler(OperatorConfig(), OperatorMetrics())
+    experiments = []
+    for i in range(40):
+        experiment, errors = reconciler.parse(experiment_body(f"exp-{i:02d}", s3_env))
+        assert experiment is not None, errors
+        experiments.append(experiment)
+        reconciler.known.add((NS, experiment.name))
+    # The first store builds the shared client; what each further experiment adds is measured.
+    progress, error = reconciler.read_progress(experiments[0])
+    assert error is None and progress == {"llama-char": None, "qwen-bpe": None}  # really read: no heartbeat yet
+    before = rss_mib()
+    for experiment in experiments[1:]:
+        assert reconciler.read_progress(experiment)[1] is None
+    grown = rss_mib() - before
+    # One boto3 client per store grew a process by 12.4 MiB per experiment (480 MiB here).
+    assert grown < 40, f"reading 39 more experiments' stores grew the process by {grown:.0f} MiB"
+    assert (reconciler.stores.held(), len(reconciler.stores.clients)) == (40, 1)
+    connections = reconciler.stores.get(experiments[0]).objects.client._endpoint.http_session._manager.pools
+    assert len(connections) == 1  # the kept-alive connections to the endpoint
+    for experiment in experiments:
+        reconciler.forget(NS, experiment.name)
+    assert (reconciler.stores.held(), len(reconciler.stores.clients)) == (0, 0)
+    assert len(connections) == 0  # closed with its last user
+
+
+def test_finished_suspended_and_deleted_experiments_hold_no_store_and_cost_no_store_request(
+    cluster: EmulatedCluster, s3_env: SeaweedS3,
+) -> None:
+    cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}))
+    with run_operator(cluster) as op:
+        requested: list[str] = []  # the path of every S3 request the operator sends
+
+        def recording(experiment: Any) -> Any:
+            opened = opener(experiment)
+            events = opened.store.objects.client.meta.events
+            events.register("before-send.s3", lambda request, **_: requested.append(request.url), unique_id="test-record")
+            return opened
+
+        opener = op.reconciler.stores.opener
+        op.reconciler.stores.opener = recording
+        names = ("running", "finished", "suspended")
+        for name in names:
+            body = experiment_body(name, s3_env)
+            del body["metadata"]["uid"]
+            cluster.kubectl("apply", "-n", NS, "-f", "-", input=yaml.safe_dump(body))
+        for name in names:
+            wait_for(lambda name=name: len(cluster.get("pods", namespace=NS, selector=f"hacrl.io/experiment={name}")) == 4, what=f"{name}'s pods")
+        uid = cluster.get("hx", "finished", NS)["metadata"]["uid"]
+        worker = open_trajectory_store(f"s3://{s3_env.bucket}/memory/{NS}", "finished", endpoint=s3_env.endpoint)
+        claim(worker, Owner(name="finished", uid=uid, namespace=NS), adopt=False, where="memory")
+        for agent in ("llama-char", "qwen-bpe"):
+            worker.write_progress(agent, {"agent": agent, "step": 12, "steps": 12, "done": True, "time": time.time()})
+        cluster.kubectl("patch", "hx", "suspended", "-n", NS, "--type=merge", "-p", json.dumps({"spec": {"suspend": True}}))
+
+        def phase(name: str) -> str | None:
+            return ((cluster.get("hx", name, NS) or {}).get("status") or {}).get("phase")
+
+        wait_for(lambda: phase("finished") == "Succeeded" and phase("suspended") == "Suspended", timeout=30, what="Succeeded and Suspended")
+        wait_for(lambda: op.reconciler.stores.held() == 1, what="only the running experiment holding a store")
+        assert len(op.reconciler.stores.clients) == 1
+        requested.clear()
+        op.wait_for_reconciles(9, trigger="periodic", timeout=30)  # three rounds of the ticker, at least
+        assert any(f"/memory/{NS}/running/" in url for url in requested), requested  # the running one is read
+        for name in ("finished", "suspended"):
+            assert not [url for url in requested if f"/memory/{NS}/{name}/" in url], f"{name} was read from its store"
+        status = cluster.get("hx", "finished", NS)["status"]
+        reachable = next(c for c in status["conditions"] if c["type"] == "StoreReachable")
+        assert reachable["status"] == "True"  # kept from the last read, not dropped
+        cluster.kubectl("delete", "hx", "running", "-n", NS)
+        wait_for(lambda: op.reconciler.stores.held() == 0 and len(op.reconciler.stores.clients) == 0,
+                 what="the last store and its client let go once the running experiment is deleted")
+        resumed = copy.deepcopy({"spec": {"suspend": False}})
+        cluster.kubectl("patch", "hx", "suspended", "-n", NS, "--type=merge", "-p", json.dumps(resumed))
+        wait_for(lambda: op.reconciler.stores.held() == 1, what="a resumed experiment reading its store again")
