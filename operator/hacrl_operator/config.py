@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import socket
+import uuid
 from collections.abc import Mapping
 
 from pydantic import ValidationError
@@ -64,6 +66,17 @@ class OperatorConfig:
     # Sharing one store is safe: each experiment keeps to `<uri>/<namespace>/<name>/`, claimed by
     # an owner record (hacrl_core/store/ownership.py).
     default_store: StoreSpec | None = None
+    # Leader election (leader.py): the Lease "namespace/name" that replicas of one install compete
+    # for; None = no election, the operator acts at once (one replica only: two would both act).
+    leader_lease: tuple[str, str] | None = None
+    # This replica's name in the Lease's holderIdentity (the chart passes the pod's name).
+    leader_identity: str = ""
+    # client-go's timing (its defaults): a leader that could not renew for `renew_deadline`
+    # seconds stops acting; a standby takes the Lease `lease_duration` seconds after it last saw it
+    # renewed, and tries every `retry_period` seconds.
+    lease_duration: int = 15
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
 
     @property
     def clusterwide(self) -> bool:
@@ -95,6 +108,7 @@ class OperatorConfig:
             experiment_secrets=_secrets(env, "HACRL_EXPERIMENT_SECRETS"),
             worker_image_pull_secrets=_secrets(env, "HACRL_WORKER_IMAGE_PULL_SECRETS", qualified=False),
             default_store=_default_store(env),
+            **_leader_election(env, defaults),
         )
 
 
@@ -207,3 +221,26 @@ def _namespaces(env: Mapping[str, str], name: str) -> tuple[str, ...]:
             "give a comma-separated list of namespaces, or leave it empty (or '*') for all namespaces"
         )
     return names
+
+
+def _leader_election(env: Mapping[str, str], defaults: OperatorConfig) -> dict[str, object]:
+    """The leader-election settings; the timing checks are client-go's (leaderelection.NewLeaderElector)."""
+    raw = _raw(env, "HACRL_LEADER_ELECTION_LEASE")
+    lease: tuple[str, str] | None = None
+    if raw is not None:
+        namespace, _, name = raw.partition("/")
+        if not (namespace and name and len(namespace) <= 63 and DNS_LABEL.match(namespace) and len(name) <= 253 and DNS_SUBDOMAIN.match(name)):
+            raise ConfigError(f"HACRL_LEADER_ELECTION_LEASE={raw!r} is not a Lease: give namespace/name (e.g. hacrl-system/hacrl-operator), "
+                              "or leave it empty to run without leader election (one replica only)")
+        lease = (namespace, name)
+    duration = _int(env, "HACRL_LEADER_ELECTION_LEASE_DURATION", defaults.lease_duration, low=2)
+    deadline = _seconds(env, "HACRL_LEADER_ELECTION_RENEW_DEADLINE", defaults.renew_deadline)
+    retry = _seconds(env, "HACRL_LEADER_ELECTION_RETRY_PERIOD", defaults.retry_period)
+    if not deadline < duration:
+        raise ConfigError(f"HACRL_LEADER_ELECTION_RENEW_DEADLINE={deadline:g} must be shorter than HACRL_LEADER_ELECTION_LEASE_DURATION="
+                          f"{duration}: a leader must stop acting before a standby may take its Lease")
+    if not retry * 1.2 < deadline:
+        raise ConfigError(f"HACRL_LEADER_ELECTION_RETRY_PERIOD={retry:g} must be under HACRL_LEADER_ELECTION_RENEW_DEADLINE / 1.2 "
+                          f"({deadline / 1.2:g}): a leader needs more than one try to renew before its deadline")
+    identity = _raw(env, "HACRL_LEADER_ELECTION_IDENTITY") or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    return {"leader_lease": lease, "leader_identity": identity, "lease_duration": duration, "renew_deadline": deadline, "retry_period": retry}

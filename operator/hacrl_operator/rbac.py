@@ -2,7 +2,9 @@
 
 ``scope`` says where a rule is needed: "namespace" rules are needed in every watched namespace
 (a Role per namespace when HACRL_WATCH_NAMESPACES lists them, else a ClusterRole); "cluster"
-rules only when the operator watches all namespaces (kopf's scanning of CRDs). An operator
+rules only when the operator watches all namespaces (kopf's scanning of CRDs); "lease" rules in
+the namespace of the leader-election Lease (HACRL_LEADER_ELECTION_LEASE, the chart's release
+namespace: a Role there, watched or not). An operator
 limited to listed namespaces turns kopf's scanning off (handlers/lifecycle.py), so it needs no
 cluster-wide permission at all: it names its namespaces exactly, so kopf has no namespace to
 discover. Secrets are absent on purpose: store credentials reach the pods by ``secretKeyRef``;
@@ -27,7 +29,7 @@ class Rule:
     api_group: str
     resource: str
     verbs: tuple[str, ...]
-    scope: str  # "namespace" (every watched namespace) or "cluster" (only when watching all namespaces)
+    scope: str  # "namespace" (every watched namespace), "cluster" (only when watching all namespaces), "lease" (the Lease's namespace)
     why: str
 
 
@@ -50,6 +52,8 @@ RULES: tuple[Rule, ...] = (
          "delete: OwnerReferencesPermissionEnforcement)"),
     Rule("apiextensions.k8s.io", "customresourcedefinitions", ("list", "watch"), "cluster",
          "watching all namespaces, kopf follows the HACRLExperiment CRD and notices when it is (re)installed"),
+    Rule("coordination.k8s.io", "leases", ("get", "create", "patch"), "lease",
+         "leader election among the operator's replicas (hacrl_operator/leader.py): read, create and conditionally renew its Lease"),
 )
 
 # The same as (apiGroup, resource, verbs) triples.

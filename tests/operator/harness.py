@@ -72,6 +72,8 @@ CORE_RESOURCES = {
     "v1/services": dict(kind="Service", singular="service", namespaced=True, shortnames={"svc"}),
     "v1/events": dict(kind="Event", singular="event", namespaced=True, shortnames={"ev"}),
     "v1/secrets": dict(kind="Secret", singular="secret", namespaced=True),
+    # The operators' leader-election Lease (hacrl_operator/leader.py).
+    "coordination.k8s.io/v1/leases": dict(kind="Lease", singular="lease", namespaced=True),
     "v1/namespaces": dict(kind="Namespace", singular="namespace", namespaced=False, shortnames={"ns"}, subresources={"status"}),
     # Volcano's PodGroup (spec.scheduling.gang volcano), as if Volcano's CRDs were installed.
     "scheduling.volcano.sh/v1beta1/podgroups": dict(kind="PodGroup", singular="podgroup", namespaced=True, shortnames={"pg"}),
@@ -161,6 +163,11 @@ class PatchedEmulator(kmock.KubernetesEmulator):
         self.watches: list[tuple[str, dict[str, str]]] = []
         # The CRD's status schema by ("apis", group): status writes are checked against its maxLengths.
         self.status_schemas: dict[tuple[str, str], dict[str, Any]] = {}
+        # (method, path) of every write, by the bearer token that sent it: operators started with
+        # kubeconfigs of their own tokens (``EmulatedCluster.kubeconfig_for``) are told apart.
+        self.writes_by_token: dict[str, list[tuple[str, str]]] = {}
+        # Serialises writes that carry a resourceVersion precondition with their check (below).
+        self._conditional = asyncio.Lock()
 
     async def _refuse_too_long_status(self, raw_request: Any, schema: dict[str, Any]) -> Any:
         """422 for a status write with a string longer than the CRD's maxLength, as the API server
@@ -223,6 +230,9 @@ class PatchedEmulator(kmock.KubernetesEmulator):
             refused = await self._refuse_too_long_status(raw_request, self.status_schemas[tuple(parts[:2])])
             if refused is not None:
                 return refused
+        token = raw_request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        if token and raw_request.method in ("POST", "PUT", "PATCH", "DELETE"):
+            self.writes_by_token.setdefault(token, []).append((raw_request.method, raw_request.path))
         query = raw_request.rel_url.query
         if query.get("watch") in ("True", "1"):
             raw_request = raw_request.clone(rel_url=raw_request.rel_url.update_query(watch="true"))
@@ -272,6 +282,24 @@ class PatchedEmulator(kmock.KubernetesEmulator):
         return web.json_response(namespace(name))  # GET, and PATCH (accepted, not applied)
 
     async def _handle(self, request: Any) -> Any:
+        precondition = None
+        if request.resource is not None and request.action == enums.action.UPDATE and isinstance(request.data, dict):
+            precondition = (request.data.get("metadata") or {}).get("resourceVersion")
+        if precondition is None:
+            return await self._handle_write(request)
+        # A merge patch that carries a resourceVersion is conditional in Kubernetes: 409 Conflict if
+        # the object has changed since (leader election relies on it; kmock ignores it). The check
+        # and the write hold one lock, so of two patches from the same version only one succeeds.
+        async with self._conditional:
+            key = (request.resource, request.namespace, request.name)
+            current = self._objects[key] if key in self._objects and not self._objects[key].deleted else None
+            if current is not None and str(current.get("metadata", {}).get("resourceVersion")) != str(precondition):
+                raise kmock.KubernetesError(status=409, reason="Conflict", message=(
+                    f"Operation cannot be fulfilled on {request.resource.plural} {request.name!r}: "
+                    "the object has been modified; please apply your changes to the latest version and try again"))
+            return await self._handle_write(request)
+
+    async def _handle_write(self, request: Any) -> Any:
         deleted_uids: list[str] = []
         key = None
         if request.resource is not None and isinstance(request.data, dict):
@@ -475,6 +503,15 @@ class EmulatedCluster:
         self.kubectl("apply", "-f", str(self.crd_file))
         return self
 
+    def kubeconfig_for(self, token: str) -> Path:
+        """A kubeconfig whose user sends bearer ``token``: the emulator records each client's writes
+        under it (``PatchedEmulator.writes_by_token``); it checks no credentials."""
+        config = yaml.safe_load(self.kubeconfig.read_text())
+        config["users"] = [{"name": "kmock", "user": {"token": token}}]
+        path = self.workdir / f"kubeconfig-{token}"
+        path.write_text(yaml.safe_dump(config))
+        return path
+
     def _run(self) -> None:
         loop = asyncio.new_event_loop()
         self._loop = loop
@@ -671,7 +708,7 @@ def rbac_problems(cluster: EmulatedCluster, clusterwide: bool = True) -> list[st
     from hacrl_operator.rbac import RULES
 
     granted = {(verb, rule.api_group, rule.resource) for rule in RULES for verb in rule.verbs
-               if clusterwide or rule.scope == "namespace"}
+               if clusterwide or rule.scope in ("namespace", "lease")}
     emulator = cluster.emulator
     return sorted(f"{verb} {group or 'core'}/{resource}" for verb, group, resource in (emulator.access if emulator else ())
                   if (verb, group, resource) not in granted)
