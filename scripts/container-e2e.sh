@@ -41,6 +41,32 @@ need kubectl "install kubectl (/usr/bin/kubectl)"
 [[ -x "$(command -v catatonit)" || -x /usr/libexec/podman/catatonit ]] || die "catatonit not found: apt-get install catatonit (kube play's infra container)"
 "$PYTHON" -c "import kmock, hacrl_core" 2>/dev/null || die "$PYTHON lacks the project's test environment: make install (or PYTHON=.venv/bin/python)"
 
+# This run's podman state in a folder of its own (tests/containers/leftovers.py says why); the
+# folder is claimed by this shell, so a concurrent run's sweep leaves it alone.
+RUN_DIR="${HACRL_CONTAINER_CACHE}/runs/run-$(date +%Y%m%d-%H%M%S)-$$"
+WORKDIR="${RUN_DIR}/work"
+mkdir -p "$WORKDIR"
+leftovers() { PYTHONPATH="${ROOT}${PYTHONPATH:+:${PYTHONPATH}}" "$PYTHON" -m tests.containers.leftovers "$@"; }
+leftovers claim "$RUN_DIR" --pid $$
+DRIVER_PID=""
+# Whatever happened: stop the driver, then remove every container, pod and volume of this run's
+# store, and the folder (the driver removes its pods itself on a normal exit; this also covers a
+# killed or crashed one).
+cleanup() {
+  local status=$?
+  if [[ -n "$DRIVER_PID" ]] && kill -0 "$DRIVER_PID" 2>/dev/null; then
+    kill "$DRIVER_PID" 2>/dev/null || true
+    wait "$DRIVER_PID" 2>/dev/null || true
+  fi
+  leftovers clean "$RUN_DIR" || true
+  exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Earlier runs' leftovers (finished, failed or killed), before anything is built or played.
+leftovers sweep --keep "$RUN_DIR"
+
 if ((!SKIP_BUILD)); then
   # gpu: the GPU images' final stages on the ubuntu-users stand-in (their uid/gid 1000), ~2 min
   "${ROOT}/scripts/images-local.sh" base operator worker-cpu gpu
@@ -50,30 +76,9 @@ WORKER_IMAGE="$(local_image worker-cpu)"
 for image in "$OPERATOR_IMAGE" "$WORKER_IMAGE"; do
   podman image exists "$image" || die "image ${image} not built: scripts/images-local.sh"
 done
-
-WORKDIR="$(mktemp -d "${TMPDIR:-/tmp}/hacrl-container-e2e.XXXXXX")"
-DRIVER_PID=""
-# Whatever happened: stop the driver, then remove the containers it started (it removes them
-# itself on a normal exit; these are the leftovers of a killed or crashed one).
-cleanup() {
-  local status=$?
-  if [[ -n "$DRIVER_PID" ]] && kill -0 "$DRIVER_PID" 2>/dev/null; then
-    kill "$DRIVER_PID" 2>/dev/null || true
-    wait "$DRIVER_PID" 2>/dev/null || true
-  fi
-  if [[ -f "${WORKDIR}/played-pods" ]]; then
-    sort -u "${WORKDIR}/played-pods" | while read -r pod; do
-      podman pod rm --force --ignore "$pod" >/dev/null 2>&1 || true
-    done
-  fi
-  if [[ -f "${WORKDIR}/operator-container" ]]; then
-    podman rm --force --ignore "$(cat "${WORKDIR}/operator-container")" >/dev/null 2>&1 || true
-  fi
-  rm -rf "$WORKDIR"
-  exit "$status"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+# From here on podman works in the run's own store, the images read-only from the shared one.
+write_run_podman_config "$RUN_DIR"
+use_podman_config "${RUN_DIR}/config"
 
 cd "$ROOT"
 started=$SECONDS

@@ -111,10 +111,11 @@ def worker_pods(cluster: EmulatedCluster) -> list[dict[str, Any]]:
     return [p for p in cluster.get("pods", namespace=NAMESPACE) if (p["metadata"].get("labels") or {}).get(LABEL_EXPERIMENT) == NAME]
 
 
-def kill_one_worker(cluster: EmulatedCluster, store: Any, agent: str, timeout: float) -> dict[str, Any]:
+def kill_one_worker(cluster: EmulatedCluster, kubelet: Kubelet, store: Any, agent: str, timeout: float) -> dict[str, Any]:
     """``podman kill`` the running KILLED_ROLE container of ``agent`` once step 0 is committed and
     the run is not over; returns the killed pod."""
     def target() -> dict[str, Any] | None:
+        kubelet.check()
         if not store.objects.list(f"{store.experiment}/steps/"):
             return None
         for pod in worker_pods(cluster):
@@ -165,9 +166,10 @@ def run(args: argparse.Namespace) -> None:
             began = time.monotonic()
             apply(cluster, document)
             store = open_trajectory_store(f"s3://{s3.bucket}/e2e/{NAMESPACE}", NAME, endpoint=s3.endpoint)
-            killed = kill_one_worker(cluster, store, agents[0], args.timeout)
+            killed = kill_one_worker(cluster, kubelet, store, agents[0], args.timeout)
 
             def finished() -> str | None:
+                kubelet.check()
                 current = phase(cluster)
                 assert current != "Failed", f"the experiment Failed: {json.dumps(cluster.get('hacrlexperiment', NAME, NAMESPACE).get('status'))[:3000]}"
                 return current if current == "Succeeded" else None

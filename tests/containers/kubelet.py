@@ -21,6 +21,12 @@ restartPolicy, image and pull policy), with these adaptations, each for a reason
 - an ``emptyDir`` with ``medium: Memory`` mounted at /dev/shm is left to podman: every podman
   container has its own writable tmpfs at /dev/shm (what the volume gives on Kubernetes), while
   podman's memory-backed emptyDir is root-owned and not writable by uid 1000.
+
+Every podman call has a deadline that fits what it does (``DEADLINES``): a call that does not
+return in time is killed; a ``kube play`` is retried once (after removing what the killed call may
+have made), and a call that times out twice in a row marks the kubelet stuck, naming the call, so
+that the e2e fails within minutes instead of waiting near CI's limit on a podman that hangs (seen
+here: a lock table at odds with podman's database makes every call of one pod hang forever).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import dataclasses
 import datetime as dt
 import json
 import logging
+import os
 import subprocess
 import sys
 import tempfile
@@ -211,8 +218,35 @@ def pod_phase(statuses: list[dict[str, Any]]) -> str:
     return "Pending"
 
 
-def podman(*args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout, check=False)
+# Seconds each podman command may take, by its first word(s); each far above what it takes here (a
+# play of a cached image: under a second, the first play of a store also builds podman's pause
+# image: a few seconds; under a loaded CI machine ten times that) and far below CI's patience.
+# HACRL_KUBELET_PLAY_DEADLINE shortens the play's for the test of a podman that always hangs.
+DEADLINES = {"kube play": float(os.environ.get("HACRL_KUBELET_PLAY_DEADLINE", "90")), "inspect": 30.0, "pod rm": 60.0, "rm": 60.0, "kill": 30.0, "logs": 30.0, "run": 120.0}
+DEFAULT_DEADLINE = 60.0
+
+
+class PodmanTimeout(RuntimeError):
+    """A podman call did not return within its deadline and was killed."""
+
+    def __init__(self, call: str, seconds: float) -> None:
+        super().__init__(f"`podman {call}` did not return within {seconds:.0f} s (killed)")
+        self.call = call
+
+
+def call_name(args: tuple[str, ...]) -> str:
+    """The command of a podman call, as DEADLINES keys it: `kube play`, `pod rm`, `inspect`."""
+    two = " ".join(args[:2])
+    return two if two in DEADLINES else args[0]
+
+
+def podman(*args: str, check: bool = True, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    call = call_name(args)
+    seconds = timeout if timeout is not None else DEADLINES.get(call, DEFAULT_DEADLINE)
+    try:
+        result = subprocess.run(["podman", *args], capture_output=True, text=True, timeout=seconds, check=False)
+    except subprocess.TimeoutExpired:
+        raise PodmanTimeout(call, seconds) from None
     if check and result.returncode != 0:
         raise RuntimeError(f"podman {' '.join(args[:3])} failed ({result.returncode}): {result.stderr.strip()[-2000:]}")
     return result
@@ -231,6 +265,28 @@ class Kubelet:
         self.played: list[tuple[str, str]] = []  # (name, uid) of every pod played, in order
         self.reported: dict[str, str] = {}  # pod name -> the last status written (JSON)
         self.stopping = threading.Event()
+        self.timeouts: dict[str, int] = {}  # podman command -> how many of its last calls timed out in a row
+        self.failed: set[str] = set()  # pods whose play failed: reported Failed, nothing to inspect
+        self.stuck: str | None = None  # why the kubelet cannot go on (a call that timed out twice in a row)
+
+    def podman(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """``podman(*args)``, counting timeouts per command: the second in a row marks the kubelet stuck."""
+        call = call_name(args)
+        try:
+            result = podman(*args, check=check)
+        except PodmanTimeout as error:
+            self.timeouts[call] = self.timeouts.get(call, 0) + 1
+            log.error("%s (%d in a row)", error, self.timeouts[call])
+            if self.timeouts[call] >= 2 and self.stuck is None:
+                self.stuck = f"{error}, twice in a row: podman is hung (args: {' '.join(args)[:300]})"
+            raise
+        self.timeouts[call] = 0
+        return result
+
+    def check(self) -> None:
+        """Raises if the kubelet is stuck: what the e2e's waits call, to fail at once, naming the call."""
+        if self.stuck is not None:
+            raise RuntimeError(f"the kubelet stand-in is stuck: {self.stuck}")
 
     def play(self, pod: dict[str, Any]) -> None:
         name = pod["metadata"]["name"]
@@ -254,24 +310,39 @@ class Kubelet:
             path.write_text(yaml.safe_dump(configmap), encoding="utf-8")
             args += ["--configmap", str(path)]
         started = time.monotonic()
-        result = podman(*args, str(directory / "pod.yaml"), check=False)
+        try:
+            try:
+                result = self.podman(*args, str(directory / "pod.yaml"), check=False)
+            except PodmanTimeout:
+                # Whatever the killed call made (a pod, its infra container) would make the retry
+                # fail on its name.
+                podman("pod", "rm", "--force", "--ignore", "--time", "0", name, check=False)
+                log.warning("pod %s: retrying podman kube play once", name)
+                result = self.podman(*args, str(directory / "pod.yaml"), check=False)
+        except PodmanTimeout as error:
+            log.error("pod %s: %s", name, error)
+            self.failed.add(name)
+            self.report(name, {"phase": "Failed", "reason": "RunContainerError", "message": f"{error}, twice"})
+            return
         if result.returncode != 0:
             log.error("pod %s: podman kube play failed: %s", name, result.stderr.strip()[-2000:])
+            self.failed.add(name)
             self.report(name, {"phase": "Failed", "reason": "RunContainerError", "message": result.stderr.strip()[-1000:]})
             return
         log.info("pod %s: played in %.1f s", name, time.monotonic() - started)
 
     def remove(self, name: str, why: str = "deleted from the API") -> None:
-        podman("pod", "rm", "--force", "--ignore", "--time", "2", name, check=False, timeout=120)
+        self.podman("pod", "rm", "--force", "--ignore", "--time", "2", name, check=False)
         self.running.pop(name, None)
         self.reported.pop(name, None)
+        self.failed.discard(name)
         log.info("pod %s: %s, its containers removed", name, why)
 
     def sync_status(self, name: str) -> None:
         pod = self.running[name]
         statuses = []
         for container in pod["spec"]["containers"]:
-            found = podman("inspect", "--type", "container", f"{name}-{container['name']}", check=False)
+            found = self.podman("inspect", "--type", "container", f"{name}-{container['name']}", check=False)
             state = json.loads(found.stdout)[0]["State"] if found.returncode == 0 and found.stdout.strip() else {}
             statuses.append(container_status(container["name"], container["image"], state))
         phase = pod_phase(statuses)
@@ -306,7 +377,8 @@ class Kubelet:
             if name not in self.running and not pod["metadata"].get("deletionTimestamp"):
                 self.play(pod)
         for name in list(self.running):
-            self.sync_status(name)
+            if name not in self.failed:  # its Failed report stands (no containers to read)
+                self.sync_status(name)
 
     def run(self, interval: float = 0.5) -> None:
         while not self.stopping.is_set():
@@ -318,7 +390,10 @@ class Kubelet:
 
     def remove_all(self) -> None:
         for name in list(self.running):
-            self.remove(name, "the kubelet stops")
+            try:
+                self.remove(name, "the kubelet stops")
+            except PodmanTimeout as error:  # the run's folder is removed after it anyway
+                log.error("pod %s: %s", name, error)
 
 
 def main(argv: list[str] | None = None) -> int:
