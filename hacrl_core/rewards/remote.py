@@ -7,15 +7,18 @@ carries ``Authorization: Bearer <token>`` when ``REWARD_SERVER_TOKEN`` is set (o
 ``env`` entry of the spec from an approved Secret). ``hacrl reward-server`` serves the built-in
 rewards this way.
 
-A request that times out, cannot connect, or gets a 5xx or 429 is retried with exponential
-backoff; each retry is logged and counted by reason (``take_retries``), and the counts reach
+A request that gets no whole answer within ``timeoutSeconds`` (a deadline for the whole
+exchange, ``deadline.py``), cannot connect, is cut off, or gets a 5xx or 429 is retried with
+exponential backoff; each retry is logged and counted by reason (``take_retries``), and the counts reach
 the step's metrics. Once the retries run out the batch fails with ``RewardServerError``:
 the worker stops resumably rather than train on rewards it does not have. An answer that is not
-a score in [0, 1] for every item is refused at once, naming the item.
+a score in [0, 1] for every item (or over ``MAX_ANSWER_BYTES``) is refused at once, naming the
+item. Every failure of a batch is a ``RewardServerError`` naming the server.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import math
@@ -23,17 +26,19 @@ import os
 import random
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from hacrl_core.rewards.deadline import Expired, post
 from hacrl_core.rewards.scoring import RewardItem
 
 TOKEN_ENV = "REWARD_SERVER_TOKEN"
 RETRYABLE_STATUS = {429, 500, 502, 503, 504}
+#: The most an answer may hold: scores of a batch take some 20 bytes each, so this is far above
+#: any real answer and bounds what a runaway server makes the worker hold.
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
 log = logging.getLogger("hacrl")
 _RETRIES: Counter[str] = Counter()
 _LOCK = threading.Lock()
@@ -84,31 +89,33 @@ class RemoteReward:
                     _RETRIES[last] += 1
                 log.warning("reward server %s: %s; retry %d/%d", self.url, last, attempt, self.retries)
                 time.sleep(self.backoff_seconds * 2 ** (attempt - 1) * (0.5 + random.random() / 2))
-            request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
             try:
-                with urllib.request.urlopen(request, timeout=self.timeout_seconds) as response:
-                    answer = response.read()
-            except urllib.error.HTTPError as error:
-                if error.code not in RETRYABLE_STATUS:
-                    detail = error.read()[:300].decode(errors="replace")
-                    raise RewardServerError(f"reward server {self.url} refused the batch: HTTP {error.code} {detail}".rstrip()) from None
-                last = f"http_{error.code}"
-                continue
-            except TimeoutError:
+                status, answer = post(self.url, body, headers, self.timeout_seconds, MAX_ANSWER_BYTES)
+            except Expired:
                 last = "timeout"
                 continue
-            except (urllib.error.URLError, ConnectionError, OSError) as error:
+            except (OSError, http.client.HTTPException) as error:  # refused, reset, dropped part-way, not HTTP
                 reason = getattr(error, "reason", error)
                 last = "timeout" if isinstance(reason, TimeoutError) else "connection"
                 continue
+            if status in RETRYABLE_STATUS:
+                last = f"http_{status}"
+                continue
+            if not 200 <= status < 300:
+                detail = answer[:300].decode(errors="replace")
+                raise RewardServerError(f"reward server {self.url} refused the batch: HTTP {status} {detail}".rstrip())
             return self._parse(answer, batch)
         raise RewardServerError(f"reward server {self.url}: no answer after {self.retries + 1} tries (last: {last}); "
-                                f"the worker stops and resumes from its last step once restarted")
+                                f"the worker stops and resumes from its last step once restarted "
+                                f"(data.rewardServer.timeoutSeconds and .retries bound each try and their number)")
 
     def _parse(self, answer: bytes, batch: Sequence[RewardItem]) -> list[float]:
+        if len(answer) > MAX_ANSWER_BYTES:
+            raise RewardServerError(f"reward server {self.url} answered over {MAX_ANSWER_BYTES} bytes for {len(batch)} items: "
+                                    f"expected {{\"scores\": [...]}}")
         try:
             scores = json.loads(answer)["scores"]
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: JSON nested thousands deep
             raise RewardServerError(f"reward server {self.url} answered {answer[:200]!r}: expected {{\"scores\": [...]}}") from None
         if not isinstance(scores, list) or len(scores) != len(batch):
             got = len(scores) if isinstance(scores, list) else type(scores).__name__

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from hacrl_core.rewards.remote import RemoteReward, RewardServerError, take_retries
+from hacrl_core.rewards.remote import MAX_ANSWER_BYTES, RemoteReward, RewardServerError, take_retries
 from hacrl_core.rewards.scoring import RewardItem
 from hacrl_core.rewards.server import serve
 from hacrl_core.spec import DataSpec
@@ -137,3 +138,99 @@ def test_the_kubernetes_example_runs_the_command_the_experiment_names() -> None:
     server_token = next(e for e in container["env"] if e["name"] == "REWARD_SERVER_TOKEN")["valueFrom"]
     client_token = next(e for e in experiment.spec.env if e.name == "REWARD_SERVER_TOKEN").value_from
     assert client_token.secret_key_ref.name == server_token["secretKeyRef"]["name"]
+
+
+@contextmanager
+def raw(respond: Callable[[BaseHTTPRequestHandler], None]) -> Iterator[str]:
+    """A server whose ``respond(handler)`` writes whatever bytes it likes once the request is read."""
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers["Content-Length"]))
+            try:
+                respond(self)
+            except OSError:  # the client hung up, as it should
+                pass
+
+        def log_message(self, *args) -> None:
+            pass
+
+    with running(ThreadingHTTPServer(("127.0.0.1", 0), Handler)) as url:
+        yield url
+
+
+def head(handler: BaseHTTPRequestHandler, length: int | None) -> None:
+    handler.send_response(200)
+    if length is not None:
+        handler.send_header("Content-Length", str(length))
+    handler.end_headers()
+    handler.wfile.flush()
+
+
+def trickle(handler: BaseHTTPRequestHandler) -> None:
+    """A valid answer, one byte every 0.3 s: each read succeeds, the whole takes 6 s."""
+    body = b'{"scores": [0.5, 0.5]}'
+    head(handler, len(body))
+    for byte in body:
+        handler.wfile.write(bytes([byte]))
+        handler.wfile.flush()
+        time.sleep(0.3)
+
+
+def endless(handler: BaseHTTPRequestHandler, pause: float = 0.01) -> None:
+    """An answer that never ends (no length, closed by nobody): 1 KiB every ``pause`` seconds."""
+    head(handler, None)
+    handler.close_connection = True
+    while True:
+        handler.wfile.write(b" " * 1024)
+        handler.wfile.flush()
+        time.sleep(pause)
+
+
+def dropped(handler: BaseHTTPRequestHandler) -> None:
+    """Half the promised body, then the connection closes (``IncompleteRead`` in the client)."""
+    head(handler, 40)
+    handler.wfile.write(b'{"scores": [0.5,')
+    handler.close_connection = True
+
+
+def garbage(handler: BaseHTTPRequestHandler) -> None:
+    """Not HTTP at all."""
+    handler.wfile.write(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
+    handler.close_connection = True
+
+
+@pytest.mark.parametrize(("respond", "last"), [(trickle, "timeout"), (endless, "timeout"), (dropped, "connection"),
+                                               (garbage, "connection")])
+def test_timeout_seconds_bounds_the_whole_request_and_a_broken_answer_is_retried(respond, last: str) -> None:
+    with raw(respond) as url:
+        began = time.monotonic()
+        with pytest.raises(RewardServerError, match=rf"no answer after 2 tries \(last: {last}\).*data.rewardServer.timeoutSeconds"):
+            RemoteReward(url, timeout_seconds=1.0, retries=1, backoff_seconds=0.01).score(items(2))
+        took = time.monotonic() - began
+    assert took < 4.0, f"two tries of a 1 s deadline took {took:.1f} s"
+    assert take_retries() == {f"rollout/reward_retries/{last}": 1}
+
+
+def test_an_answer_that_floods_is_refused_at_the_limit() -> None:
+    with raw(lambda handler: endless(handler, pause=0)) as url, \
+            pytest.raises(RewardServerError, match=f"answered over {MAX_ANSWER_BYTES} bytes for 2 items"):
+        RemoteReward(url, timeout_seconds=60, retries=0).score(items(2))
+
+
+@pytest.mark.parametrize(("status", "body", "expected"), [
+    (400, {"error": "bad items"}, r"refused the batch: HTTP 400 \{\"error\": \"bad items\"\}"),
+    (404, {"error": "no /score"}, "refused the batch: HTTP 404"),
+    (200, {"scores": "[" * 100_000}, r"answered .*expected \{\"scores\": \[...\]\}"),
+])
+def test_a_refusal_or_an_answer_nested_too_deep_is_a_reward_server_error(status: int, body: dict, expected: str) -> None:
+    nested = json.dumps(body).replace('"' + "[" * 100_000 + '"', "[" * 100_000)  # JSON nested 100,000 deep
+    with raw(lambda handler: _send(handler, status, nested.encode())) as url, pytest.raises(RewardServerError, match=expected):
+        RemoteReward(url, retries=2, backoff_seconds=0).score(items(2))
+    assert take_retries() == {}, "a refusal is not retried"
+
+
+def _send(handler: BaseHTTPRequestHandler, status: int, data: bytes) -> None:
+    handler.send_response(status)
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
