@@ -54,7 +54,7 @@ from hacrl_core.metrics import WorkerMetrics, store_retries
 from hacrl_core.models.loading import default_device, load_policy
 from hacrl_core.models.lora import AdapterDisabled, load_lora_policy, save_trained
 from hacrl_core.sharing import shared_rows_used, sharing_warning
-from hacrl_core.store.weight_chain import publish_policy
+from hacrl_core.store.weight_chain import directory_bytes, publish_policy
 from hacrl_core.tracking import open_tracking, steps_jsonl
 
 log = logging.getLogger("hacrl")
@@ -128,7 +128,7 @@ def publish_weights(context: WorkerContext, state: LearnerState, version: int) -
         save_trained(model, state.tokenizer, local)  # a LoRA agent's: the adapter alone
     try:
         if context.agent.learner.lora is not None:  # an adapter is small and most of it moves each step: published whole
-            size = float(sum(path.stat().st_size for path in local.rglob("*") if path.is_file()))
+            size = float(directory_bytes(local))
             context.store.publish_weights(context.agent_name, version, local)
             return {"learner/weights_bytes_written": size, "learner/weights_publish_share": 1.0}
         # A delta against the previous publish, or in full (store/weight_chain.py; docs/architecture.md, "Weight publishes").

@@ -43,9 +43,9 @@ def next_tokens(logits: torch.Tensor, *, greedy: bool, temperature: float, top_p
     scores = logits.float() / temperature
     if top_p < 1.0:
         sorted_scores, order = scores.sort(dim=-1, descending=True)
-        cumulative = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
+        sorted_probs = sorted_scores.softmax(dim=-1)
         # drop a token once the ones before it already reach top_p
-        drop_sorted = (cumulative - sorted_scores.softmax(dim=-1)) >= top_p
+        drop_sorted = (sorted_probs.cumsum(dim=-1) - sorted_probs) >= top_p
         scores = scores.masked_fill(drop_sorted.scatter(-1, order, drop_sorted), float("-inf"))
     return torch.multinomial(scores.softmax(dim=-1), 1, generator=generator).squeeze(-1)
 

@@ -124,6 +124,11 @@ def _write_json(path: Path, value: dict[str, Any]) -> None:
     os.replace(staging, path)
 
 
+def directory_bytes(path: Path) -> int:
+    """The bytes of every file under ``path``: what a publish of that folder writes."""
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
 def _write_delta(path: Path, delta: StateDelta) -> int:
     from safetensors.torch import save_file
 
@@ -368,7 +373,7 @@ def publish_policy(store, agent: str, version: int, local_dir: Path | str, refer
             else:
                 meta.pop("delta_bytes", None)
         _write_json(out / META, meta)
-        written = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+        written = directory_bytes(out)
         store.publish_weights(agent, version, out)
         (local / DELTA).unlink(missing_ok=True)
         _write_json(local / META, meta)
