@@ -125,7 +125,8 @@ def test_crd_is_shipped_unchanged_and_alone():
 def test_deployment_defaults():
     deployment = one(render(), "Deployment")
     spec = deployment["spec"]
-    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    # Two replicas, one of them a standby (leader election: tests/chart/test_chart_leader_election.py).
+    assert spec["replicas"] == 2 and spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     pod = spec["template"]["spec"]
     (container,) = pod["containers"]
     assert container["image"] == "ghcr.io/hacrl/hacrl-operator:0.1.0"
@@ -329,7 +330,7 @@ def test_minio_objects_and_operator_credentials():
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
     # The operator reads heartbeats with MinIO's credentials when store.credentialsSecret is empty.
     (operator,) = one(docs, "Deployment", RELEASE)["spec"]["template"]["spec"]["containers"]
-    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in operator["env"] if "valueFrom" in e}
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in operator["env"] if "secretKeyRef" in e.get("valueFrom", {})}
     assert {k: v["name"] for k, v in refs.items()} == {k: "hacrl-minio" for k in CREDENTIAL_KEYS}
 
 
@@ -387,7 +388,7 @@ def test_default_store_from_values_reaches_the_operator():
     assert config.secret_allowed("any", "team-s3") and config.secret_allowed("any", "hacrl-minio")
     # The operator reads heartbeats with the default store's credentials unless store.credentialsSecret says otherwise.
     (container,) = one(docs, "Deployment", RELEASE)["spec"]["template"]["spec"]["containers"]
-    refs = {e["name"]: e["valueFrom"]["secretKeyRef"]["name"] for e in container["env"] if "valueFrom" in e}
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"]["name"] for e in container["env"] if "secretKeyRef" in e.get("valueFrom", {})}
     assert refs == {k: "team-s3" for k in CREDENTIAL_KEYS}
     assert _operator_config(render()).default_store is None, "no default store unless one is configured"
     # `helm upgrade --reuse-values` from a release before defaultStore existed: no such key at all.

@@ -44,9 +44,9 @@ def bound_to_operator(docs, role: dict) -> list[dict]:
     return found
 
 
-def test_rules_are_not_empty_and_cover_both_scopes():
-    assert declared("namespace") and declared("cluster")
-    assert {r.scope for r in RULES} == {"namespace", "cluster"}
+def test_rules_are_not_empty_and_cover_every_scope():
+    assert declared("namespace") and declared("cluster") and declared("lease")
+    assert {r.scope for r in RULES} == {"namespace", "cluster", "lease"}
     assert not any(r.resource == "secrets" for r in RULES), "the operator never reads Secrets"
 
 
@@ -59,9 +59,20 @@ def operator_cluster_roles(docs) -> list[dict]:
     ]
 
 
+def lease_role(docs) -> dict | None:
+    """The leader-election Role (in the release namespace), or None."""
+    found = [r for r in objects(docs, "Role") if r["metadata"]["name"].endswith("-leader-election")]
+    assert len(found) <= 1
+    return found[0] if found else None
+
+
+def watched_namespace_roles(docs) -> list[dict]:
+    return [r for r in objects(docs, "Role") if r is not lease_role(docs)]
+
+
 def test_clusterwide_rbac_equals_rules():
     docs = render()
-    assert not objects(docs, "Role") and not objects(docs, "RoleBinding")
+    assert not watched_namespace_roles(docs) and all(b["metadata"]["name"].endswith("-leader-election") for b in objects(docs, "RoleBinding"))
     roles = {role["metadata"]["name"]: role for role in operator_cluster_roles(docs)}
     assert len(roles) == 2
     by_grants = {frozenset(granted(role)): role for role in roles.values()}
@@ -78,7 +89,7 @@ def test_namespaced_rbac_equals_rules(namespaces):
     docs = render(sets=("watchNamespaces={" + ",".join(namespaces) + "}",))
     assert operator_cluster_roles(docs) == [], "an operator limited to listed namespaces needs no cluster-wide right"
     assert not [b for b in objects(docs, "ClusterRoleBinding") if not is_crd_hook(b)]
-    roles = objects(docs, "Role")
+    roles = watched_namespace_roles(docs)
     assert sorted(r["metadata"]["namespace"] for r in roles) == sorted(namespaces)
     for role in roles:
         assert granted(role) == declared("namespace"), f"Role in {role['metadata']['namespace']} drifted from RULES"
@@ -87,7 +98,19 @@ def test_namespaced_rbac_equals_rules(namespaces):
 
 def test_namespaced_combination_file_uses_roles():
     docs = render((str(CHART / "ci" / "namespaced-values.yaml"),))
-    assert {r["metadata"]["namespace"] for r in objects(docs, "Role")} == {"team-a", "team-b"}
+    assert {r["metadata"]["namespace"] for r in watched_namespace_roles(docs)} == {"team-a", "team-b"}
+
+
+@pytest.mark.parametrize("sets", [(), ("watchNamespaces={team-a}",)])
+def test_the_lease_role_is_in_the_release_namespace_with_the_lease_rules(sets):
+    """Watched or not, the operator's own namespace holds its Lease: a Role there with exactly the
+    "lease" rules, bound to the operator; none without leader election."""
+    docs = render(sets=sets)
+    role = lease_role(docs)
+    assert role is not None and role["metadata"]["namespace"] == NAMESPACE
+    assert granted(role) == declared("lease")
+    assert len(bound_to_operator(docs, role)) == 1
+    assert lease_role(render(sets=(*sets, "leaderElection.enabled=false", "replicas=1"))) is None
 
 
 def test_rbac_can_be_left_to_the_cluster_admin():

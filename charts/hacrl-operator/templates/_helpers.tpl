@@ -135,6 +135,13 @@ tests/chart/test_rbac.py fails when these and RULES differ in either direction.
   verbs: ["get", "create", "patch", "delete"]
 {{- end }}
 
+{{- /* "leaseRules": in the release namespace, where the leader-election Lease is (leaderElection.enabled). */}}
+{{- define "hacrl-operator.leaseRules" -}}
+- apiGroups: ["coordination.k8s.io"]
+  resources: ["leases"]
+  verbs: ["get", "create", "patch"]
+{{- end }}
+
 {{- define "hacrl-operator.clusterRules" -}}
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
@@ -143,6 +150,17 @@ tests/chart/test_rbac.py fails when these and RULES differ in either direction.
 
 {{/* Checks of value combinations; each message names the value path to change. */}}
 {{- define "hacrl-operator.validate" -}}
+{{- if and (gt (int .Values.replicas) 1) (not .Values.leaderElection.enabled) }}
+{{- fail (printf "replicas=%v needs leaderElection.enabled=true: without an elected leader every replica would act on every experiment; set replicas=1 or enable leaderElection" .Values.replicas) }}
+{{- end }}
+{{- if .Values.leaderElection.enabled }}
+{{- if not (lt (float64 .Values.leaderElection.renewDeadline) (float64 .Values.leaderElection.leaseDuration)) }}
+{{- fail (printf "leaderElection.renewDeadline (%v) must be less than leaderElection.leaseDuration (%v): a leader must stop acting before a standby may take its Lease" .Values.leaderElection.renewDeadline .Values.leaderElection.leaseDuration) }}
+{{- end }}
+{{- if not (lt (mulf (float64 .Values.leaderElection.retryPeriod) 1.2) (float64 .Values.leaderElection.renewDeadline)) }}
+{{- fail (printf "leaderElection.retryPeriod (%v) must be under leaderElection.renewDeadline / 1.2: a leader needs more than one try to renew before its deadline" .Values.leaderElection.retryPeriod) }}
+{{- end }}
+{{- end }}
 {{- if and .Values.metrics.serviceMonitor.enabled (eq (int .Values.metrics.port) 0) }}
 {{- fail "metrics.serviceMonitor.enabled=true needs the operator's metrics: set metrics.port to a port (e.g. 8081), or metrics.serviceMonitor.enabled=false" }}
 {{- end }}
