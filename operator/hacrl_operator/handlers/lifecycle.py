@@ -39,7 +39,8 @@ def configure_settings(settings: kopf.OperatorSettings, config: OperatorConfig) 
     # Only our pods, filtered by the API server: without a selector kopf's pod watch streams
     # every pod event of the cluster (or namespace) to the operator, to drop all but ours.
     settings.watching.label_selectors["", "v1", "pods"] = LABEL_EXPERIMENT
-    # One replica (the chart runs one): no peering objects needed.
+    # No kopf peering: it pauses operators of lower priority but lets equals both act. Replicas
+    # elect a leader on a Lease before kopf starts (leader.py, __main__.py); only it runs this.
     settings.peering.standalone = True
     # The operator posts its own Events for every transition; kopf adds only warnings and errors
     # (e.g. a handler that failed permanently on an invalid spec).
