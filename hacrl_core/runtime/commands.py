@@ -24,6 +24,7 @@ def _setup_worker_process() -> None:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     from hacrl_core.runtime.supervisor_watch import watch_supervisor
+    from hacrl_core.runtime.worker_failures import MARK, exit_code_of
 
     watch_supervisor()  # started by `hacrl run`: stop when it is gone (kill -9)
     _setup_worker_process()
@@ -93,6 +94,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
     except StoreGone as error:
         logging.getLogger("hacrl.worker").error("%s", error)
         return STORE_GONE_EXIT_CODE
+    except Exception as error:
+        code = exit_code_of(error)
+        if code is None:  # not a known error: the CLI's last-resort handler keeps its traceback in the log
+            raise
+        logging.getLogger("hacrl.worker").error("%s%s", MARK, error)
+        return code
     return 0
 
 

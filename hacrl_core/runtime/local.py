@@ -33,6 +33,7 @@ from hacrl_core.runtime.forkserver import ForkedProcess, ForkServer, cli_command
 from hacrl_core.runtime.resume import ResumeRefused, check_resume
 from hacrl_core.runtime.supervisor_watch import SUPERVISOR_PID_ENV
 from hacrl_core.runtime.workdir import WorkdirBusy, hold_workdir, release_workdir
+from hacrl_core.runtime.worker_failures import FINAL_EXIT_CODE, RESTARTABLE_EXIT_CODE, failure_line
 from hacrl_core.spec import (
     ROLLOUT_REPLICA_ENV,
     SPEC_DIGEST_ENV,
@@ -326,13 +327,20 @@ def supervise(run: LocalRun, display) -> None:
                     f"was superseded by a newer one and stopped ({worker.log_path}: {worker.log_tail(1)}); "
                     "this `hacrl run` stops, the other one continues"
                 )
+            said = failure_line(worker.log_tail()) if code in (RESTARTABLE_EXIT_CODE, FINAL_EXIT_CODE) else None
+            if said is not None and code == FINAL_EXIT_CODE:  # a restart would meet the same error
+                raise RunError(f"the {worker.title} stopped: {said} (log: {worker.log_path})")
             run.restarts[worker.agent] += 1
             if run.restarts[worker.agent] > limit:
+                if said is not None:
+                    raise RunError(f"the {worker.title} stopped: {said} (after {limit} restarts, spec.restartLimit; "
+                                   f"log: {worker.log_path})")
                 raise RunError(
                     f"{worker.title} failed with exit code {code} and the agent used up its "
                     f"restartLimit ({limit}); last log lines ({worker.log_path}):\n{worker.log_tail()}"
                 )
-            display.note(f"{worker.title} exited with code {code}; restarting ({run.restarts[worker.agent]}/{limit})")
+            display.note(f"{worker.title} {f'stopped: {said}' if said else f'exited with code {code}'}; "
+                         f"restarting ({run.restarts[worker.agent]}/{limit})")
             worker.start()
             write_worker_table(run)
         display.update(run)
