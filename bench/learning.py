@@ -443,14 +443,10 @@ def probe(args: argparse.Namespace, teams: list[str]) -> dict[str, dict[str, flo
     return found
 
 
-def plot(runs: list[dict[str, Any]], team: str, agent: str, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def draw(ax: Any, runs: list[dict[str, Any]], team: str, agent: str) -> None:
+    """Mean held-out accuracy curve and 95% band over seeds of each configuration, on ``ax``."""
     import numpy as np
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
     for config in dict.fromkeys(r["config"] for r in runs if r["team"] == team):
         curves = [r["agents"][agent]["curve"] for r in runs if r["team"] == team and r["config"] == config and r["agents"][agent]["curve"]]
         if not curves:
@@ -465,9 +461,38 @@ def plot(runs: list[dict[str, Any]], team: str, agent: str, path: Path) -> None:
         ax.fill_between(xs, mean - np.nan_to_num(half), mean + np.nan_to_num(half), alpha=0.12)
     ax.set_xlabel("training step (2 optimizer updates each)")
     ax.set_ylabel("held-out greedy accuracy")
-    ax.set_title(f"{team}: {agent} (mean, 95% CI over seeds)", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+
+
+def plot(runs: list[dict[str, Any]], team: str, agent: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    draw(ax, runs, team, agent)
+    ax.set_title(f"{team}: {agent} (mean, 95% CI over seeds)", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_team(runs: list[dict[str, Any]], team: str, path: Path) -> None:
+    """One figure per regime: every agent of ``team`` side by side (a claim about every agent is read at once)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    agents = [a.name for a in TEAMS[team]]
+    fig, axes = plt.subplots(1, len(agents), figsize=(5.2 * len(agents), 3.8), squeeze=False)
+    for ax, agent in zip(axes[0], agents, strict=True):
+        draw(ax, runs, team, agent)
+        ax.set_title(agent, fontsize=10)
+    fig.suptitle(f"{team}: held-out accuracy (mean, 95% CI over seeds)", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -560,6 +585,7 @@ def main(argv: list[str] | None = None) -> int:
         for team in dict.fromkeys(r["team"] for r in runs):
             for agent in TEAMS[team]:
                 plot(runs, team, agent.name, args.img / f"learning-{variant_tag}{team}-{agent.name}.png")
+            plot_team(runs, team, args.img / f"learning-{variant_tag}{team}.png")
         print(f"wrote {args.img}/learning-*.png")
     # The last line, for a reader checking the claim on other seeds: HACPO minus GSPO per agent and seed.
     print(json.dumps({"paired": hacpo_minus_gspo}))

@@ -61,3 +61,4 @@ def test_last_line_is_hacpo_minus_gspo_per_agent_and_seed(tmp_path: Path, capsys
     assert paired["mul-char"] == pytest.approx([0.05, 0.08])
     assert paired["addsub-char"] == pytest.approx([-0.02, 0.09])
     assert (tmp_path / "img" / "learning-complementary-mul-char.png").is_file()
+    assert (tmp_path / "img" / "learning-complementary.png").is_file()  # both agents in one figure
