@@ -45,6 +45,7 @@ from hacrl_core.spec import (
 )
 from hacrl_core.store import TrajectoryStore, describe_prefix, open_experiment_store
 from hacrl_core.store.fencing import FENCED_EXIT_CODE, STORE_GONE_EXIT_CODE, claim_run_generation
+from hacrl_core.store.layout import spec_key
 from hacrl_core.store.ownership import Owner, StoreOwnedByAnother, check_owner, claim
 
 ROLES = ("rollout", "learner")
@@ -168,7 +169,9 @@ def prepare(spec_path: str | Path, *, resume: bool, workdir: str | Path | None =
                 f"`hacrl run --resume {spec_path}`, or rename metadata.name to start afresh"
             )
         rendered = dump_experiment(experiment)
-        if resume and started:
+        if resume and not started and not store.objects.exists(spec_key(experiment.name)):
+            raise RunError(nothing_to_resume(experiment, spec_path))
+        if resume:
             try:
                 check_resume(store, experiment.name, rendered, str(spec_path))
             except ResumeRefused as error:
@@ -185,6 +188,14 @@ def prepare(spec_path: str | Path, *, resume: bool, workdir: str | Path | None =
         raise
     return LocalRun(experiment, local_spec, workdir, store, resume=resume, owner=owner, rendered=rendered,
                     spec_digest=spec_digest(rendered.encode("utf-8")), workdir_lock=lock)
+
+
+def nothing_to_resume(experiment: Experiment, spec_path: str | Path) -> str:
+    """`--resume` of a run the store does not hold: it trained from step 0 under the new name and
+    exited 0, leaving the interrupted run as it was."""
+    return (f"nothing to resume: the store holds no run of experiment {experiment.name!r} ({describe_prefix(experiment)}). "
+            f"metadata.name and metadata.namespace pick the run a resume continues: restore them to the interrupted "
+            f"run's, or start this one afresh with `hacrl run {spec_path}` (without --resume)")
 
 
 def local_owner(experiment: Experiment) -> Owner:

@@ -86,6 +86,22 @@ def test_a_store_copied_to_another_uri_resumes(finished, tmp_path, model_cache, 
     assert (tmp_path / "moved-here" / "hostile-run" / "spec.yaml").read_text().count("moved-here") == 1
 
 
+NOTHING_TO_RESUME = [
+    ("renamed", lambda d: d["metadata"].update(name="hostile-run-2"), "'hostile-run-2'", "hostile-run-2"),
+    ("namespace-changed", lambda d: d["metadata"].update(namespace="elsewhere"), "'hostile-run'", "elsewhere"),
+]
+
+
+@pytest.mark.parametrize("case, change, name, folder", NOTHING_TO_RESUME, ids=[c[0] for c in NOTHING_TO_RESUME])
+def test_resume_of_a_run_the_store_does_not_hold_is_refused(case, change, name, folder, finished, tmp_path, model_cache, monkeypatch):
+    """Issue 43, 4: it trained from step 0 under the new name and exited 0."""
+    spec = copied_run(finished, tmp_path, change)
+    check(FAMILY, resume(spec, tmp_path, model_cache, monkeypatch), 1, f"nothing to resume: the store holds no run of experiment {name}",
+          "metadata.name and metadata.namespace", "without --resume")
+    assert not (tmp_path / "store" / folder).exists(), "a refused resume writes nothing"
+    assert not list((tmp_path / "work").glob("logs/*.log")), "nothing may start"
+
+
 DAMAGE = [
     ("byte-appended", lambda p: p.write_bytes(p.read_bytes() + b"x"), "spec.yaml is damaged"),
     ("truncated", lambda p: p.write_bytes(p.read_bytes()[:10]), "spec.yaml is damaged"),
