@@ -22,6 +22,7 @@ from hacrl_core.spec.cluster import (
     secret_name,
 )
 from hacrl_core.spec.data import DataSpec, EvaluationSpec
+from hacrl_core.spec.kueue import pod_set_problem
 from hacrl_core.spec.monitoring import MetricsSpec, TrackingSpec
 from hacrl_core.spec.store import CheckpointSpec, StoreSpec
 
@@ -122,6 +123,13 @@ class ExperimentSpec(SpecModel):
                 f"algorithm {self.algorithm.name!r} shares rollouts between agents and needs at least 2 agents, "
                 f"got {len(self.agents)}; add an agent or use gspo/grpo"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _kueue_pod_sets(self) -> ExperimentSpec:
+        problem = pod_set_problem(self)
+        if problem:
+            raise ValueError(problem)
         return self
 
     def colocation_blockers(self) -> list[str]:

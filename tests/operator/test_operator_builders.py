@@ -609,7 +609,8 @@ def test_rbac_lists_what_the_operator_uses_and_no_secrets() -> None:
     assert "create" in permissions[("", "events")]
     assert {"get", "create"} <= permissions[("", "services")]  # the headless Service of a learner over several nodes
     assert ("", "secrets") not in permissions
-    assert all(r.scope in ("namespace", "cluster") for r in rbac.RULES)
+    assert permissions[("coordination.k8s.io", "leases")] == {"get", "create", "patch"}  # leader election (leader.py)
+    assert all(r.scope in ("namespace", "cluster", "lease") for r in rbac.RULES)
     assert rbac.as_policy_rules("cluster") and all(rule["verbs"] for rule in rbac.as_policy_rules())
 
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from hacrl_core.spec import NODE_RANK_ENV, RENDEZVOUS_PORT, ROLLOUT_REPLICA_ENV, Experiment, gpu_count
+from hacrl_core.spec import NODE_RANK_ENV, RENDEZVOUS_PORT, ROLLOUT_REPLICA_ENV, Experiment
+from hacrl_operator.builders.devices import may_hold_gpu
 from hacrl_operator.builders.metadata import rendezvous_address
 from hacrl_operator.builders.roles import TEMPLATE_ROLE, node_count, replica_count
 from hacrl_operator.builders.volumes import CACHE_DIR, MODEL_CACHE_DIR, SPEC_PATH, WORK_DIR, worker_volume_mounts
@@ -20,7 +21,8 @@ CREDENTIAL_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 # The NVIDIA container runtime exposes the GPUs named in this variable; the CUDA and vLLM base
 # images set it to `all`, so a container without a GPU of its own would see every GPU of its node.
 # `void` exposes none (https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/docker-specialized.html).
-# A container with an nvidia.com/gpu limit gets its devices' ids from the device plugin instead.
+# A container that may hold a GPU (devices.py: any GPU-like resource, MIG and shared ones too) gets
+# its devices' ids from the device plugin instead.
 VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
 
 # The worker container's securityContext; after a podTemplate is merged, hacrl_core.pod_policy.lock_down
@@ -129,10 +131,10 @@ def scrape_annotations(experiment: Experiment) -> dict[str, str]:
 
 
 def hide_gpus(pod_spec: dict[str, Any]) -> None:
-    """``NVIDIA_VISIBLE_DEVICES=void`` on every container without a GPU limit (sidecars and init
-    containers too), unless its env names the variable itself."""
+    """``NVIDIA_VISIBLE_DEVICES=void`` on every container that requests no GPU-like resource at all
+    (devices.may_hold_gpu; sidecars and init containers too), unless its env names the variable itself."""
     for container in [*pod_spec.get("initContainers", []), *pod_spec.get("containers", [])]:
-        if gpu_count(container.get("resources") or {}):
+        if may_hold_gpu(container.get("resources")):
             continue
         env = container.setdefault("env", [])
         if not any(item.get("name") == VISIBLE_DEVICES_ENV for item in env):
