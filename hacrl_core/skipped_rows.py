@@ -43,6 +43,7 @@ class DatasetReport:
     rows: int  # usable rows
     skipped: dict[str, int] = field(default_factory=dict)  # reason -> rows dropped
     first_row: dict[str, int] = field(default_factory=dict)  # reason -> 1-based row (jsonl: line) of its first drop
+    digest: str = ""  # sha256 of the rows kept, in order (read_datasets sets it: what `--resume` compares)
 
     @property
     def metric_prefix(self) -> str:

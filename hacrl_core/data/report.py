@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,11 +13,22 @@ from hacrl_core.data.datasets import open_source
 from hacrl_core.rewards.remote import is_reward_url
 from hacrl_core.skipped_rows import DatasetReport
 
-__all__ = ["DatasetReport", "describe_source", "open_dataset", "read_datasets", "spec_datasets"]
+__all__ = ["DatasetReport", "describe_source", "open_dataset", "read_datasets", "rows_digest", "spec_datasets"]
 
-def describe_source(field_path: str, source: PromptSource) -> DatasetReport:
+def describe_source(field_path: str, source: PromptSource, digest: str = "") -> DatasetReport:
     first_row = {reason: position + 1 for reason, position in source.first_skipped.items()}
-    return DatasetReport(field=field_path, name=source.name, rows=len(source), skipped=dict(source.skipped), first_row=first_row)
+    return DatasetReport(field=field_path, name=source.name, rows=len(source), skipped=dict(source.skipped), first_row=first_row,
+                         digest=digest)
+
+
+def rows_digest(source: PromptSource) -> str:
+    """sha256 of every row ``source`` gives (uid, question, answer), in order: what a run trained on,
+    whatever the file is called (a dataset replaced under the same path changes it)."""
+    digest = hashlib.sha256()
+    for problem in source:
+        digest.update(json.dumps([problem.uid, problem.question, problem.answer]).encode())
+        digest.update(b"\n")
+    return digest.hexdigest()
 
 
 def spec_datasets(data_spec) -> Iterator[tuple[str, Any]]:
@@ -40,5 +53,5 @@ def read_datasets(data_spec) -> list[DatasetReport]:
             source = open_dataset(data_spec, dataset)
         except (ValueError, OSError) as error:
             raise ValueError(f"spec.{field_path}.source: {error}") from None
-        reports.append(describe_source(field_path, source))
+        reports.append(describe_source(field_path, source, rows_digest(source)))
     return reports

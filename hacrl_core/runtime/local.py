@@ -30,7 +30,7 @@ from hacrl_core.data.report import DatasetReport, read_datasets
 from hacrl_core.runtime.context_fit import overlong_prompts
 from hacrl_core.runtime.cpus import THREADS_ENV, WAIT_POLICY_ENV, available_cpus, wait_policy, worker_threads
 from hacrl_core.runtime.forkserver import ForkedProcess, ForkServer, cli_command, fork_server
-from hacrl_core.runtime.resume import ResumeRefused, check_resume
+from hacrl_core.runtime.resume import ResumeRefused, check_datasets_unchanged, check_resume, record_datasets
 from hacrl_core.runtime.supervisor_watch import SUPERVISOR_PID_ENV
 from hacrl_core.runtime.workdir import WorkdirBusy, hold_workdir, release_workdir
 from hacrl_core.runtime.worker_failures import FINAL_EXIT_CODE, RESTARTABLE_EXIT_CODE, failure_line
@@ -221,6 +221,7 @@ def claim_store(run: LocalRun) -> None:
     except StoreOwnedByAnother as error:
         raise RunError(owner_refusal(error)) from None
     run.store.put_spec(run.rendered)
+    record_datasets(run.store, experiment.name, run.datasets)
     run.generation = claim_run_generation(run.store)
 
 
@@ -229,7 +230,9 @@ def check_datasets(run: LocalRun, display) -> None:
     run here, naming its field, and every skipped row is said, one line per reason."""
     try:
         run.datasets = read_datasets(run.experiment.spec.data)
-    except ValueError as error:
+        if run.resume:
+            check_datasets_unchanged(run.store, run.experiment.name, run.datasets)
+    except (ValueError, ResumeRefused) as error:
         raise RunError(str(error)) from None
     for report in run.datasets:
         display.note(report.summary())

@@ -5,16 +5,25 @@ must equal the stored spec's: otherwise one store prefix would hold two experime
 HACPO, 8-11 GSPO) under one name. The fields in ``RESUMABLE_FIELDS`` change only how the run is
 watched, checkpointed, restarted or reached, and may differ (docs/runtime.md, "Resuming").
 The check fails closed: a stored spec that cannot be read refuses the resume.
+
+The spec names a dataset by its path, and a file replaced under the same path passed that check
+(one run trained step 0 on addition rows, steps 1-3 on multiplication rows). So a run records what
+each dataset gave when it was claimed (rows and their sha256, ``record_datasets``) and a resume
+compares what the datasets give now (``check_datasets_unchanged``).
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import Any
 
 import yaml
 
+from hacrl_core.skipped_rows import DatasetReport
 from hacrl_core.store import CorruptObject, ObjectNotFound, TrajectoryStore
-from hacrl_core.store.layout import spec_key
+from hacrl_core.store.commit import get_committed, put_committed
+from hacrl_core.store.layout import experiment_prefix, spec_key
 
 #: Field paths (and everything under them) a resumed run may change.
 RESUMABLE_FIELDS = (
@@ -111,4 +120,42 @@ def check_resume(store: TrajectoryStore, name: str, rendered: str, spec_path: st
             f"the spec of {name!r} changed since the run started ({spec_path}); resuming would mix two experiments in one "
             f"store prefix. Changed: {'; '.join(changes)}. Restore these fields, or use a new metadata.name "
             f"(fields that may change on resume: {', '.join(RESUMABLE_FIELDS)})"
+        )
+
+
+def datasets_key(name: str) -> str:
+    return f"{experiment_prefix(name)}/datasets.json"
+
+
+def record_datasets(store: TrajectoryStore, name: str, reports: Sequence[DatasetReport]) -> None:
+    """What each dataset gave this run: ``{field: {name, rows, sha256}}``."""
+    record = {report.field: {"name": report.name, "rows": report.rows, "sha256": report.digest} for report in reports}
+    put_committed(store.objects, datasets_key(name), json.dumps(record, indent=1, sort_keys=True).encode())
+
+
+def check_datasets_unchanged(store: TrajectoryStore, name: str, reports: Sequence[DatasetReport]) -> None:
+    """Refuse (``ResumeRefused``) to resume ``name`` when a dataset gives other rows than when the
+    run started. A run recorded before datasets were is resumed as before: there is nothing to
+    compare with."""
+    key = datasets_key(name)
+    try:
+        recorded = json.loads(get_committed(store.objects, key))
+        if not isinstance(recorded, dict):
+            raise ValueError("not a mapping")
+    except (ObjectNotFound, TimeoutError):  # TimeoutError: no commit marker: never recorded
+        return
+    except (CorruptObject, ValueError) as error:
+        raise ResumeRefused(f"cannot resume {name!r}: the record of its datasets {key} is damaged ({error}); restore the store "
+                            "from a copy, or start afresh under a new metadata.name") from None
+    changes = []
+    for report in reports:
+        before = recorded.get(report.field)
+        if isinstance(before, dict) and before.get("sha256") not in (None, report.digest):
+            changes.append(f"spec.{report.field} ({report.name}): {before.get('rows')} rows with sha256 {str(before['sha256'])[:12]} "
+                           f"when the run started, {report.rows} rows with sha256 {report.digest[:12]} now")
+    if changes:
+        raise ResumeRefused(
+            f"a dataset of {name!r} changed since the run started; resuming would train its later steps on other rows than its "
+            f"earlier ones. Changed: {'; '.join(changes)}. Restore the data the run started with, or start afresh under a new "
+            "metadata.name"
         )

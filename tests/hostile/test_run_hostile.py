@@ -102,6 +102,50 @@ def test_resume_of_a_run_the_store_does_not_hold_is_refused(case, change, name, 
     assert not list((tmp_path / "work").glob("logs/*.log")), "nothing may start"
 
 
+def claimed_then_interrupted(tmp_path: Path, document: dict) -> Path:
+    """A run of ``document`` interrupted once its store was claimed, before any step: `hacrl run`'s
+    own pre-flight and claim (``prepare``, ``check_datasets``, ``claim_store``), no workers."""
+    from hacrl_core.runtime.display import make_display
+    from hacrl_core.runtime.local import check_datasets, claim_store, prepare
+    from hacrl_core.runtime.workdir import release_workdir
+
+    spec = write_spec(tmp_path, document)
+    run = prepare(spec, resume=False, workdir=tmp_path / "first")
+    try:
+        check_datasets(run, make_display(run.experiment, quiet=True))
+        claim_store(run)
+    finally:
+        release_workdir(run.workdir_lock)
+    return spec
+
+
+def rows(path: Path, operator: str) -> None:
+    path.write_text("".join(f'{{"prompt": "{a} {operator} {b} = ?", "answer": "{eval(f"{a}{operator}{b}")}"}}\n'
+                            for a in range(2, 6) for b in range(2, 6)))
+
+
+REPLACED = [
+    ("other-rows", lambda p: rows(p, "*"), "16 rows with sha256"),
+    ("a-row-fewer", lambda p: p.write_text("".join(p.read_text().splitlines(keepends=True)[:-1])), "15 rows with sha256"),
+    ("one-answer-changed", lambda p: p.write_text(p.read_text().replace('"answer": "4"', '"answer": "5"', 1)), "16 rows with sha256"),
+]
+
+
+@pytest.mark.parametrize("case, replace, names", REPLACED, ids=[c[0] for c in REPLACED])
+def test_resume_with_a_dataset_replaced_under_the_same_path_is_refused(case, replace, names, tmp_path, model_cache, monkeypatch):
+    """Issue 43, 5: only the path was compared, so one run trained step 0 on addition rows and
+    steps 1-3 on multiplication rows."""
+    train = tmp_path / "train.jsonl"
+    rows(train, "+")
+    document = tiny_spec("replaced", (tmp_path / "store").as_uri(), steps=1)
+    document["spec"]["data"]["train"] = {"source": str(train)}
+    spec = claimed_then_interrupted(tmp_path, document)
+    replace(train)
+    check(FAMILY, resume(spec, tmp_path, model_cache, monkeypatch), 1, "a dataset of 'replaced' changed since the run started",
+          "spec.data.train (train.jsonl)", "16 rows with sha256", names, "Restore the data")
+    assert not list((tmp_path / "work").glob("logs/*.log")), "nothing may start"
+
+
 DAMAGE = [
     ("byte-appended", lambda p: p.write_bytes(p.read_bytes() + b"x"), "spec.yaml is damaged"),
     ("truncated", lambda p: p.write_bytes(p.read_bytes()[:10]), "spec.yaml is damaged"),
