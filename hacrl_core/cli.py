@@ -45,12 +45,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def check_data(path: str, spec) -> bool:
     """Read every dataset of ``spec`` as the workers will; print rows kept and skipped per reason."""
-    from hacrl_core.data.report import read_datasets
+    from hacrl_core.data.report import read_datasets, train_set_refusal
 
     try:
         reports = read_datasets(spec.data)
     except ValueError as error:
         print(f"{path}: {error}", file=sys.stderr)
+        return False
+    refusal = train_set_refusal(reports, spec.algorithm.prompts_per_step)
+    if refusal:
+        print(f"{path}: {refusal}", file=sys.stderr)
         return False
     for report in reports:
         print(f"  {report.summary()}")

@@ -13,7 +13,7 @@ from hacrl_core.data.datasets import open_source
 from hacrl_core.rewards.remote import is_reward_url
 from hacrl_core.skipped_rows import DatasetReport
 
-__all__ = ["DatasetReport", "describe_source", "open_dataset", "read_datasets", "rows_digest", "spec_datasets"]
+__all__ = ["DatasetReport", "describe_source", "open_dataset", "read_datasets", "rows_digest", "spec_datasets", "train_set_refusal"]
 
 def describe_source(field_path: str, source: PromptSource, digest: str = "") -> DatasetReport:
     first_row = {reason: position + 1 for reason, position in source.first_skipped.items()}
@@ -55,3 +55,14 @@ def read_datasets(data_spec) -> list[DatasetReport]:
             raise ValueError(f"spec.{field_path}.source: {error}") from None
         reports.append(describe_source(field_path, source, rows_digest(source)))
     return reports
+
+
+def train_set_refusal(reports: list[DatasetReport], prompts_per_step: int) -> str | None:
+    """Why the training set cannot fill a step, or None. A step of ``promptsPerStep`` prompts is
+    drawn from one pass over the rows, so with fewer rows a step held one prompt twice: two rows
+    with the same (prompt uid, sample index), which the store keeps once."""
+    train = next((report for report in reports if report.field == "data.train"), None)
+    if train is None or train.rows >= prompts_per_step:
+        return None
+    return (f"spec.data.train ({train.name}): {train.rows} usable rows, fewer than spec.algorithm.promptsPerStep "
+            f"({prompts_per_step}), so a step would hold a prompt twice: add rows, or lower promptsPerStep to {train.rows}")

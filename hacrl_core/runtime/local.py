@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hacrl_core.context import unsupported_settings
-from hacrl_core.data.report import DatasetReport, read_datasets
+from hacrl_core.data.report import DatasetReport, read_datasets, train_set_refusal
 from hacrl_core.runtime.context_fit import overlong_prompts
 from hacrl_core.runtime.cpus import THREADS_ENV, WAIT_POLICY_ENV, available_cpus, wait_policy, worker_threads
 from hacrl_core.runtime.forkserver import ForkedProcess, ForkServer, cli_command, fork_server
@@ -230,6 +230,9 @@ def check_datasets(run: LocalRun, display) -> None:
     run here, naming its field, and every skipped row is said, one line per reason."""
     try:
         run.datasets = read_datasets(run.experiment.spec.data)
+        refusal = train_set_refusal(run.datasets, run.experiment.spec.algorithm.prompts_per_step)
+        if refusal:
+            raise RunError(refusal)
         if run.resume:
             check_datasets_unchanged(run.store, run.experiment.name, run.datasets)
     except (ValueError, ResumeRefused) as error:

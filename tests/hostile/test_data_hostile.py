@@ -68,8 +68,30 @@ def test_prompts_longer_than_the_model_context_are_said_at_validation(finished, 
     rows = tmp_path / "rows.jsonl"
     rows.write_text('{"prompt": "1+1", "answer": "2"}\n' + '{"prompt": "%s", "answer": "2"}\n' % ("1+" * 400 + "1"))
     document["spec"]["data"]["train"] = {"source": str(rows)}
+    document["spec"]["algorithm"].update(promptsPerStep=2, miniBatchPrompts=2)  # both rows fill a step
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(document))
     outcome = run_cli(["validate", "--data", str(spec)])
     check("data", outcome, 0, "warning: spec.data.train: 1 of its 2 longest prompts", "agent 'llama'", "context of 512 tokens")
     assert "agent 'qwen'" not in outcome.output  # a hub or tiny:// model is checked by `hacrl run`, once fetched
+
+
+@pytest.mark.parametrize("command", [["validate", "--data"], ["run", "--quiet"]])
+def test_a_training_set_smaller_than_a_step_is_refused_naming_both_fields(command, tmp_path, model_cache, monkeypatch):
+    """Issue 43, 6: one row with promptsPerStep 2 gave two rows with the same (prompt uid, sample
+    index), against the store's "each row once"."""
+    from tests.hostile.harness import check, run_cli
+    from tests.integration.runs import tiny_spec, write_spec
+
+    rows = tmp_path / "one.jsonl"
+    rows.write_text('{"prompt": "1+1", "answer": "2"}\n')
+    document = tiny_spec("too-small", (tmp_path / "store").as_uri(), steps=1)
+    document["spec"]["data"]["train"] = {"source": str(rows)}
+    document["spec"]["algorithm"].update(promptsPerStep=2, miniBatchPrompts=2)
+    spec = write_spec(tmp_path, document)
+    monkeypatch.setenv("HACRL_CACHE", str(model_cache))
+    outcome = run_cli([command[0], *command[1:], str(spec), *(["--workdir", str(tmp_path / "work")] if command[0] == "run" else [])],
+                      cwd=tmp_path)
+    check("data", outcome, 1, "spec.data.train (one.jsonl): 1 usable rows, fewer than spec.algorithm.promptsPerStep (2)",
+          "lower promptsPerStep to 1")
+    assert not (tmp_path / "store" / "too-small").exists(), "refused before the store is claimed"
