@@ -17,6 +17,8 @@ from hacrl_core.data.report import (
     open_dataset,
     spec_datasets,
 )
+from hacrl_core.environment import cache_root
+from hacrl_core.environment import wait_seconds as env_wait_seconds
 from hacrl_core.rewards import Scorer, scorer_for
 from hacrl_core.spec import (
     SPEC_DIGEST_ENV,
@@ -31,13 +33,6 @@ from hacrl_core.store.ownership import Owner, claim
 
 log = logging.getLogger("hacrl")
 
-#: How long a worker waits for a peer's shard before failing with a message naming it.
-DEFAULT_WAIT_SECONDS = float(os.environ.get("HACRL_WAIT_SECONDS", 3600))
-
-
-def cache_root() -> Path:
-    """Model cache (tiny builds, fetched weights); HACRL_CACHE overrides `.hacrl-cache`."""
-    return Path(os.environ.get("HACRL_CACHE", ".hacrl-cache")).resolve()
 
 
 def step_problems(source: PromptSource, settings, step: int) -> list[Problem]:
@@ -84,7 +79,8 @@ class WorkerContext:
     experiment: Experiment
     agent_name: str
     store: TrajectoryStore
-    wait_seconds: float = DEFAULT_WAIT_SECONDS
+    #: How long a worker waits for a peer's shard before failing with a message naming it.
+    wait_seconds: float = field(default_factory=env_wait_seconds)
     work_dir: Path = field(default_factory=lambda: cache_root() / "work")
     #: A rollout worker's replica of ``agent.rollout.replicas`` (hacrl_core/rollout/replicas.py).
     replica: int = 0

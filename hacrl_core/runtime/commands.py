@@ -13,9 +13,11 @@ def _setup_worker_process() -> None:
     import torch
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
-    threads = os.environ.get("HACRL_TORCH_THREADS")
+    from hacrl_core.environment import torch_threads
+
+    threads = torch_threads()
     if threads:
-        torch.set_num_threads(int(threads))
+        torch.set_num_threads(threads)
     from hacrl_core.runtime.cpus import started_wait_policy
 
     logging.getLogger("hacrl.worker").info("torch threads %d, OMP_WAIT_POLICY %s", torch.get_num_threads(),
@@ -109,6 +111,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # The workers get their own policy (runtime/cpus.py); the user's, if set, everywhere.
     user_wait_policy = os.environ.get("OMP_WAIT_POLICY")
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    from hacrl_core.environment import BadVariable, check_environment
     from hacrl_core.runtime.display import make_display
     from hacrl_core.runtime.local import RunError, run_local
     from hacrl_core.spec import SpecError, load_experiment
@@ -118,11 +121,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     try:
         experiment = load_experiment(args.spec)
+        check_environment()
     except OSError as error:
         print(f"hacrl run: cannot read {args.spec}: {error.strerror or error}", file=sys.stderr)
         return 2
-    except SpecError as error:
-        print(error, file=sys.stderr)
+    except (SpecError, BadVariable) as error:
+        print(error if isinstance(error, SpecError) else f"hacrl run: {error}", file=sys.stderr)
         return 2
     stop_on_signals()
     try:
@@ -160,6 +164,13 @@ def stop_on_signals() -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    from hacrl_core.environment import BadVariable, check_environment
+
+    try:
+        check_environment()
+    except BadVariable as error:
+        print(f"hacrl eval: {error}", file=sys.stderr)
+        return 2
     _setup_worker_process()
     from hacrl_core.runtime.eval_command import cmd_eval as evaluate
 

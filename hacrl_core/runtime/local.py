@@ -27,6 +27,7 @@ from pathlib import Path
 
 from hacrl_core.context import unsupported_settings
 from hacrl_core.data.report import DatasetReport, read_datasets, train_set_refusal
+from hacrl_core.environment import torch_threads
 from hacrl_core.runtime.context_fit import overlong_prompts
 from hacrl_core.runtime.cpus import THREADS_ENV, WAIT_POLICY_ENV, available_cpus, wait_policy, worker_threads
 from hacrl_core.runtime.forkserver import ForkedProcess, ForkServer, cli_command, fork_server
@@ -272,8 +273,8 @@ def start_workers(run: LocalRun) -> None:
     spec = run.experiment.spec
     slots = worker_slots(run)
     ports = free_ports(spec.metrics.port, len(slots), spec.metrics.bind_address)
-    chosen = os.environ.get(THREADS_ENV)
-    threads = chosen or str(worker_threads(available_cpus(), len(spec.agents), spec.algorithm.max_staleness))
+    chosen = torch_threads()  # checked by `hacrl run` before the run started
+    threads = str(chosen or worker_threads(available_cpus(), len(spec.agents), spec.algorithm.max_staleness))
     run.restarts.update({agent.name: 0 for agent in spec.agents})
     for index, (agent, role, replica) in enumerate(slots):
         port = ports[index] if ports else 0

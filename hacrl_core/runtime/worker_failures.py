@@ -18,9 +18,10 @@ MARK = "worker stopped: "
 
 def known_failures() -> dict[type[BaseException], int]:
     """Exception type -> exit code, imported here so that the CLI's start stays light."""
+    from hacrl_core.environment import BadVariable
     from hacrl_core.rewards.remote import RewardServerError
 
-    return {RewardServerError: RESTARTABLE_EXIT_CODE}
+    return {RewardServerError: RESTARTABLE_EXIT_CODE, BadVariable: FINAL_EXIT_CODE}
 
 
 def exit_code_of(error: BaseException) -> int | None:
