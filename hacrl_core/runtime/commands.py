@@ -26,7 +26,7 @@ def _setup_worker_process() -> None:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     from hacrl_core.runtime.supervisor_watch import watch_supervisor
-    from hacrl_core.runtime.worker_failures import MARK, exit_code_of
+    from hacrl_core.runtime.worker_failures import MARK, known_failure
 
     watch_supervisor()  # started by `hacrl run`: stop when it is gone (kill -9)
     _setup_worker_process()
@@ -97,10 +97,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
         logging.getLogger("hacrl.worker").error("%s", error)
         return STORE_GONE_EXIT_CODE
     except Exception as error:
-        code = exit_code_of(error)
-        if code is None:  # not a known error: the CLI's last-resort handler keeps its traceback in the log
+        known = known_failure(error)
+        if known is None:  # not a known error: the CLI's last-resort handler keeps its traceback in the log
             raise
-        logging.getLogger("hacrl.worker").error("%s%s", MARK, error)
+        code, line = known
+        logging.getLogger("hacrl.worker").error("%s%s", MARK, " ".join(line.split()))  # one line, whatever the message
         return code
     return 0
 
@@ -114,6 +115,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from hacrl_core.environment import BadVariable, check_environment
     from hacrl_core.runtime.display import make_display
     from hacrl_core.runtime.local import RunError, run_local
+    from hacrl_core.runtime.worker_failures import DISK_ERRORS, disk_error_line
     from hacrl_core.spec import SpecError, load_experiment
     from hacrl_core.store import open_experiment_store
     from hacrl_core.store.errors import StoreError
@@ -137,6 +139,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     except (RunError, StoreError) as error:
         print(f"hacrl run: {error}", file=sys.stderr)
+        return 1
+    except OSError as error:
+        if error.errno not in DISK_ERRORS:
+            raise
+        print(f"hacrl run: {disk_error_line(error)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"\ninterrupted: workers stopped; continue with `hacrl run --resume {args.spec}`", file=sys.stderr)

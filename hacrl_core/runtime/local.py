@@ -347,7 +347,8 @@ def supervise(run: LocalRun, display) -> None:
                 )
             said = failure_line(worker.log_tail()) if code in (RESTARTABLE_EXIT_CODE, FINAL_EXIT_CODE) else None
             if said is not None and code == FINAL_EXIT_CODE:  # a restart would meet the same error
-                raise RunError(f"the {worker.title} stopped: {said} (log: {worker.log_path})")
+                raise RunError(f"the {worker.title} stopped: {said} (not restarted: it would meet the same error; "
+                               f"log: {worker.log_path})")
             run.restarts[worker.agent] += 1
             if run.restarts[worker.agent] > limit:
                 if said is not None:

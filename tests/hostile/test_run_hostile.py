@@ -162,6 +162,31 @@ def test_resume_with_an_unreadable_stored_spec_is_refused(case, damage, names, f
     assert not list((tmp_path / "work").glob("logs/*.log")), "nothing may start"
 
 
+def flip_a_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def largest_file(folder: Path) -> Path:
+    return max((p for p in folder.rglob("*") if p.is_file() and not p.name.endswith(".json")), key=lambda p: p.stat().st_size)
+
+
+STORE_FAULTS = [
+    ("checkpoint-corrupt", lambda run: flip_a_byte(largest_file(run / "checkpoints" / "llama")),
+     ["hostile-run/checkpoints/llama/", "delete the object and its marker", "not restarted"]),
+]
+
+
+@pytest.mark.parametrize("case, damage, names", STORE_FAULTS, ids=[c[0] for c in STORE_FAULTS])
+def test_resume_of_a_damaged_store_ends_in_one_line_naming_the_key_and_the_remedy(case, damage, names, finished, tmp_path,
+                                                                                  model_cache, monkeypatch):
+    """Issue 43, 9: the right key inside a traceback, with no remedy, after restartLimit restarts."""
+    spec = copied_run(finished, tmp_path)
+    damage(tmp_path / "store" / "hostile-run")
+    check(FAMILY, resume(spec, tmp_path, model_cache, monkeypatch), 1, *names)
+
+
 def test_a_second_run_with_the_same_name_cannot_take_over_a_live_one(finished, tmp_path, model_cache):
     """Issue 35, 1: run B (same name, another store) started from the folder of a live run A must
     be refused before it writes anything there; A then trains its own spec to the end."""
