@@ -17,6 +17,10 @@ from hacrl_operator.kube import Kube, load_configuration
 
 logger = logging.getLogger("hacrl_operator")
 
+API_CONNECT_TIMEOUT = 10.0  # seconds; kopf's settings.networking, see configure_settings
+API_REQUEST_TIMEOUT = 60.0
+HANDLER_THREADS = 32  # kopf's settings.execution.max_workers, see configure_settings
+
 
 def configure_settings(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
     """The kopf settings, each with the reason it is set."""
@@ -26,6 +30,17 @@ def configure_settings(settings: kopf.OperatorSettings, config: OperatorConfig) 
     settings.watching.server_timeout = config.watch_server_timeout
     settings.watching.client_timeout = config.watch_client_timeout
     settings.watching.connect_timeout = config.watch_connect_timeout
+    # Timeouts of kopf's other requests (finalizer and annotation patches, Events, the initial
+    # lists): kopf's defaults are 5 minutes for a request and no connect timeout, so an API server
+    # that accepts and stalls held an object's handling that long, retried 8 times. The API server
+    # answers these in well under a second; the operator's own client allows 5 s and 30 s (kube.py).
+    settings.networking.connect_timeout = API_CONNECT_TIMEOUT
+    settings.networking.request_timeout = API_REQUEST_TIMEOUT
+    # Threads for the synchronous handlers. Each reconcile mostly waits on the API server or a
+    # store; one whose store hangs holds a thread until its deadline (handlers/stores.py), and up
+    # to two per experiment (one running, one waiting; more are coalesced). kopf's default,
+    # min(32, CPUs + 4), is 6 on a 2-CPU node: three hung stores would stall every handler.
+    settings.execution.max_workers = HANDLER_THREADS
     # Our own finalizer name (added only to experiments whose cleanup deletes the store).
     settings.persistence.finalizer = FINALIZER
     # kopf's bookkeeping in annotations of our group, so `status` holds only what the CRD

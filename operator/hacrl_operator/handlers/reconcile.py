@@ -99,6 +99,12 @@ class Reconciler:
                 self._settle_store(namespace, name, outcome)
             return outcome
 
+    def busy(self, namespace: str, name: str) -> bool:
+        """Whether a reconcile of the experiment is running now."""
+        with self._guard:
+            slot = self._slots.get((namespace, name))
+        return slot is not None and slot.lock.locked()
+
     def _settle_store(self, namespace: str, name: str, outcome: Outcome | None) -> None:
         """Release the experiment's store once it needs none (``Outcome.rests``), or when it was
         forgotten (deleted) while this reconcile ran and may have opened it again. Kept after a
