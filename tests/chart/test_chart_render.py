@@ -411,9 +411,10 @@ def test_notes_tell_the_next_command():
     notes = result.stdout.split("NOTES:", 1)[1]
     assert f"kubectl -n {NAMESPACE} rollout status deployment/{RELEASE}" in notes
     assert "applies the chart's CRD (crds/) first, in a hook Job" in notes
-    assert "kubectl apply --server-side -f charts/hacrl-operator/crds/" not in notes
+    manual = "kubectl replace --field-manager=hacrl-operator-chart -f charts/hacrl-operator/crds/"
+    assert manual not in notes
     hookless = run_helm("install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=client", "--set", "crdUpgrade.enabled=false")
-    assert "kubectl apply --server-side -f charts/hacrl-operator/crds/" in hookless.stdout.split("NOTES:", 1)[1]
+    assert manual in hookless.stdout.split("NOTES:", 1)[1]
     assert f"s3://hacrl at http://hacrl-minio.{NAMESPACE}.svc:9000" in notes
     assert f"kubectl apply -n {NAMESPACE} -f examples/kind-tiny.yaml" in notes
     assert f"kubectl get hx -n {NAMESPACE} -w" in notes

@@ -1,6 +1,7 @@
 """The CRD upgrades with the chart: a pre-install/pre-upgrade hook Job applies crds/ with
-`kubectl apply --server-side`, from a ConfigMap that carries exactly the generated CRD, under a
-ServiceAccount that may only get and patch that one CRD (helm template, real helm and kubectl)."""
+`kubectl apply --server-side` (creating it) and then `kubectl replace` (exactly the chart's), from a
+ConfigMap that carries exactly the generated CRD, under a ServiceAccount that may only get, patch,
+create and update that one CRD (helm template, real helm and kubectl)."""
 
 from __future__ import annotations
 
@@ -46,36 +47,43 @@ def test_configmap_carries_exactly_the_shipped_crd():
     assert yaml.safe_load(data[f"{CRD_NAME}.yaml"])["metadata"]["name"] == CRD_NAME
 
 
-def test_job_applies_the_crd_server_side_as_its_own_service_account():
+def test_job_creates_then_replaces_the_crd_as_one_field_manager_and_its_own_service_account():
+    """A server-side apply (creates an absent CRD), then a replace (the CRD becomes exactly the
+    chart's, removed rules and properties included: tests/operator/test_operator_crd_upgrade.py),
+    both as field manager hacrl-operator-chart."""
     docs = render()
     job = the(docs, "Job")
     pod = job["spec"]["template"]["spec"]
-    (container,) = pod["containers"]
-    command = container["command"]
-    assert command[:2] == ["kubectl", "apply"] and "--server-side" in command and "--force-conflicts" in command
-    (filename,) = [a.split("=", 1)[1] for a in command if a.startswith("--filename=")]
-    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    (create,), (replace,) = pod["initContainers"], pod["containers"]
+    assert create["command"][:2] == ["kubectl", "apply"] and "--server-side" in create["command"] and "--force-conflicts" in create["command"]
+    assert replace["command"][:2] == ["kubectl", "replace"]
     volumes = {v["name"]: v for v in pod["volumes"]}
-    assert filename == f"{mounts['crd']}/{CRD_NAME}.yaml"
     assert volumes["crd"]["configMap"]["name"] == the(docs, "ConfigMap")["metadata"]["name"]
-    assert container["image"] == "registry.k8s.io/kubectl:v1.33.1"
+    for container in (create, replace):
+        command = container["command"]
+        assert "--field-manager=hacrl-operator-chart" in command
+        (filename,) = [a.split("=", 1)[1] for a in command if a.startswith("--filename=")]
+        mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        assert filename == f"{mounts['crd']}/{CRD_NAME}.yaml"
+        assert container["image"] == "registry.k8s.io/kubectl:v1.33.1"
+        security = container["securityContext"]
+        assert security["readOnlyRootFilesystem"] and not security["allowPrivilegeEscalation"]
+        assert security["capabilities"]["drop"] == ["ALL"]
+        assert mounts["tmp"] == "/tmp" and {"name": "HOME", "value": "/tmp"} in container["env"]
     assert pod["serviceAccountName"] == the(docs, "ServiceAccount")["metadata"]["name"]
     assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
-    security = container["securityContext"]
-    assert security["readOnlyRootFilesystem"] and not security["allowPrivilegeEscalation"]
-    assert security["capabilities"]["drop"] == ["ALL"]
-    assert mounts["tmp"] == "/tmp" and {"name": "HOME", "value": "/tmp"} in container["env"]
     assert job["metadata"]["namespace"] == NAMESPACE
 
 
-def test_hook_may_only_get_patch_and_create_this_crd():
+def test_hook_may_only_get_patch_create_and_update_this_crd():
     """`create` too: a server-side apply of an absent CRD (`--skip-crds`, or a deleted CRD) is a
-    create, authorized with the name of the URL, so resourceNames still holds it to this CRD."""
+    create, authorized with the name of the URL, so resourceNames still holds it to this CRD;
+    `update` is the replace."""
     docs = render()
     role, binding, account = the(docs, "ClusterRole"), the(docs, "ClusterRoleBinding"), the(docs, "ServiceAccount")
     assert role["rules"] == [{
         "apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
-        "resourceNames": [CRD_NAME], "verbs": ["get", "patch", "create"],
+        "resourceNames": [CRD_NAME], "verbs": ["get", "patch", "create", "update"],
     }]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": NAMESPACE}]
@@ -102,20 +110,20 @@ def test_real_kubectl_accepts_the_command(tmp_path):
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         pytest.skip("no kubectl on PATH")
-    job = the(render(), "Job")
-    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    pod = the(render(), "Job")["spec"]["template"]["spec"]
     crd_file = tmp_path / f"{CRD_NAME}.yaml"
     crd_file.write_text((CHART / "crds" / f"{CRD_NAME}.yaml").read_text())
-    args = [a if not a.startswith("--filename=") else f"--filename={crd_file}" for a in command[1:]]
 
     def run(*arguments: str) -> subprocess.CompletedProcess:
         return subprocess.run([kubectl, *arguments, "--server=https://127.0.0.1:1", "--insecure-skip-tls-verify", "--request-timeout=5s"],
                               capture_output=True, text=True, timeout=60, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
 
-    result = run(*args)
-    assert result.returncode != 0  # no server here
-    assert "unknown flag" not in result.stderr and "flag needs" not in result.stderr, result.stderr
-    assert "unknown flag" in run(*args, "--server-side-typo").stderr  # the check is not vacuous
+    for container in [*pod["initContainers"], *pod["containers"]]:
+        args = [a if not a.startswith("--filename=") else f"--filename={crd_file}" for a in container["command"][1:]]
+        result = run(*args)
+        assert result.returncode != 0  # no server here
+        assert "unknown flag" not in result.stderr and "flag needs" not in result.stderr, result.stderr
+        assert "unknown flag" in run(*args, "--server-side-typo").stderr  # the check is not vacuous
 
 
 def test_documented():

@@ -16,6 +16,9 @@ kmock 0.8 gaps covered here, each in ``PatchedEmulator``:
 - core discovery ``/api/v1`` answers groupVersion "/v1" (kubectl cannot map Pod): fixed to "v1";
   resources are declared with their real kind/singular/verbs/subresources;
 - ``/version/`` 404s: served;
+- no PUT (``kubectl replace``): served, conditional on the resourceVersion as in Kubernetes;
+- server-side apply is a merge patch, 404 on an absent object: it creates an absent object and
+  merges into an existing one as where another manager co-owns every field (nothing removed);
 - no label or field selectors: equality-based ``labelSelector`` (``k=v``, ``k!=v``, ``k``, ``!k``)
   and ``fieldSelector`` on metadata.name/namespace, in lists and watches;
 - no controllers: the garbage collector is emulated (children whose ownerReferences point at a
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import datetime as dt
 import itertools
 import json
@@ -224,6 +228,10 @@ class PatchedEmulator(kmock.KubernetesEmulator):
         if len(self._requests) > 2 * REQUEST_HISTORY:
             del self._requests[:-REQUEST_HISTORY]
         parts = raw_request.path.strip("/").split("/")
+        if raw_request.method == "PUT" and parts[-1] != "status":
+            return await self._replace(raw_request, parts)
+        if raw_request.method == "PATCH" and raw_request.content_type == "application/apply-patch+yaml":
+            return await self._server_side_apply(raw_request, parts)
         if parts[:3] == ["api", "v1", "namespaces"] and len(parts) <= 4:
             return await self._serve_namespaces(raw_request, parts[3] if len(parts) == 4 else None)
         if parts[-1:] == ["status"] and raw_request.method in ("PATCH", "PUT") and self.status_schemas.get(tuple(parts[:2])):
@@ -237,6 +245,72 @@ class PatchedEmulator(kmock.KubernetesEmulator):
         if query.get("watch") in ("True", "1"):
             raw_request = raw_request.clone(rel_url=raw_request.rel_url.update_query(watch="true"))
         return await super().__call__(raw_request)
+
+    def _live_key(self, parts: list[str]) -> tuple[tuple[str, str, str | None, str], Any]:
+        """((group, plural, namespace, name), the live object's key in kmock or None) of an object's path."""
+        group, rest = ("", parts[2:]) if parts[0] == "api" else (parts[1], parts[3:])
+        namespace = rest[1] if len(rest) == 4 and rest[0] == "namespaces" else None
+        wanted = (group, rest[-2], namespace, rest[-1])
+        key = next((k for k, o in list(self._objects.items()) if (k[0].group, k[0].plural, k[1], k[2]) == wanted and not o.deleted), None)
+        return wanted, key
+
+    async def _server_side_apply(self, raw_request: Any, parts: list[str]) -> Any:
+        """A server-side apply (kmock: a merge patch, and 404 on an absent object). An absent object
+        is created. An existing one gets the applied fields merged in as server-side apply merges
+        them where another manager co-owns every field (Helm, which created it, or an earlier
+        apply): nothing is ever removed; lists of named items (CRD versions) merge by name, and
+        CEL rules by rule, as their API types declare (listType map); other lists are replaced."""
+        from aiohttp import web
+
+        (group, plural, namespace, name), key = self._live_key(parts)
+        body = yaml.safe_load(await raw_request.read() or b"{}")
+        async with self._lock:
+            if key is not None:
+                current = self._objects[key]
+                merged = _apply_merge(current.raw, body)
+                merged["metadata"]["resourceVersion"] = str(next(self._versions))
+                current.clear()
+                current.update(merged)
+                await self._buses[key[0]].put({"type": "MODIFIED", "object": current.raw})
+                return web.json_response(merged)
+            resource = next(r for r in self._get_resources() if (r.group, r.plural) == (group, plural))
+            metadata = body.setdefault("metadata", {})
+            metadata.update(name=name, uid=str(uuid.uuid4()), resourceVersion=str(next(self._versions)), creationTimestamp=_now(), generation=1)
+            if namespace:
+                metadata["namespace"] = namespace
+            key = (resource, namespace, name)
+            if key in self._objects:
+                self._objects[key].create(body)
+            else:
+                self._objects[key] = body
+            await self._buses[resource].put({"type": "ADDED", "object": body})
+        return web.json_response(body, status=201)
+
+    async def _replace(self, raw_request: Any, parts: list[str]) -> Any:
+        """PUT of a whole object (``kubectl replace``), which kmock does not serve: the object becomes
+        the body, keeping its uid and creationTimestamp, if the body's resourceVersion is current
+        (409 otherwise, as Kubernetes answers); fields the body leaves out are gone."""
+        from aiohttp import web
+
+        def failure(code: int, reason: str, message: str) -> Any:
+            return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason, "code": code, "message": message}, status=code)
+
+        body = json.loads(await raw_request.read() or b"{}")
+        async with self._lock:
+            (_, plural, _, name), key = self._live_key(parts)
+            if key is None:
+                return failure(404, "NotFound", f"{plural} {name!r} not found")
+            current = self._objects[key]
+            metadata, now = body.setdefault("metadata", {}), current.get("metadata") or {}
+            if str(metadata.get("resourceVersion")) != str(now.get("resourceVersion")):
+                return failure(409, "Conflict", f"Operation cannot be fulfilled on {plural} {name!r}: the object has been modified")
+            metadata.update({k: now[k] for k in ("uid", "creationTimestamp", "namespace") if k in now})
+            metadata["resourceVersion"] = str(next(self._versions))
+            metadata["generation"] = int(now.get("generation", 1)) + (body.get("spec") != current.get("spec"))
+            current.clear()
+            current.update(body)
+            await self._buses[key[0]].put({"type": "MODIFIED", "object": current.raw})
+        return web.json_response(body)
 
     async def _serve_namespaces(self, raw_request: Any, name: str | None) -> Any:
         """Namespaces as objects (kmock parses `/api/v1/namespaces[/x]` as a namespace prefix and fails)."""
@@ -410,6 +484,21 @@ class PatchedEmulator(kmock.KubernetesEmulator):
         return result
 
 
+def _apply_merge(current: Any, applied: Any) -> Any:
+    """``applied`` merged into ``current`` keeping every field ``applied`` leaves out
+    (``PatchedEmulator._server_side_apply``)."""
+    if isinstance(current, dict) and isinstance(applied, dict):
+        return {**current, **{k: _apply_merge(current.get(k), v) for k, v in applied.items()}}
+    if isinstance(current, list) and isinstance(applied, list):
+        for identity in ("name", "rule"):
+            if all(isinstance(i, dict) and identity in i for i in [*current, *applied]) and (current or applied):
+                merged = {i[identity]: i for i in current}
+                for item in applied:
+                    merged[item[identity]] = _apply_merge(merged.get(item[identity]), item)
+                return list(merged.values())
+    return copy.deepcopy(applied)
+
+
 def _too_long(schema: dict[str, Any], value: Any, path: str) -> list[str]:
     """Where ``value`` breaks a ``maxLength`` of ``schema`` (an OpenAPI v3 schema of the CRD)."""
     if isinstance(value, str):
@@ -550,7 +639,7 @@ class EmulatedCluster:
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess[str]:
         command = [KUBECTL, "--kubeconfig", str(self.kubeconfig), "--cache-dir", str(self.cache_dir), "--request-timeout=10s", *args]
-        if args and args[0] in ("apply", "create"):
+        if args and args[0] in ("apply", "create", "replace"):
             command.append("--validate=false")  # kmock serves no OpenAPI schema
         result = subprocess.run(command, input=input, capture_output=True, text=True, timeout=timeout)
         if check and result.returncode != 0:
