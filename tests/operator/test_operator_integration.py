@@ -616,9 +616,11 @@ def test_suspend_deletes_pods_keeps_the_rest_and_resume_recreates_them(cluster: 
     assert condition(status, "Suspended")["status"] == "True"
     assert cluster.get("configmap", "quickstart-spec", NS) is not None
 
-    # Idempotent and quiet: several reconcile intervals pass without another status write.
+    # Idempotent and quiet: reconciles write nothing more (the ticker leaves a suspended experiment
+    # alone, Reconciler.resting, so they are run here).
     version = cluster.get("hx", "quickstart", NS)["metadata"]["resourceVersion"]
-    op.wait_for_reconciles(3, trigger="periodic", timeout=5)
+    for _ in range(3):
+        assert op.reconciler.reconcile(NS, "quickstart", trigger="test").phase == "Suspended"
     assert cluster.get("hx", "quickstart", NS)["metadata"]["resourceVersion"] == version
     assert pods_of(cluster) == {}
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -40,9 +41,14 @@ from hacrl_operator.status.clock import now_utc, rfc3339
 from hacrl_operator.status.conditions import store_deleted
 from hacrl_operator.status.limits import EVENT_MESSAGE_BYTES, cut
 from hacrl_operator.status.outcome import PodStateChange, failure, said
-from hacrl_operator.status.plan import PodSlot, reads_store
+from hacrl_operator.status.plan import PodSlot, reads_store, ttl_due
 
 logger = logging.getLogger("hacrl_operator.reconcile")
+
+# How often the periodic reconcile still visits a resting experiment (finished, suspended,
+# invalid): everything that changes one arrives as an event (its spec, its pods) except its TTL,
+# which sets its own visit; this is only a net for an event lost between two watches.
+REST_REVISIT_S = 300.0
 
 
 def delete_owned_store(store: Any, experiment: Experiment, body: dict[str, Any]) -> int:
@@ -58,8 +64,10 @@ class Outcome:
     outcome: str  # ok, invalid, gone, coalesced
     phase: str | None = None
     errors: list[str] | None = None
-    # Needs no store until something changes: finished, suspended, invalid or gone (reads_store).
+    # Needs no store and no periodic reconcile until something changes: finished, suspended,
+    # invalid or gone (reads_store); then wake_in_s: seconds until its TTL is due, if it has one.
     rests: bool = False
+    wake_in_s: float | None = None
 
 
 class _Slot:
@@ -77,6 +85,7 @@ class Reconciler:
         self._slots: dict[tuple[str, str], _Slot] = {}
         self._guard = threading.Lock()
         self.known: set[tuple[str, str]] = set()  # experiments seen, for the periodic ticker
+        self.resting: dict[tuple[str, str], float] = {}  # the ticker's next visit (time.monotonic) of each
 
     # -- serialisation -------------------------------------------------------------------------
 
@@ -96,7 +105,7 @@ class Reconciler:
                     outcome = self._reconcile(namespace, name)
                     tracked["outcome"] = outcome.outcome
             finally:
-                self._settle_store(namespace, name, outcome)
+                self._settle(namespace, name, outcome)
             return outcome
 
     def busy(self, namespace: str, name: str) -> bool:
@@ -105,19 +114,33 @@ class Reconciler:
             slot = self._slots.get((namespace, name))
         return slot is not None and slot.lock.locked()
 
-    def _settle_store(self, namespace: str, name: str, outcome: Outcome | None) -> None:
-        """Release the experiment's store once it needs none (``Outcome.rests``), or when it was
-        forgotten (deleted) while this reconcile ran and may have opened it again. Kept after a
-        failed reconcile: the next one reads it again."""
+    def due(self, key: tuple[str, str]) -> bool:
+        """Whether the periodic reconcile visits the experiment now (not while it rests)."""
         with self._guard:
-            keep = (namespace, name) in self.known and not (outcome is not None and outcome.rests)
-        if not keep:
+            return self.resting.get(key, 0.0) <= time.monotonic()
+
+    def _settle(self, namespace: str, name: str, outcome: Outcome | None) -> None:
+        """After a reconcile: an experiment that rests (``Outcome.rests``) lets go of its store and
+        leaves the ticker until its TTL or ``REST_REVISIT_S``; one forgotten (deleted) while this
+        reconcile ran, which may have opened its store again, lets go of it too. A failed
+        reconcile keeps both: the next one tries again."""
+        key = (namespace, name)
+        rests = outcome is not None and outcome.rests
+        with self._guard:
+            known = key in self.known
+            if known and rests:
+                wake = REST_REVISIT_S if outcome.wake_in_s is None else min(outcome.wake_in_s, REST_REVISIT_S)
+                self.resting[key] = time.monotonic() + wake
+            else:
+                self.resting.pop(key, None)
+        if rests or not known:
             self.stores.release(namespace, name)
 
     def forget(self, namespace: str, name: str) -> None:
         with self._guard:
             self._slots.pop((namespace, name), None)
             self.known.discard((namespace, name))
+            self.resting.pop((namespace, name), None)
         self.stores.release(namespace, name)
         self.metrics.set_phase(namespace, name, None)
 
@@ -166,8 +189,11 @@ class Reconciler:
         self.metrics.set_phase(namespace, name, phase)
         if plan.delete_experiment:
             kube.delete_experiment(namespace, name)
-        rests = experiment is None or not reads_store(experiment, plan.status)
-        return Outcome("invalid" if errors else "ok", phase=phase, errors=errors, rests=rests)
+        # A reconcile that just deleted the store (or failed to) does not rest: the next one checks it.
+        rests = (experiment is None or not reads_store(experiment, plan.status)) and not plan.delete_store
+        due = ttl_due(experiment, plan.status) if experiment is not None and rests else None
+        wake = None if due is None else max(0.0, (due - observed.now).total_seconds())
+        return Outcome("invalid" if errors else "ok", phase=phase, errors=errors, rests=rests, wake_in_s=wake)
 
     def parse(self, body: dict[str, Any]) -> tuple[Experiment | None, list[str] | None]:
         """The experiment, with a store filled in when it names none: the one it already runs on
@@ -232,7 +258,7 @@ class Reconciler:
         return progress, None
 
     def store(self, experiment: Experiment) -> Any:
-        """The experiment's store, held until it rests or is forgotten (``_settle_store``)."""
+        """The experiment's store, held until it rests or is forgotten (``_settle``)."""
         return self.stores.get(experiment)
 
     def execute(self, plan: Plan, experiment: Experiment, body: dict[str, Any]) -> ActionOutcome:

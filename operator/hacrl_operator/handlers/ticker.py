@@ -5,6 +5,9 @@ reconciled every ``HACRL_RECONCILE_INTERVAL`` seconds as well as on its own and 
 This is a plain thread rather than a kopf timer: kopf timers require a finalizer on every object,
 and a finalizer only belongs on experiments whose cleanup policy deletes their store.
 
+A finished, suspended or invalid experiment rests (``Reconciler.resting``): its own and its
+pods' events still reconcile it, the ticker only at its TTL or every ``REST_REVISIT_S``.
+
 Experiments reconcile independently, as a controller-runtime work queue has them: every tick
 hands each experiment that is not still in flight to a pool of ``workers`` threads and waits for
 none of them. An experiment whose store or API calls hang holds one worker until its calls' own
@@ -61,6 +64,8 @@ class Ticker:
         """Queue every known experiment not still in flight; returns how many were queued."""
         queued = 0
         for key in sorted(self.reconciler.known):
+            if not self.reconciler.due(key):  # resting: finished, suspended or invalid
+                continue
             with self._guard:
                 if key in self._in_flight:
                     continue

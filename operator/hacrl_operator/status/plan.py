@@ -151,6 +151,16 @@ def reads_store(experiment: Experiment, status: ExperimentStatus) -> bool:
     return status.phase not in TERMINAL or _failed_for_invalid_spec(status)
 
 
+def ttl_due(experiment: Experiment, status: ExperimentStatus) -> dt.datetime | None:
+    """When a finished experiment is to be deleted (``ttlSecondsAfterFinished``), if it is: the
+    one change to a finished experiment that no event announces."""
+    ttl = experiment.spec.cleanup.ttl_seconds_after_finished
+    finished = parse_time(status.completion_time)
+    if status.phase not in TERMINAL or ttl is None or finished is None:
+        return None
+    return finished + dt.timedelta(seconds=ttl)
+
+
 def _plan_valid(observed: Observed, experiment: Experiment, old: ExperimentStatus, conditions: Conditions) -> Plan:
     spec = experiment.spec
     steps = spec.algorithm.steps
@@ -207,8 +217,8 @@ def _plan_finished(plan: Plan, experiment: Experiment, views: Views, now: dt.dat
                 entry.set_pod_state(role, None)
     _apply_cleanup(plan, experiment, views, status.phase, old)
     ttl = experiment.spec.cleanup.ttl_seconds_after_finished
-    finished = parse_time(status.completion_time)
-    if ttl is not None and finished is not None and finished + dt.timedelta(seconds=ttl) <= now:
+    due = ttl_due(experiment, status)
+    if due is not None and due <= now:
         plan.delete_experiment = True
         plan.events.append(Event("Normal", "TTLExpired", f"deleting the experiment {ttl}s after it finished"))
 
