@@ -365,7 +365,7 @@ def test_resources_scheduling_images_and_pod_template_override() -> None:
     for c in spec["containers"] + spec["initContainers"]:
         assert {k: c["securityContext"].get(k) for k in locked} == locked, c["name"]
     assert spec["initContainers"][0]["securityContext"]["runAsUser"] == 2000
-    assert spec["securityContext"] == {"runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000, "runAsNonRoot": True,
+    assert spec["securityContext"] == {"runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000, "fsGroupChangePolicy": "OnRootMismatch", "runAsNonRoot": True,
                                        "seccompProfile": {"type": "RuntimeDefault"}}
     learner = builders.build_pod(exp, "llama-char", "learner", OWNER, CONFIG)
     assert container(learner)["image"] == "img/learner:1" and "resources" not in container(learner)

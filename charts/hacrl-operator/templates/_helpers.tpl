@@ -17,6 +17,16 @@
 {{- end }}
 {{- end }}
 
+{{/*
+Names of cluster-scoped objects (ClusterRoles and their bindings, the admission policy): the
+fullname and the release namespace, so that installs of the same release name in two namespaces
+(one per team, each watching its own namespaces) own distinct objects; Helm refuses to install
+an object of the same name that another release owns.
+*/}}
+{{- define "hacrl-operator.clusterName" -}}
+{{- printf "%s-%s" (include "hacrl-operator.fullname" .) .Release.Namespace }}
+{{- end }}
+
 {{- define "hacrl-operator.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}

@@ -70,6 +70,11 @@ def build_pod(
     template = getattr(experiment.spec.agent(agent).pod_template, TEMPLATE_ROLE[role])
     pod_spec, user_metadata = apply_pod_template(base_pod_spec(experiment, agent, container, config), template)
     lock_down(pod_spec, config.run_as_user)  # whatever the podTemplate said, sidecars included
+    # Without it the kubelet chowns every file of every volume to the fsGroup at each start (a
+    # model-cache PVC: every file of every model); OnRootMismatch does so only when the volume's root
+    # is not already the fsGroup's. Set also where the platform assigns the fsGroup (OpenShift),
+    # and left alone where a podTemplate chose a policy.
+    pod_spec["securityContext"].setdefault("fsGroupChangePolicy", "OnRootMismatch")
     hide_gpus(pod_spec)
     schedule_gang(pod_spec, experiment.spec.scheduling)
     if nodes > 1:
