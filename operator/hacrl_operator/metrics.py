@@ -7,6 +7,8 @@
 | `hacrl_operator_reconcile_seconds` | histogram | trigger | wall time of one reconcile |
 | `hacrl_operator_experiments` | gauge | phase | experiments watched, by phase |
 | `hacrl_operator_pod_restarts_total` | counter | — | worker pods recreated after a failure or loss |
+| `hacrl_operator_leader` | gauge | — | 1: this replica acts (holds the leader-election Lease, or runs without election); a standby serves 0 (standby.py) |
+| `hacrl_operator_store_requests_total` | counter | operation | S3 requests the operator sent (each try), e.g. GetObject, HeadBucket |
 
 Each ``OperatorMetrics`` has its own registry, so several operators can run in one process (tests).
 """
@@ -43,6 +45,11 @@ class OperatorMetrics:
         )
         self.experiments = Gauge("hacrl_operator_experiments", "Experiments watched, by phase.", ["phase"], registry=self.registry)
         self.restarts = Counter("hacrl_operator_pod_restarts", "Worker pods recreated after a failure or loss.", registry=self.registry)
+        # An operator that runs its handlers acts: it holds the Lease (a standby never gets here).
+        self.leader = Gauge("hacrl_operator_leader", "1 if this replica holds the leader-election Lease and acts.", registry=self.registry)
+        self.leader.set(1)
+        self.store_requests = Counter("hacrl_operator_store_requests", "S3 requests the operator sent (each try), by operation.", ["operation"],
+                                      registry=self.registry)
         self._phases: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
         self._server = None

@@ -70,6 +70,9 @@ def test_forty_experiments_on_one_endpoint_read_through_one_client_closed_with_t
     # One boto3 client per store grew a process by 12.4 MiB per experiment (480 MiB here).
     assert grown < 40, f"reading 39 more experiments' stores grew the process by {grown:.0f} MiB"
     assert (reconciler.stores.held(), len(reconciler.stores.clients)) == (40, 1)
+    sent = {sample.labels["operation"]: sample.value for metric in reconciler.metrics.registry.collect()
+            for sample in metric.samples if sample.name == "hacrl_operator_store_requests_total"}
+    assert sent == {"GetObject": 80}  # one heartbeat read per agent, counted by the operator's metric
     connections = reconciler.stores.get(experiments[0]).objects.client._endpoint.http_session._manager.pools
     assert len(connections) == 1  # the kept-alive connections to the endpoint
     for experiment in experiments:

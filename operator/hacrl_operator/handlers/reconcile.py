@@ -81,7 +81,8 @@ class Reconciler:
         self.config = config
         self.metrics = metrics
         self.kube: Kube | None = None
-        self.stores = ExperimentStores(store_opener)  # held only by experiments that read theirs
+        # Held only by experiments that read theirs; every S3 request counted (store_requests).
+        self.stores = ExperimentStores(store_opener, lambda operation: metrics.store_requests.labels(operation).inc())
         self._slots: dict[tuple[str, str], _Slot] = {}
         self._guard = threading.Lock()
         self.known: set[tuple[str, str]] = set()  # experiments seen, for the periodic ticker

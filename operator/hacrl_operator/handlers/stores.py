@@ -49,8 +49,9 @@ class Opened:
 StoreOpener = Callable[[Experiment], Opened]
 
 
-def open_store(experiment: Experiment, clients: Any = None) -> Opened:
-    """``experiment``'s ``TrajectoryStore``; on ``s3://``, over ``clients``' shared client."""
+def open_store(experiment: Experiment, clients: Any = None, on_request: Callable[[str], None] | None = None) -> Opened:
+    """``experiment``'s ``TrajectoryStore``; on ``s3://``, over ``clients``' shared client, whose
+    every request (each try) is told to ``on_request`` by its operation name."""
     from hacrl_core.store import FileObjectStore, S3ObjectStore, TrajectoryStore
     from hacrl_core.store.trajectory_store import experiment_root, rollout_replicas
     from hacrl_core.store_uri import parse_store_uri
@@ -66,6 +67,9 @@ def open_store(experiment: Experiment, clients: Any = None) -> Opened:
     else:
         key = clients.key(endpoint=spec.endpoint, region=spec.region, **OPERATOR_S3_LIMITS)
         client = clients.acquire(key)
+        if on_request is not None:  # once per client, however many stores share it
+            client.meta.events.register("before-send.s3", lambda event_name, **_: on_request(event_name.rsplit(".", 1)[-1]),
+                                        unique_id="hacrl-operator-store-requests")
         try:
             objects = S3ObjectStore(location.bucket, location.path, client, attempts=OPERATOR_S3_LIMITS["attempts"], shared_client=True)
         except BaseException:
@@ -79,11 +83,11 @@ def open_store(experiment: Experiment, clients: Any = None) -> Opened:
 class ExperimentStores:
     """The open store of each experiment that holds one, by (namespace, name)."""
 
-    def __init__(self, opener: Callable[[Experiment], Opened] | None = None) -> None:
+    def __init__(self, opener: Callable[[Experiment], Opened] | None = None, on_request: Callable[[str], None] | None = None) -> None:
         from hacrl_core.store.s3_clients import SharedS3Clients
 
         self.clients = SharedS3Clients()
-        self.opener = opener or (lambda experiment: open_store(experiment, self.clients))
+        self.opener = opener or (lambda experiment: open_store(experiment, self.clients, on_request))
         self._guard = threading.Lock()
         self._open: dict[tuple[str, str], Opened] = {}
 
