@@ -132,14 +132,14 @@ class OperatorProcess:
 
     def __init__(self, cluster: EmulatedCluster, identity: str, workdir: Path) -> None:
         self.identity = identity
-        self.health_port = free_port()
+        self.health_port, self.metrics_port = free_port(), free_port()
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join([str(REPO / "operator"), str(REPO)]),
             "KUBECONFIG": str(cluster.kubeconfig_for(identity)),
             "HACRL_WATCH_NAMESPACES": NS,
             "HACRL_RECONCILE_INTERVAL": "0.3",
-            "HACRL_OPERATOR_METRICS_PORT": str(free_port()),
+            "HACRL_OPERATOR_METRICS_PORT": str(self.metrics_port),
             "HACRL_OPERATOR_HEALTH_PORT": str(self.health_port),
             "HACRL_ROLLOUT_IMAGE": "registry.test/hacrl-rollout:test",
             "HACRL_LEARNER_IMAGE": "registry.test/hacrl-learner:test",
@@ -165,6 +165,17 @@ class OperatorProcess:
         except (OSError, ValueError):
             return None
 
+    def leader_gauge(self) -> str | None:
+        """The value of ``hacrl_operator_leader`` on its metrics port (None while nothing answers)."""
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=1) as response:
+                text = response.read().decode()
+        except OSError:
+            return None
+        return next((line.split()[1] for line in text.splitlines() if line.startswith("hacrl_operator_leader ")), None)
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
         if self.process.poll() is None:
             self.process.send_signal(sig)
@@ -188,6 +199,8 @@ def test_two_operators_only_the_leader_acts_and_the_standby_takes_over_when_it_i
         processes.append(second)
         # The standby answers its probes while it waits (else its liveness probe would restart it).
         assert wait_for(second.healthz, timeout=60, what="the standby's /healthz") == {"leader": False, "holder": "op-a"}
+        assert wait_for(first.leader_gauge, what="the leader's metrics") == "1.0"
+        assert wait_for(second.leader_gauge, what="the standby's metrics") == "0.0"
 
         apply(cluster, quickstart(restartLimit=5))
         pods = wait_for(lambda: len(pods_of(cluster)) == 4 and pods_of(cluster), what="4 pods")
@@ -209,6 +222,7 @@ def test_two_operators_only_the_leader_acts_and_the_standby_takes_over_when_it_i
         measure("leader killed -> standby holds the lease", failover)
         assert failover <= TIMING.lease_duration + TIMING.retry_period * 1.2 + 2, failover
         assert lease_of(cluster)["leaseTransitions"] == 1
+        assert wait_for(lambda: second.leader_gauge() == "1.0", timeout=30, what="op-b's metrics say it leads")
 
         # The new leader acts on the same experiment, from the status the old one wrote.
         cluster.set_pod_phase(failing, NS, "Running")
