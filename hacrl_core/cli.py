@@ -18,6 +18,7 @@ from hacrl_core.runtime.commands import register as register_runtime_commands
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from hacrl_core.models.preflight import model_problems
     from hacrl_core.spec import SpecError, load_experiment
 
     failed = 0
@@ -29,6 +30,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
             failed += 1
             continue
         spec = experiment.spec
+        problems = model_problems(spec)
+        if problems:  # what `hacrl run` would refuse, without building or fetching anything
+            print(f"{path}: " + "\n  - ".join(["cannot run:", *problems]), file=sys.stderr)
+            failed += 1
+            continue
         print(
             f"{path}: ok — experiment {experiment.name!r}, algorithm {spec.algorithm.name}, "
             f"{len(spec.agents)} agents ({', '.join(a.name for a in spec.agents)}), {spec.algorithm.steps} steps"

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hacrl_core.models.directories import build_once
-from hacrl_core.models.tiny import build_tiny_model, parse_tiny_uri
+from hacrl_core.models.tiny_uri import parse_tiny_uri
 
 #: ``fetch_dir(uri, local_dir)``: copy every object under ``uri`` (an ``s3://`` prefix) into
 #: ``local_dir``, keeping relative paths.
@@ -55,6 +55,8 @@ def resolve_model(uri: str, cache_dir: str | Path, *, store: FetchDir | Any | No
             arguments = parse_tiny_uri(uri)
         except ValueError as error:
             raise ModelResolutionError(str(error)) from None
+        from hacrl_core.models.tiny import build_tiny_model  # torch: only where a model is built
+
         return build_tiny_model(cache_dir=cache_dir / "tiny", **arguments)
     if uri.startswith("s3://"):
         return _fetch_s3(uri, cache_dir / "s3", store)

@@ -149,9 +149,10 @@ def prepare(spec_path: str | Path, *, resume: bool, workdir: str | Path | None =
     ``claim_store``, once the pre-flight (datasets, models) passed: a run that never started
     leaves the store as it found it."""
     from hacrl_core.learner.launcher import multi_node_problems
+    from hacrl_core.models.preflight import model_problems
 
     experiment = load_experiment(spec_path)
-    problems = unsupported_settings(experiment) + multi_node_problems(experiment)
+    problems = unsupported_settings(experiment) + multi_node_problems(experiment) + model_problems(experiment.spec)
     if experiment.spec.suspend:
         problems.append("spec.suspend: the experiment is suspended; set suspend: false to run it")
     if problems:
@@ -248,12 +249,15 @@ def build_models(run: LocalRun, say) -> None:
     """Resolve (and for tiny:// build and warm-start) every agent's model once, before the workers
     start, so that two workers never race to build the same cache entry."""
     from hacrl_core.context import cache_root
-    from hacrl_core.models.uri import resolve_model
+    from hacrl_core.models.uri import ModelResolutionError, resolve_model
 
-    for agent in run.experiment.spec.agents:
+    for index, agent in enumerate(run.experiment.spec.agents):
         began = time.perf_counter()
         say(f"preparing model of {agent.name}: {agent.model}")
-        path = resolve_model(agent.model, cache_root() / "models")
+        try:
+            path = resolve_model(agent.model, cache_root() / "models")
+        except ModelResolutionError as error:  # a hub id not found or offline, an s3:// prefix without a model
+            raise RunError(f"spec.agents[{index}].model: {error}") from None
         run.model_dirs[agent.name] = path
         say(f"  ready in {time.perf_counter() - began:.1f}s: {path}")
 

@@ -160,3 +160,58 @@ CRD = [
 @pytest.mark.parametrize("case, argv, code, names", CRD, ids=[c[0] for c in CRD])
 def test_hostile_crd(case, argv, code, names, tmp_path):
     check("crd", run_cli(argv(tmp_path), cwd=tmp_path), code, *names)
+
+
+def model_folder(tmp_path: Path, *, config: bytes | None = b"{}", weights: bytes | None = None) -> str:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    if config is not None:
+        (folder / "config.json").write_bytes(config)
+    if weights is not None:
+        (folder / "model.safetensors").write_bytes(weights)
+    return str(folder)
+
+
+def safetensors(cut: int = 0) -> bytes:
+    """A safetensors file of one 2-float tensor, less its last ``cut`` bytes."""
+    import json
+
+    header = json.dumps({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
+    whole = len(header).to_bytes(8, "little") + header + b"\0" * 8
+    return whole[: len(whole) - cut]
+
+
+# (case id, the model URI given tmp_path, names the message must hold): issue 43, 7 and 8
+MODELS = [
+    ("tiny-unknown-preset", lambda t: "tiny://gpt5", ["unknown tiny preset 'gpt5'"]),
+    ("tiny-no-layers", lambda t: "tiny://llama-char?layers=0", ["layers must be between 1 and 16"]),
+    ("tiny-odd-hidden", lambda t: "tiny://llama-char?hidden=12", ["hidden must be a multiple of 8"]),
+    ("tiny-difficulty-backwards", lambda t: "tiny://llama-char?difficulty=3-1", ["difficulty must satisfy 1 <= low <= high"]),
+    ("tiny-difficulty-zero", lambda t: "tiny://llama-char?difficulty=0-2", ["difficulty must satisfy"]),
+    ("tiny-warmup-word", lambda t: "tiny://llama-char?warmup_steps=abc", ["warmup_steps=abc", "invalid literal"]),
+    ("tiny-seed-out-of-range", lambda t: "tiny://llama-char?seed=99999999999", ["seed must be from 0 to 4294967295"]),
+    ("tiny-seed-negative", lambda t: "tiny://llama-char?seed=-1", ["seed must be from 0"]),
+    ("local-folder-missing", lambda t: str(t / "gone"), ["/gone'", "no such directory"]),
+    ("local-no-config", lambda t: model_folder(t, config=None), ["holds no config.json"]),
+    ("local-config-not-json", lambda t: model_folder(t, config=b"{", weights=safetensors()), ["config.json is not valid JSON"]),
+    ("local-no-weights", lambda t: model_folder(t), ["holds no weights"]),
+    ("local-weights-cut", lambda t: model_folder(t, weights=safetensors(cut=3)), ["model.safetensors", "cut short or corrupt"]),
+    ("local-weights-random", lambda t: model_folder(t, weights=b"\x13\x37" * 500), ["model.safetensors", "not safetensors"]),
+    ("local-weights-empty", lambda t: model_folder(t, weights=b""), ["model.safetensors", "shorter than a safetensors header"]),
+]
+
+
+@pytest.mark.parametrize("case, model, names", MODELS, ids=[m[0] for m in MODELS])
+def test_a_model_run_would_refuse_is_refused_by_validate_and_run_naming_the_agent(case, model, names, tmp_path):
+    """Issue 43, 7 and 8: validate said ok, and run ended at the last-resort handler or in the
+    worker (a traceback naming no file, restarted, the store left claimed)."""
+    spec = write(tmp_path, changed(lambda d: d["spec"]["agents"][0].__setitem__("model", model(tmp_path))))
+    check("spec: models", run_cli(["validate", str(spec)]), 1, "hostile.yaml", "spec.agents[0].model", *names)
+    check("spec: models", run_cli(["run", str(spec), "--quiet", "--workdir", str(tmp_path / "work")], cwd=tmp_path), 2,
+          "hostile.yaml", "spec.agents[0].model", *names)
+    assert not (tmp_path / "work").exists()
+
+
+def test_a_whole_local_model_folder_passes_the_pre_flight(tmp_path):
+    spec = write(tmp_path, changed(lambda d: d["spec"]["agents"][0].__setitem__("model", model_folder(tmp_path, weights=safetensors()))))
+    check("spec: models", run_cli(["validate", str(spec)]), 0, "hostile.yaml: ok")
