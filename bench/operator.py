@@ -33,6 +33,7 @@ client (operator, kopf, benchmark) and verb, to show where the operator's extra 
 
     python bench/operator.py            # N = 1, 10, 50, three rounds
     python bench/operator.py --quick    # N = 1, 3, one round
+    python bench/operator.py --scale    # N = 10, 100, 500 on s3:// stores: requests and memory (operator_scale.py)
 """
 
 from __future__ import annotations
@@ -314,6 +315,11 @@ def run_scale(n: int, args: argparse.Namespace, mode: str = "operator") -> dict[
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--scale" in argv:  # N = 10, 100, 500 on s3:// stores: requests and memory (bench/operator_scale.py)
+        from bench.operator_scale import main as scale
+
+        return scale([a for a in argv if a != "--scale"])
     args = parse_args(argv)
     began = time.perf_counter()
     runs: list[dict[str, Any]] = []
