@@ -79,6 +79,14 @@ def check_data(path: str, spec) -> bool:
 def cmd_crd(args: argparse.Namespace) -> int:
     from hacrl_core.crd import generated_files, render_crd
 
+    if args.stdout and (args.check or args.output is not None):
+        # it skipped the check and exited 0, or never wrote the file it was given
+        print("hacrl crd: --stdout prints the CRD and nothing else: drop --check and --output, or --stdout", file=sys.stderr)
+        return 2
+    if args.output is not None and not args.output.strip():
+        print("hacrl crd: --output '' names no file (it wrote the chart's files into the current folder): give a path, "
+              "or leave --output out", file=sys.stderr)
+        return 2
     if args.stdout:
         sys.stdout.write(render_crd())
         return 0

@@ -154,12 +154,19 @@ CRD = [
     ("output-is-a-directory", lambda t: ["crd", "-o", str(t)], 1, ["cannot write", "Is a directory"]),
     ("output-in-a-read-only-folder", lambda t: ["crd", "-o", "/proc/crd.yaml"], 1, ["cannot write", "/proc/crd.yaml"]),
     ("stdout", lambda t: ["crd", "--stdout"], 0, ["openAPIV3Schema"]),
+    # issue 43, 11: the check skipped (exit 0), the file never written, chart files in the current folder
+    ("stdout-with-check", lambda t: ["crd", "--check", "--stdout"], 2, ["--stdout prints the CRD and nothing else", "--check"]),
+    ("stdout-with-output", lambda t: ["crd", "--stdout", "-o", str(t / "crd.yaml")], 2, ["--stdout", "--output"]),
+    ("output-empty", lambda t: ["crd", "-o", ""], 2, ["--output '' names no file"]),
+    ("output-blank-with-check", lambda t: ["crd", "--check", "-o", " "], 2, ["--output '' names no file"]),
 ]
 
 
 @pytest.mark.parametrize("case, argv, code, names", CRD, ids=[c[0] for c in CRD])
 def test_hostile_crd(case, argv, code, names, tmp_path):
     check("crd", run_cli(argv(tmp_path), cwd=tmp_path), code, *names)
+    if code == 2:
+        assert not list(tmp_path.rglob("*.yaml")), "a refused command writes nothing"
 
 
 def model_folder(tmp_path: Path, *, config: bytes | None = b"{}", weights: bytes | None = None) -> str:
