@@ -57,3 +57,14 @@ def test_without_leader_election_one_replica_is_recreated():
 def test_unsafe_combinations_are_refused_naming_the_value(sets, message):
     result = run_helm(*template_args(sets=sets), check=False)
     assert result.returncode != 0 and message in result.stderr, result.stderr[-500:]
+
+
+def test_a_drain_evicts_one_replica_at_a_time():
+    docs = render()
+    budget = one(docs, "PodDisruptionBudget")
+    deployment = one(docs, "Deployment")
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert budget["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    # One replica: a budget would block every drain.
+    assert not [d for d in render(sets=("replicas=1",)) if d["kind"] == "PodDisruptionBudget"]
+    assert not [d for d in render(sets=("leaderElection.enabled=false", "replicas=1")) if d["kind"] == "PodDisruptionBudget"]
