@@ -33,7 +33,7 @@ from hacrl_core.runtime.cpus import THREADS_ENV, WAIT_POLICY_ENV, available_cpus
 from hacrl_core.runtime.forkserver import ForkedProcess, ForkServer, cli_command, fork_server
 from hacrl_core.runtime.resume import ResumeRefused, check_datasets_unchanged, check_resume, record_datasets
 from hacrl_core.runtime.supervisor_watch import SUPERVISOR_PID_ENV
-from hacrl_core.runtime.workdir import WorkdirBusy, hold_workdir, release_workdir
+from hacrl_core.runtime.workdir import WorkdirBusy, another_experiments, hold_workdir, release_workdir
 from hacrl_core.runtime.worker_failures import FINAL_EXIT_CODE, RESTARTABLE_EXIT_CODE, failure_line
 from hacrl_core.spec import (
     ROLLOUT_REPLICA_ENV,
@@ -158,6 +158,9 @@ def prepare(spec_path: str | Path, *, resume: bool, workdir: str | Path | None =
     if problems:
         raise SpecError(str(spec_path), problems)
     workdir = Path(workdir or Path("hacrl-runs") / experiment.name).resolve()
+    taken = another_experiments(workdir, experiment.name, experiment.metadata.namespace)
+    if taken:
+        raise RunError(taken)
     try:
         lock = hold_workdir(workdir)
     except WorkdirBusy as error:

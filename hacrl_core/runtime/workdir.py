@@ -16,6 +16,8 @@ import fcntl
 import os
 from pathlib import Path
 
+import yaml
+
 LOCK_NAME = "run.lock"
 
 
@@ -50,6 +52,23 @@ def hold_workdir(workdir: Path) -> int:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd
+
+
+def another_experiments(workdir: Path, name: str, namespace: str | None) -> str | None:
+    """Why ``workdir`` belongs to another experiment (its ``spec.yaml`` names another), or None.
+    A run there overwrote that experiment's report, spec and logs: a mix of two runs."""
+    try:
+        document = yaml.safe_load((workdir / "spec.yaml").read_text(encoding="utf-8"))
+        metadata = document["metadata"]
+        theirs = (metadata["name"], metadata.get("namespace"))
+    except (OSError, ValueError, yaml.YAMLError, TypeError, KeyError):  # none there, or not a run's: nothing to protect
+        return None
+    if theirs == (name, namespace):
+        return None
+    shown = theirs[0] if theirs[1] is None else f"{theirs[1]}/{theirs[0]}"
+    return (f"--workdir {workdir} holds the run of experiment {shown!r} (its spec.yaml, report and logs); a run of {name!r} "
+            f"there would overwrite them: give it a folder of its own with --workdir, or leave --workdir out "
+            f"(hacrl-runs/{name})")
 
 
 def release_workdir(fd: int | None) -> None:

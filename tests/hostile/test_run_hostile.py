@@ -254,6 +254,29 @@ def test_a_failed_pre_flight_leaves_the_store_unclaimed(case, prepare, args, nam
     assert not (tmp_path / "store" / "preflight" / "spec.yaml").exists()
 
 
+WORKDIR_OF_ANOTHER = [
+    ("another-name", lambda d: d["metadata"].update(name="someone-else"), "'hostile-run'"),
+    ("another-namespace", lambda d: d["metadata"].update(namespace="team-b"), "'hostile-run'"),
+]
+
+
+@pytest.mark.parametrize("case, change, names", WORKDIR_OF_ANOTHER, ids=[c[0] for c in WORKDIR_OF_ANOTHER])
+def test_a_workdir_of_another_experiment_is_refused_and_left_as_it_was(case, change, names, finished, tmp_path, model_cache,
+                                                                       monkeypatch):
+    """Issue 43, 11: it overwrote the other experiment's report, spec and logs (a mix of two runs)."""
+    theirs = finished["root"] / "work"
+    before = {path: path.read_bytes() for path in theirs.rglob("*") if path.is_file() and path.name != "run.lock"}
+    document = copy.deepcopy(finished["document"])
+    document["spec"]["store"]["uri"] = (tmp_path / "store").as_uri()
+    change(document)
+    spec = write_spec(tmp_path, document)
+    monkeypatch.setenv("HACRL_CACHE", str(model_cache))
+    check(FAMILY, run_cli(["run", str(spec), "--quiet", "--workdir", str(theirs)], cwd=tmp_path), 1,
+          f"--workdir {theirs} holds the run of experiment", names, "a folder of its own")
+    assert {path: path.read_bytes() for path in theirs.rglob("*") if path.is_file() and path.name != "run.lock"} == before
+    assert not (tmp_path / "store").exists()
+
+
 def test_adopt_existing_lets_hacrl_run_take_over_a_prefix_it_advises_to_adopt(tmp_path, monkeypatch):
     """The refusal of a prefix owned by an earlier run of the same name advises adoptExisting: true,
     and `hacrl run` honours it (as the operator does)."""
