@@ -146,6 +146,11 @@ class Operator:
                 return int(line.split()[1]) / 1024
         raise RuntimeError("operator process gone")
 
+    def cpu_seconds(self) -> float:
+        """User and system CPU time the operator process has used (/proc/<pid>/stat)."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def metric(self, name: str) -> float:
         """The sum of a metric's samples (0 before the server answers)."""
         try:
@@ -201,10 +206,10 @@ def heartbeats(s3: Any, names: list[str], agents: int, step: int, done: bool) ->
         list(pool.map(write, names))
 
 
-def counted(emulator: Any, operator: Operator) -> tuple[int, float]:
-    """(API requests but watches, S3 requests) the operator has sent so far."""
+def counted(emulator: Any, operator: Operator) -> tuple[int, float, float, float]:
+    """(API requests but watches, S3 requests, CPU seconds, wall seconds) of the operator so far."""
     api = sum(v for k, v in emulator.requests.items() if k != "watch")
-    return api, operator.metric("hacrl_operator_store_requests_total")
+    return api, operator.metric("hacrl_operator_store_requests_total"), operator.cpu_seconds(), time.perf_counter()
 
 
 def run_scale(n: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -231,7 +236,7 @@ def run_scale(n: int, args: argparse.Namespace) -> dict[str, Any]:
         pods_per = 2 * args.agents
 
         # 1. create -> pods
-        api0, store0 = counted(emulator, operator)
+        api0, store0, cpu0, t0 = counted(emulator, operator)
         posted: dict[str, float] = {}
         began = time.perf_counter()
         for name in names:
@@ -242,7 +247,7 @@ def run_scale(n: int, args: argparse.Namespace) -> dict[str, Any]:
                                    "every experiment's pods", operator, 0.25) + seconds["post"]
         to_pods = {x: sorted(emulator.pods_created[x])[pods_per - 1] - posted[x] for x in names}
         time.sleep(2)  # the reconciles that pod creation itself triggers settle
-        api1, store1 = counted(emulator, operator)
+        api1, store1, cpu1, t1 = counted(emulator, operator)
         memory["all pending"] = operator.rss_mib()
         print(f"  N={n}: all {n * pods_per} pods in {seconds['all pods']:.1f}s", flush=True)
 
@@ -254,9 +259,9 @@ def run_scale(n: int, args: argparse.Namespace) -> dict[str, Any]:
         heartbeats(s3, names, args.agents, 3, False)
         seconds["to Running"] = wait(lambda: phases(api)["Running"] == n, args.timeout, "phase Running", operator, 2.0)
         time.sleep(args.interval)
-        api2, store2 = counted(emulator, operator)
+        api2, store2, cpu2, t2 = counted(emulator, operator)
         time.sleep(args.window)
-        api3, store3 = counted(emulator, operator)
+        api3, store3, cpu3, t3 = counted(emulator, operator)
         memory["all running"] = operator.rss_mib()
         print(f"  N={n}: Running window counted", flush=True)
 
@@ -269,9 +274,9 @@ def run_scale(n: int, args: argparse.Namespace) -> dict[str, Any]:
         heartbeats(s3, names[n // 2:], args.agents, STEPS, True)
         seconds["all to Succeeded"] = wait(lambda: phases(api)["Succeeded"] == n, args.timeout, "all Succeeded", operator, 2.0)
         time.sleep(args.interval)
-        api4, store4 = counted(emulator, operator)
+        api4, store4, cpu4, t4 = counted(emulator, operator)
         time.sleep(args.window)
-        api5, store5 = counted(emulator, operator)
+        api5, store5, cpu5, t5 = counted(emulator, operator)
         memory["all finished"] = operator.rss_mib()
         print(f"  N={n}: finished window counted", flush=True)
 
@@ -291,6 +296,8 @@ def run_scale(n: int, args: argparse.Namespace) -> dict[str, Any]:
                 "running_per_minute": {"api": (api3 - api2) / n * per_minute, "store": (store3 - store2) / n * per_minute},
                 "finished_per_minute": {"api": (api5 - api4) / n * per_minute, "store": (store5 - store4) / n * per_minute},
             },
+            # CPU cores the operator used: creating every experiment's pods, then Running, then finished.
+            "cpu_cores": {"create": (cpu1 - cpu0) / (t1 - t0), "running": (cpu3 - cpu2) / (t3 - t2), "finished": (cpu5 - cpu4) / (t5 - t4)},
             "memory_mib": memory, "peak_mib": _peak(operator), "seconds": seconds,
             "api_requests_by_verb": dict(emulator.requests),
         }
@@ -320,10 +327,12 @@ def write(args: argparse.Namespace, runs: list[dict[str, Any]], began: float) ->
             f"{q['running_per_minute']['api']:.1f}", f"{q['running_per_minute']['store']:.1f}",
             f"{q['finished_per_minute']['api']:.2f}", f"{q['finished_per_minute']['store']:.2f}",
             f"{m['idle']:.0f}", f"{m['all running']:.0f}", f"{m['half finished']:.0f}", f"{m['all deleted']:.0f}", f"{r['peak_mib']:.0f}",
+            f"{r['cpu_cores']['create']:.2f}", f"{r['cpu_cores']['running']:.3f}", f"{r['cpu_cores']['finished']:.3f}",
         ])
     text = table(["experiments", "create->pods p50 s", "p99 s", "API req/exp while pods appear", "S3 req/exp",
                   "API req/exp/min Running", "S3", "API req/exp/min finished", "S3",
-                  "RSS MiB idle", "all Running", "half finished", "after delete", "peak"], rows)
+                  "RSS MiB idle", "all Running", "half finished", "after delete", "peak",
+                  "CPU cores creating", "Running", "finished"], rows)
     print(f"\noperator at scale ({args.agents} agents per experiment, s3:// stores on SeaweedFS, reconcile interval {args.interval:g}s)\n{text}")
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     path = save("operator-scale", {"settings": settings, "table": text, "runs": runs, "total_seconds": time.perf_counter() - began}, args.out)
