@@ -59,6 +59,7 @@ def _listed(versions: list[int]) -> str:
 def evaluate(args: argparse.Namespace) -> dict:
     from hacrl_core.context import WorkerContext
     from hacrl_core.evaluation import evaluate_engine
+    from hacrl_core.rewards.remote import RewardServerError
     from hacrl_core.rollout.engine import engine_for
     from hacrl_core.spec import SpecError
     from hacrl_core.store import StoreError
@@ -82,6 +83,11 @@ def evaluate(args: argparse.Namespace) -> dict:
     unknown = [name for name in args.set or [] if name not in names]
     if unknown:
         raise EvalRefused(f"--set {', '.join(map(repr, unknown))}: no such eval set in data.eval; the spec's sets: {', '.join(names)}", 2)
+    for name in args.set or names:  # read before the model loads: a missing file ended at the last-resort line
+        try:
+            context.eval_source(name)
+        except (ValueError, OSError) as error:
+            raise EvalRefused(f"spec.data.eval[{name}].source: {_first_line(error)}", 2) from None
     try:
         version = chosen_version(context.store, args.agent, args.version)
         with tempfile.TemporaryDirectory() as tmp:
@@ -102,6 +108,8 @@ def evaluate(args: argparse.Namespace) -> dict:
             results = evaluate_engine(context, engine, samples=args.samples, sets=args.set)
     except (StoreError, TimeoutError) as error:
         raise EvalRefused(f"agent {args.agent!r}: {_first_line(error)}", 1) from None
+    except RewardServerError as error:  # already one line naming the server
+        raise EvalRefused(str(error), 1) from None
     return {"agent": args.agent, "weights_version": version, **results}
 
 

@@ -37,6 +37,25 @@ def no_eval_sets(spec: Path) -> None:
     spec.write_text(yaml.safe_dump(document))
 
 
+def changed_data(change):
+    def apply(spec: Path) -> None:
+        import yaml
+
+        document = yaml.safe_load(spec.read_text())
+        change(document["spec"]["data"], spec.parent)
+        spec.write_text(yaml.safe_dump(document))
+
+    return apply
+
+
+def closed_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]  # nothing listens there once closed
+
+
 CASES = [
     ("unknown-agent", ["--agent", "nope"], None, 2, ["--agent 'nope'", "llama", "qwen"]),
     ("agent-with-newline", ["--agent", "llama\n"], None, 2, ["--agent"]),
@@ -55,6 +74,13 @@ CASES = [
     ("no-eval-sets", ["--agent", "llama"], no_eval_sets, 2, ["data.eval"]),
     ("spec-missing", ["--agent", "llama"], lambda s: s.unlink(), 2, ["spec.yaml"]),
     ("spec-invalid", ["--agent", "llama"], lambda s: s.write_text("spec: [\n"), 2, ["spec.yaml", "not valid YAML"]),
+    # issue 43, 11 and 1: the last-resort line, and the worker's traceback
+    ("eval-set-file-missing", ["--agent", "llama"],
+     changed_data(lambda d, t: d.update(eval=[{"name": "gone", "source": str(t / "gone.jsonl")}])), 2,
+     ["spec.data.eval[gone].source", "gone.jsonl"]),
+    ("reward-server-down", ["--agent", "llama"],
+     changed_data(lambda d, t: d.update(reward=f"http://127.0.0.1:{closed_port()}/score", rewardServer={"retries": 0})), 1,
+     ["reward server http://127.0.0.1:", "no answer after 1 tries (last: connection)"]),
 ]
 
 
