@@ -36,6 +36,7 @@ from urllib.parse import urlparse
 from hacrl_core.data.arithmetic import ArithmeticTask
 from hacrl_core.data.base import Problem, PromptSource
 from hacrl_core.data.rows import BadRow, RowSource, decode_bytes
+from hacrl_core.file_kind import not_a_regular_file
 from hacrl_core.uri import uri_query
 
 #: The longest JSONL line read as a row: room for a prompt and answer at their limits
@@ -116,8 +117,9 @@ def open_source(
 
         return open_hub_source(uri, prompt_key=prompt_key, answer_key=answer_key, uid_key=uid_key, reward=reward)
     path = Path(uri.removeprefix("file://"))
-    if not path.is_file():
-        raise ValueError(f"data source {uri!r}: no such file")
+    problem = not_a_regular_file(path)
+    if problem:
+        raise ValueError(f"data source {uri!r}: {problem}")
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
         rows = _jsonl_rows(path)

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from hacrl_core.file_kind import is_pipe_or_socket, not_a_regular_file
 from hacrl_core.spec.experiment import Experiment
 
 _NESTED_FIELD = re.compile(r"^([A-Za-z][\w\[\]\.]*): (.*)$", re.S)
@@ -136,6 +137,8 @@ SPEC_DIGEST_ENV = "HACRL_SPEC_SHA256"
 def read_spec_bytes(path: str | Path) -> bytes:
     """The bytes of a spec file, reading at most ``MAX_SPEC_BYTES`` + 1 (a huge file or
     /dev/zero is refused without being read); ``OSError`` when it cannot be read."""
+    if is_pipe_or_socket(Path(path)):  # open() would wait for a writer: `hacrl validate` hung
+        raise SpecError(str(path), [f"<document>: {not_a_regular_file(Path(path))}; give the spec file itself"])
     with open(path, "rb") as handle:
         data = handle.read(MAX_SPEC_BYTES + 1)
     if len(data) > MAX_SPEC_BYTES:

@@ -95,3 +95,17 @@ def test_a_training_set_smaller_than_a_step_is_refused_naming_both_fields(comman
     check("data", outcome, 1, "spec.data.train (one.jsonl): 1 usable rows, fewer than spec.algorithm.promptsPerStep (2)",
           "lower promptsPerStep to 1")
     assert not (tmp_path / "store" / "too-small").exists(), "refused before the store is claimed"
+
+
+def test_a_named_pipe_as_a_dataset_is_called_one_without_being_opened(tmp_path):
+    """Issue 43, 11: it was reported as "no such file"; opening it would wait for a writer."""
+    import os
+
+    from tests.hostile.harness import check, run_cli
+    from tests.integration.runs import tiny_spec, write_spec
+
+    os.mkfifo(tmp_path / "rows.jsonl")
+    document = tiny_spec("piped", (tmp_path / "store").as_uri(), steps=1)
+    document["spec"]["data"]["train"] = {"source": str(tmp_path / "rows.jsonl")}
+    check("data", run_cli(["validate", "--data", str(write_spec(tmp_path, document))]), 1,
+          "spec.data.train.source", "rows.jsonl", "a named pipe (FIFO), not a file")

@@ -125,11 +125,20 @@ def test_run_refuses_what_validate_refuses_with_the_same_field(family, case, con
     assert not (tmp_path / "work").exists()
 
 
+def fifo(path: Path) -> Path:
+    import os
+
+    if not path.exists():
+        os.mkfifo(path)
+    return path
+
+
 FILES = [
     ("missing-file", lambda t: t / "absent.yaml", 1, ["absent.yaml"]),
     ("a-directory", lambda t: t, 1, [""]),
     ("dev-zero", lambda t: Path("/dev/zero"), 1, ["/dev/zero", f"at most {MAX_SPEC_BYTES} bytes"]),
     ("dev-null", lambda t: Path("/dev/null"), 1, ["/dev/null", "expected a mapping"]),
+    ("named-pipe", lambda t: fifo(t / "pipe.yaml"), 1, ["pipe.yaml", "a named pipe (FIFO)"]),  # issue 43, 11: it hung
 ]
 
 
