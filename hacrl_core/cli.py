@@ -18,7 +18,7 @@ from hacrl_core.runtime.commands import register as register_runtime_commands
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from hacrl_core.models.preflight import model_problems
+    from hacrl_core.runtime.refusals import installation_refusals, spec_refusals
     from hacrl_core.spec import SpecError, load_experiment
 
     failed = 0
@@ -30,7 +30,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             failed += 1
             continue
         spec = experiment.spec
-        problems = model_problems(spec)
+        problems = spec_refusals(experiment)
         if problems:  # what `hacrl run` would refuse, without building or fetching anything
             print(f"{path}: " + "\n  - ".join(["cannot run:", *problems]), file=sys.stderr)
             failed += 1
@@ -44,6 +44,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
                   "(refused where the install has none: then add spec.store)")
         for line in spec.warnings():
             print(f"  warning: spec.{line}")
+        for line in installation_refusals(experiment):
+            print(f"  warning: `hacrl run` on this machine would refuse {line} (an operator's image may have it)")
         if args.data and not check_data(path, spec):
             failed += 1
     return 1 if failed else 0

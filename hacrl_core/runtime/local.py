@@ -25,12 +25,12 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hacrl_core.context import unsupported_settings
 from hacrl_core.data.report import DatasetReport, read_datasets, train_set_refusal
 from hacrl_core.environment import torch_threads
 from hacrl_core.runtime.context_fit import overlong_prompts
 from hacrl_core.runtime.cpus import THREADS_ENV, WAIT_POLICY_ENV, available_cpus, wait_policy, worker_threads
 from hacrl_core.runtime.forkserver import ForkedProcess, ForkServer, cli_command, fork_server
+from hacrl_core.runtime.refusals import installation_refusals, spec_refusals
 from hacrl_core.runtime.resume import ResumeRefused, check_datasets_unchanged, check_resume, record_datasets
 from hacrl_core.runtime.supervisor_watch import SUPERVISOR_PID_ENV
 from hacrl_core.runtime.workdir import WorkdirBusy, another_experiments, hold_workdir, release_workdir
@@ -148,11 +148,9 @@ def prepare(spec_path: str | Path, *, resume: bool, workdir: str | Path | None =
     the store's run may be started or resumed with it. The store is claimed later, by
     ``claim_store``, once the pre-flight (datasets, models) passed: a run that never started
     leaves the store as it found it."""
-    from hacrl_core.learner.launcher import multi_node_problems
-    from hacrl_core.models.preflight import model_problems
 
     experiment = load_experiment(spec_path)
-    problems = unsupported_settings(experiment) + multi_node_problems(experiment) + model_problems(experiment.spec)
+    problems = installation_refusals(experiment) + spec_refusals(experiment)
     if experiment.spec.suspend:
         problems.append("spec.suspend: the experiment is suspended; set suspend: false to run it")
     if problems:

@@ -231,3 +231,45 @@ def test_a_model_run_would_refuse_is_refused_by_validate_and_run_naming_the_agen
 def test_a_whole_local_model_folder_passes_the_pre_flight(tmp_path):
     spec = write(tmp_path, changed(lambda d: d["spec"]["agents"][0].__setitem__("model", model_folder(tmp_path, weights=safetensors()))))
     check("spec: models", run_cli(["validate", str(spec)]), 0, "hostile.yaml: ok")
+
+
+def a_file(tmp_path: Path) -> str:
+    (tmp_path / "store-file").write_text("x")
+    return (tmp_path / "store-file").as_uri()
+
+
+def train_source(source: str) -> Callable[[dict, Path], Any]:
+    return lambda d, t: d["spec"]["data"]["train"].__setitem__("source", source)
+
+
+# (case id, change(document, tmp_path), names): issue 43, 7: validate said ok, run refused or failed
+SOURCES_AND_STORES = [
+    ("builtin-unknown", train_source("builtin://nope"), ["spec.data.train.source", "unknown built-in source 'nope'"]),
+    ("builtin-difficulty-backwards", train_source("builtin://arithmetic?difficulty=3-1"), ["spec.data.train.source", "difficulty"]),
+    ("builtin-size-negative", train_source("builtin://arithmetic?size=-1"), ["spec.data.train.source", "size must be >= 1"]),
+    ("builtin-split-unknown", lambda d, t: d["spec"]["data"]["eval"][0].__setitem__("source", "builtin://arithmetic?split=x"),
+     ["spec.data.eval[arith].source", "split must be one of train, eval"]),
+    ("store-a-file", lambda d, t: d["spec"]["store"].__setitem__("uri", a_file(t)), ["spec.store.uri", "store-file is a file"]),
+    ("store-under-a-file", lambda d, t: d["spec"]["store"].__setitem__("uri", a_file(t) + "/runs"),
+     ["spec.store.uri", "store-file is a file"]),
+]
+
+
+@pytest.mark.parametrize("case, change, names", SOURCES_AND_STORES, ids=[c[0] for c in SOURCES_AND_STORES])
+def test_a_source_or_store_run_would_refuse_is_refused_by_validate_and_run(case, change, names, tmp_path):
+    document = copy.deepcopy(BASE)
+    change(document, tmp_path)
+    spec = write(tmp_path, yaml.safe_dump(document, sort_keys=False))
+    check("spec: sources and store", run_cli(["validate", str(spec)]), 1, "hostile.yaml", *names)
+    check("spec: sources and store", run_cli(["run", str(spec), "--quiet", "--workdir", str(tmp_path / "work")], cwd=tmp_path), 2,
+          "hostile.yaml", *names)
+    assert not (tmp_path / "work").exists()
+
+
+def test_what_this_installation_lacks_is_a_warning_of_validate_and_a_refusal_of_run(tmp_path):
+    """A cluster's image may have vLLM; this machine has not: validate warns, run refuses."""
+    spec = write(tmp_path, changed(lambda d: d["spec"]["agents"][0]["rollout"].__setitem__("engine", "vllm")))
+    check("spec: sources and store", run_cli(["validate", str(spec)]), 0, "hostile.yaml: ok",
+          "warning: `hacrl run` on this machine would refuse spec.agents[0].rollout.engine")
+    check("spec: sources and store", run_cli(["run", str(spec), "--quiet", "--workdir", str(tmp_path / "work")], cwd=tmp_path), 2,
+          "spec.agents[0].rollout.engine")
