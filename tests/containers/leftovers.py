@@ -126,35 +126,49 @@ def container_ids(run: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
 
 
-def kill_processes(run: Path) -> int:
-    """SIGKILL to every process of the run's containers (found by their cgroups, which carry the
-    container id) and to its conmon monitors (whose arguments name the run's folder): the
-    fallback when podman itself does not answer. Returns how many were signalled."""
-    pids: set[int] = set()
-    cgroups = Path("/sys/fs/cgroup")
-    for cid in container_ids(run):
-        for hierarchy in (cgroups / "pids", cgroups / "memory", cgroups / "unified", cgroups):
-            for procs in hierarchy.glob(f"**/*{cid}*/cgroup.procs"):
-                try:
-                    pids |= {int(p) for p in procs.read_text().split()}
-                except OSError:
-                    continue
-            if pids:
-                break
+def processes_naming(run: Path, *, conmon: bool) -> set[int]:
+    """Processes whose arguments name the run's folder: its e2e driver and SeaweedFS (their work
+    folder is in it) and, with ``conmon``, podman's container monitors (their paths are)."""
+    pids = set()
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
             try:
-                if str(run) in proc.joinpath("cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
-                    pids.add(int(proc.name))
+                args = proc.joinpath("cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             except OSError:
                 continue
+            if str(run) in args and (conmon or "conmon" not in args.split(" ", 1)[0]):
+                pids.add(int(proc.name))
     pids.discard(os.getpid())
+    return pids
+
+
+def kill(pids: set[int]) -> int:
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
     return len(pids)
+
+
+def kill_processes(run: Path) -> int:
+    """SIGKILL to every process of the run's containers (found by their cgroups, which carry the
+    container id) and to every process naming the run's folder: the fallback when podman itself
+    does not answer. Returns how many were signalled."""
+    pids = processes_naming(run, conmon=True)
+    cgroups = Path("/sys/fs/cgroup")
+    for cid in container_ids(run):
+        for hierarchy in (cgroups / "pids", cgroups / "memory", cgroups / "unified", cgroups):
+            found = set()
+            for procs in hierarchy.glob(f"**/*{cid}*/cgroup.procs"):
+                try:
+                    found |= {int(p) for p in procs.read_text().split()}
+                except OSError:
+                    continue
+            if found:
+                pids |= found
+                break
+    return kill(pids)
 
 
 def release_mounts(run: Path) -> None:
@@ -169,12 +183,17 @@ def clean_run(run: Path) -> str:
     """Empties and deletes one run's folder; returns what it held, in words."""
     store = Store(run / "config")
     held = "nothing"
+    # A killed run's driver outlives its script (it would play the pods again) and so does its
+    # SeaweedFS: gone first. podman stops the containers below.
+    orphans = kill(processes_naming(run, conmon=False))
     if (store.config / "storage.conf").is_file():
         inventory = store.inventory()
         held = describe(inventory) if inventory is not None else "podman did not answer"
         if inventory is None or not store.remove_all():
             killed = kill_processes(run)
             held += f"; podman could not remove it all, {killed} processes killed"
+    if orphans:
+        held += f"; {orphans} processes of its own killed"
     release_mounts(run)
     shutil.rmtree(run, ignore_errors=True)
     if run.exists():  # a mount the lazy unmount has not let go of yet

@@ -29,13 +29,30 @@ pytestmark = pytest.mark.container
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "container-e2e.sh"
 PODMAN = "/usr/bin/podman"
-E2E_LIMIT = 600  # seconds for one e2e run here (about 60-90 s; CI machines are slower)
+# Seconds for one e2e run: 60-90 s on a quiet 2-core machine; 400 to over 600 s seen at a load of 13-15.
+E2E_LIMIT = 1500
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _no_run_left_behind():
+    """A run killed by a test (or by its timeout) leaves containers that go on using the CPUs until
+    the next run's sweep: the last test's are swept here."""
+    yield
+    subprocess.run([sys.executable, "-m", "tests.containers.leftovers", "sweep"], cwd=REPO, check=False, timeout=600)
 
 
 def e2e(*, env: dict[str, str] | None = None, timeout: float = E2E_LIMIT) -> subprocess.CompletedProcess[str]:
-    """One `scripts/container-e2e.sh --skip-build` (the images are built), its output merged."""
-    return subprocess.run([str(SCRIPT), "--skip-build"], cwd=REPO, env=os.environ | {"PYTHON": sys.executable} | (env or {}),
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout, check=False)
+    """One `scripts/container-e2e.sh --skip-build` (the images are built), its output merged; past
+    ``timeout`` its whole process group is killed (the next run's sweep removes its containers)."""
+    process = subprocess.Popen([str(SCRIPT), "--skip-build"], cwd=REPO, env=os.environ | {"PYTHON": sys.executable} | (env or {}),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate()
+        raise AssertionError(f"the e2e did not end within {timeout:.0f} s:\n{output[-5000:]}") from None
+    return subprocess.CompletedProcess(process.args, process.returncode, output)
 
 
 def passed(result: subprocess.CompletedProcess[str]) -> bool:
@@ -83,22 +100,26 @@ def test_a_kube_play_that_never_returns_is_killed_and_retried_and_the_run_passes
     hung = tmp_path / "hung-once"
     # The first `kube play` of the run hangs (as a lock taken twice hangs podman); later ones work.
     env = stand_in_podman(tmp_path, f'if [ "$1 $2" = "kube play" ] && mkdir "{hung}" 2>/dev/null; then exec sleep 3600; fi')
-    began = time.monotonic()
-    result = e2e(env=env, timeout=300)
+    result = e2e(env=env)
     assert hung.is_dir(), "the stand-in's kube play never ran"
     assert passed(result), result.stdout[-5000:]
     assert "`podman kube play` did not return within 90 s (killed)" in result.stdout and "retrying podman kube play once" in result.stdout
-    assert time.monotonic() - began < 300
+    # The hung pod recovered within five minutes: its play, the killed call included, took under 300 s.
+    [played] = re.findall(r"pod (\S+): retrying podman kube play once", result.stdout)
+    [seconds] = re.findall(rf"pod {re.escape(played)}: played in ([0-9.]+) s", result.stdout)[:1]
+    assert float(seconds) < 300, seconds
 
 
 def test_a_podman_that_always_hangs_fails_the_run_within_minutes_naming_the_call(tmp_path: Path) -> None:
     env = stand_in_podman(tmp_path, 'if [ "$1 $2" = "kube play" ]; then exec sleep 3600; fi')
     began = time.monotonic()
-    result = e2e(env=env | {"HACRL_KUBELET_PLAY_DEADLINE": "20"}, timeout=300)
+    result = e2e(env=env | {"HACRL_KUBELET_PLAY_DEADLINE": "20"})
     took = time.monotonic() - began
     assert result.returncode != 0, result.stdout[-3000:]
     assert "the kubelet stand-in is stuck: `podman kube play` did not return within 20 s (killed), twice in a row" in result.stdout, result.stdout[-5000:]
-    assert took < 240, f"failed only after {took:.0f} s"
+    # the start (emulator, SeaweedFS, the operator's container: under a minute on a quiet machine),
+    # then two plays of 20 s: a run that waited for the experiment's own timeout would take 1200 s
+    assert took < 300, f"failed only after {took:.0f} s"
 
 
 def test_a_run_after_one_killed_with_sigkill_mid_run_passes(tmp_path: Path) -> None:
