@@ -124,6 +124,7 @@ class LocalRun:
     spec_digest: str = ""  # its sha256: each worker checks that it reads this spec (SPEC_DIGEST_ENV)
     workdir_lock: int | None = None  # the descriptor that holds workdir for this run (workdir.py)
     model_dirs: dict[str, Path] = field(default_factory=dict)  # agent -> its resolved model (build_models)
+    owned_at_prepare: bool = True  # whether the store had an owner when prepare checked it
 
 
 def free_ports(first: int, count: int, host: str) -> list[int]:
@@ -181,7 +182,7 @@ def prepare(spec_path: str | Path, *, resume: bool, workdir: str | Path | None =
                 raise RunError(str(error)) from None
         owner = local_owner(experiment)
         try:  # read only: the claim itself waits for the pre-flight
-            check_owner(store, owner, adopt=may_adopt(experiment, resume), where=describe_prefix(experiment))
+            owned = check_owner(store, owner, adopt=may_adopt(experiment, resume), where=describe_prefix(experiment)) is not None
         except StoreOwnedByAnother as error:
             raise RunError(owner_refusal(error)) from None
         local_spec = workdir / "spec.yaml"
@@ -190,7 +191,7 @@ def prepare(spec_path: str | Path, *, resume: bool, workdir: str | Path | None =
         release_workdir(lock)
         raise
     return LocalRun(experiment, local_spec, workdir, store, resume=resume, owner=owner, rendered=rendered,
-                    spec_digest=spec_digest(rendered.encode("utf-8")), workdir_lock=lock)
+                    spec_digest=spec_digest(rendered.encode("utf-8")), workdir_lock=lock, owned_at_prepare=owned)
 
 
 def nothing_to_resume(experiment: Experiment, spec_path: str | Path) -> str:
@@ -222,6 +223,12 @@ def claim_store(run: LocalRun) -> None:
     try:
         claim(run.store, run.owner, adopt=may_adopt(experiment, run.resume), where=describe_prefix(experiment))
     except StoreOwnedByAnother as error:
+        if not run.owned_at_prepare:  # taking over would fence out a run that is live now
+            raise RunError(
+                f"another `hacrl run` of experiment {experiment.name!r} claimed its store while this one prepared ({error}); "
+                "it is probably running now, so this one stops. Let it finish; `--resume` or adoptExisting while it runs "
+                "would stop it"
+            ) from None
         raise RunError(owner_refusal(error)) from None
     run.store.put_spec(run.rendered)
     record_datasets(run.store, experiment.name, run.datasets)

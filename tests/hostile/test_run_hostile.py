@@ -277,6 +277,28 @@ def test_a_workdir_of_another_experiment_is_refused_and_left_as_it_was(case, cha
     assert not (tmp_path / "store").exists()
 
 
+def test_of_two_runs_started_together_the_loser_is_not_told_to_take_over(tmp_path):
+    """Issue 43, 11: two fresh runs of one experiment from different folders both passed the
+    owner check; the one that claimed second was told to take over (`--resume`, adoptExisting),
+    which would fence out the live winner."""
+    from hacrl_core.runtime.local import RunError, claim_store, prepare
+    from hacrl_core.runtime.workdir import release_workdir
+
+    spec = write_spec(tmp_path, tiny_spec("together", (tmp_path / "store").as_uri(), steps=1))
+    first = prepare(spec, resume=False, workdir=tmp_path / "a")
+    second = prepare(spec, resume=False, workdir=tmp_path / "b")
+    try:
+        claim_store(first)
+        with pytest.raises(RunError) as refused:
+            claim_store(second)
+    finally:
+        release_workdir(first.workdir_lock)
+        release_workdir(second.workdir_lock)
+    message = str(refused.value)
+    assert "claimed its store while this one prepared" in message and "probably running now" in message, message
+    assert "takes it over" not in message, message
+
+
 def test_adopt_existing_lets_hacrl_run_take_over_a_prefix_it_advises_to_adopt(tmp_path, monkeypatch):
     """The refusal of a prefix owned by an earlier run of the same name advises adoptExisting: true,
     and `hacrl run` honours it (as the operator does)."""
