@@ -62,9 +62,13 @@ def add_adapter(model: torch.nn.Module, settings, field: str = "learner.lora") -
     names = linear_module_names(model)
     missing = [name for name in settings.target_modules or () if not any(name == n or name.endswith("." + n) for n in names)]
     if missing:
-        raise ValueError(f"{field}.targetModules: {', '.join(map(repr, missing))} match no linear module of the model; "
+        raise LoraTargetsUnmatched(f"{field}.targetModules: {', '.join(map(repr, missing))} match no linear module of the model; "
                          f"its linear modules are: {', '.join(names)}")
     return get_peft_model(model, lora_config(settings))
+
+
+class LoraTargetsUnmatched(ValueError):
+    """``targetModules`` names a module the model does not have: a restart would meet it again."""
 
 
 class AdapterDisabled(torch.nn.Module):

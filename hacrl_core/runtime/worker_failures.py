@@ -9,6 +9,7 @@ a full disk was restarted ``restartLimit`` times into the same error.
 from __future__ import annotations
 
 import errno
+import sys
 
 #: A known error a restart may get past (a reward server still down once its retries ran out):
 #: restarted within ``restartLimit``, then reported by its line.
@@ -42,6 +43,9 @@ def known_failure(error: BaseException) -> tuple[int, str] | None:
     if isinstance(error, RewardServerError):
         return RESTARTABLE_EXIT_CODE, str(error)
     if isinstance(error, BadVariable):
+        return FINAL_EXIT_CODE, str(error)
+    lora = sys.modules.get("hacrl_core.models.lora")  # loaded where a LoRA adapter was made; torch comes with it
+    if lora is not None and isinstance(error, lora.LoraTargetsUnmatched):
         return FINAL_EXIT_CODE, str(error)
     if isinstance(error, CorruptObject):
         return FINAL_EXIT_CODE, f"{error}: {CORRUPT_REMEDY}"

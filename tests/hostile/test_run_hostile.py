@@ -394,3 +394,14 @@ def test_a_colocated_worker_of_a_spec_that_cannot_colocate_exits_naming_the_fiel
     spec = copied_run(finished, tmp_path, change)
     outcome = run_executable(["worker", "colocated", "--spec", str(spec), "--agent", "llama"], tmp_path, run_env(model_cache))
     check(FAMILY, outcome, 2, field, "cannot run colocated", "run the rollout and learner workers apart")
+
+
+def test_lora_target_modules_that_match_nothing_end_the_run_in_one_line_without_restarts(tmp_path, model_cache, monkeypatch):
+    """Issue 43, 8: the right message, inside the worker's traceback, after restartLimit restarts."""
+    document = tiny_spec("lora-nothing", (tmp_path / "store").as_uri(), steps=1, algorithm="grpo")
+    document["spec"]["agents"] = document["spec"]["agents"][:1]
+    document["spec"]["agents"][0]["learner"]["lora"] = {"rank": 4, "alpha": 8, "targetModules": ["no_such_proj"]}
+    spec = write_spec(tmp_path, document)
+    monkeypatch.setenv("HACRL_CACHE", str(model_cache))
+    outcome = run_cli(["run", str(spec), "--quiet", "--workdir", str(tmp_path / "work")], cwd=tmp_path)
+    check(FAMILY, outcome, 1, "spec.agents[0].learner.lora.targetModules: 'no_such_proj' match no linear module", "not restarted")
