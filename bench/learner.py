@@ -3,8 +3,8 @@
 A one-step ``hacrl run`` of the quickstart's two agents fills a file store with real rollouts
 and scores of step 0. Then, in this process, for each agent:
 
-- ``algo``: the learner's own stages on those shards, exactly as the worker runs them —
-  ``gather_rows`` (own and peer shards read, peer rows re-encoded with this learner's
+- ``algo``: the one learner step on those shards, exactly as the worker runs it
+  (``learner.step.learner_step`` on the store's ports) — ``gather_rows`` (own and peer shards read, peer rows re-encoded with this learner's
   tokenizer), ``update_capability``, ``assign_advantages``, ``plan_updates``, ``score_pi_old``
   (no-grad scoring of the own rows outside the first update; the first update's own
   micro-batches score and train at once), the scores exchange (own scores published, the
@@ -118,39 +118,33 @@ def fresh_state(context, initial: dict[str, Any]):
 
 
 STAGES = ("gather_rows", "assign_advantages", "score_pi_old", "exchange_scores", "run_updates")
+#: This benchmark's column of each stage of the learner step (``learner.step.STAGES``).
+STEP_COLUMNS = {"read_own": "gather_rows", "read_peers": "gather_rows", "plan": "assign_advantages", "pi_old": "score_pi_old",
+                "publish_scores": "exchange_scores", "read_peer_scores": "exchange_scores", "update": "run_updates"}
 
 
 def algo_step(context, state, step: int = 0, *, score_in_first_update: bool = True) -> tuple[dict[str, float], int, list, object]:
-    """The learner's stages of one step, timed one by one, as ``learner.worker.train_step`` runs
-    them; returns (seconds per stage, trained tokens, rows, the step's plan)."""
-    from hacrl_core.algorithms import resolve_algorithm
-    from hacrl_core.learner.stages import assign_advantages, gather_rows, score_pi_old, update_capability
-    from hacrl_core.learner.updates import StepInputs, plan_updates, run_updates
-    from hacrl_core.learner.worker import publish_own_scores, read_own_rows, read_peer_rows, read_peer_scores
+    """One learner step, timed stage by stage, as the learner worker runs it
+    (``learner.step.learner_step`` on ``StorePorts``); returns (seconds per stage, trained
+    tokens, rows, the step's plan)."""
+    import dataclasses
 
-    algorithm, settings = resolve_algorithm(context.spec.algorithm), context.spec.algorithm
-    t = [time.perf_counter()]
-    own_rollouts, own_rows = read_own_rows(context, state, step)
-    peer_rollouts, by_agent = read_peer_rows(context, state, step, algorithm)
-    by_agent[context.agent_index] = own_rows
-    rows, mean_rewards = gather_rows(by_agent, context.agent_index)
-    t.append(time.perf_counter())
-    update_capability(state.tracker, mean_rewards, algorithm)
-    advantages, discrepancy = assign_advantages(rows, state.tracker, algorithm, context.agent_index, tuple(settings.ratio_bounds))
-    inputs = StepInputs(rows, advantages, discrepancy, algorithm, settings)
-    plan = plan_updates(rows, settings, step=step, agent_index=context.agent_index, micro_batching=state.micro_batching,
-                        score_in_first_update=score_in_first_update, lockstep=state.backend.lockstep)
-    t.append(time.perf_counter())
-    old, started = score_pi_old(state, inputs, plan)
-    t.append(time.perf_counter())
-    publish_own_scores(context, step, own_rollouts, rows, old)
-    old = read_peer_scores(context, step, algorithm, peer_rollouts, rows, old)
-    t.append(time.perf_counter())
-    run_updates(state, inputs, plan, old, started)
-    t.append(time.perf_counter())
-    stages = {name: t[i + 1] - t[i] for i, name in enumerate(STAGES)}
-    stages["total"] = t[-1] - t[0]
-    return stages, sum(len(r.input_ids) for r in rows), rows, plan
+    from hacrl_core.algorithms import resolve_algorithm
+    from hacrl_core.learner.step import learner_step, run_step
+    from hacrl_core.learner.worker import step_setup, store_ports
+
+    setup = dataclasses.replace(step_setup(context, resolve_algorithm(context.spec.algorithm)), score_in_first_update=score_in_first_update)
+    stages = dict.fromkeys(STAGES, 0.0)
+    last = [time.perf_counter()]
+
+    def lap(stage: str) -> None:
+        now = time.perf_counter()
+        stages[STEP_COLUMNS[stage]] += now - last[0]
+        last[0] = now
+
+    result = run_step(learner_step(state, setup, store_ports(context, state), step, lap=lap))
+    stages["total"] = sum(stages[k] for k in STAGES)
+    return stages, sum(len(r.input_ids) for r in result.rows), result.rows, result.plan
 
 
 def plain_step(context, state, rows, plan) -> float:

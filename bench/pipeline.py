@@ -5,8 +5,9 @@ interleaved (inproc, file, s3, inproc, file, s3, ...) so machine load hits all a
 
 - ``inproc``: ONE process (``python bench/pipeline.py --child SPEC``) that loads both models and,
   per step, samples every agent's rollouts and runs the learners on them with the workers' own
-  stage functions (``rollout.sampling``: prompts, sampling parameters, seeds, rows;
-  ``learner.stages``: pi_old, the peers' rows re-encoded, capability, advantages, updates). The
+  code (``rollout.sampling``: prompts, sampling parameters, seeds, rows; the one learner step
+  ``learner.step.learner_step`` on in-memory ports: the peers' rows re-encoded, capability,
+  advantages, pi_old, updates). The
   sampler uses the learner's live model, so there is no store, no serialization, no weight
   publish and no weight load. torch uses every CPU.
 - ``file``: ``hacrl run --quiet`` with the file store: four worker processes (a rollout and a
@@ -55,6 +56,9 @@ from bench.common import (
 )
 
 STAGES = ("seconds_score", "seconds_wait_peers", "seconds_update", "seconds_publish")
+#: The in-process loop's column of each stage of the learner step (``learner.step.STAGES``).
+STEP_CLOCK = {"read_own": "gather", "read_peers": "gather", "plan": "update", "pi_old": "score", "publish_scores": "score",
+              "read_peer_scores": "update", "update": "update"}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -80,32 +84,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def inprocess_loop(spec_path: Path) -> dict[str, float]:
     """The generate / score / update work of every agent, in one process, without the store: the
-    workers' own stages (``rollout.sampling``, ``learner.stages``) called on rows in memory."""
+    workers' own code (``rollout.sampling``, ``learner.step``) on rows in memory."""
     import torch
 
     torch.set_num_threads(os.cpu_count() or 1)
     clock: dict[str, float] = {}
     began = time.perf_counter()
+    since = [began]
 
-    def lap(key: str, since: float) -> float:
+    def lap(key: str) -> None:
         now = time.perf_counter()
-        clock[key] = clock.get(key, 0.0) + now - since
-        return now
+        clock[key] = clock.get(key, 0.0) + now - since[0]
+        since[0] = now
+
+    def step_lap(stage: str) -> None:  # the learner step's stages into this loop's columns
+        lap(STEP_CLOCK[stage])
 
     from hacrl_core.algorithms import resolve_algorithm
     from hacrl_core.context import WorkerContext
     from hacrl_core.learner.backends import create_backend
-    from hacrl_core.learner.batch import encode_rows
-    from hacrl_core.learner.stages import (
-        assign_advantages,
-        gather_rows,
-        peer_pi_old,
-        score_pi_old,
-        scores_shard,
-        start_state,
-        update_capability,
-    )
-    from hacrl_core.learner.updates import StepInputs, plan_updates, run_updates
+    from hacrl_core.learner.stages import start_state
+    from hacrl_core.learner.step import StepSetup, learner_step, run_team
+    from hacrl_core.learner.step_ports import MemoryExchange, MemoryPorts
     from hacrl_core.models.loading import load_policy
     from hacrl_core.rollout.hf_engine import HFEngine
     from hacrl_core.rollout.sampling import rollout_rows, sample_step, sampling_params
@@ -116,6 +116,8 @@ def inprocess_loop(spec_path: Path) -> dict[str, float]:
     algorithm = resolve_algorithm(settings)
     names = [a.name for a in spec.agents]
     contexts = [WorkerContext(experiment=experiment, agent_name=n, store=None) for n in names]  # type: ignore[arg-type]
+    # Scored apart from the first update, as this loop always has (its timings are compared over time).
+    setups = [StepSetup(index, tuple(names), algorithm, settings, score_in_first_update=False) for index in range(len(names))]
     states, engines = [], []
     for context in contexts:  # fresh learners (no checkpoint: there is no store)
         model, tokenizer = load_policy(context.initial_model_dir())
@@ -124,36 +126,20 @@ def inprocess_loop(spec_path: Path) -> dict[str, float]:
         engine = HFEngine(batch_size=context.agent.rollout.batch_size)
         engine.set_policy(states[-1].model, tokenizer)  # the live policy: no weight publish, no load
         engines.append(engine)
-    t = lap("setup", began)
+    lap("setup")
     for step in range(settings.steps):
         shards = []
         for index, (context, engine) in enumerate(zip(contexts, engines)):
             problems = context.step_problems(step)
             params = sampling_params(context.agent.rollout, group_size=settings.group_size, seed=settings.seed, step=step, agent_index=index)
             prompts, samples = sample_step(engine, problems, spec.data.template, params)
-            t = lap("generate", t)
+            lap("generate")
             shards.append(rollout_rows(problems, prompts, samples, context.score, experiment=experiment.name, agent=names[index],
                                        step=step, tokenizer=engine.tokenizer))
-            t = lap("reward", t)
-        prepared, scores = [], []
-        for index, state in enumerate(states):
-            by_agent = [encode_rows(shards[peer], source=peer, is_own=peer == index, tokenizer=state.tokenizer, template=spec.data.template)
-                        for peer in range(len(names))]
-            rows, mean_rewards = gather_rows(by_agent, index)
-            update_capability(state.tracker, mean_rewards, algorithm)
-            t = lap("gather", t)
-            advantages, discrepancy = assign_advantages(rows, state.tracker, algorithm, index, tuple(settings.ratio_bounds))
-            inputs = StepInputs(rows, advantages, discrepancy, algorithm, settings)
-            plan = plan_updates(rows, settings, step=step, agent_index=index, micro_batching=state.micro_batching)
-            t = lap("update", t)
-            old, _ = score_pi_old(state, inputs, plan)
-            scores.append(scores_shard(shards[index], rows, old, experiment=experiment.name, step=step, agent=names[index]))
-            prepared.append((inputs, plan, old))
-            t = lap("score", t)
-        for index, (state, (inputs, plan, old)) in enumerate(zip(states, prepared)):
-            old = old.with_means(peer_pi_old(inputs.rows, shards, [None if peer == index else scores[peer] for peer in range(len(names))]))
-            run_updates(state, inputs, plan, old)
-            t = lap("update", t)
+            lap("reward")
+        exchange = MemoryExchange(experiment.name)
+        run_team([learner_step(state, setups[index], MemoryPorts(shards, index, state.tokenizer, spec.data.template, exchange), step,
+                               lap=step_lap) for index, state in enumerate(states)])
     clock["total"] = time.perf_counter() - began
     return clock
 

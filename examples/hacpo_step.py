@@ -3,9 +3,10 @@
     python examples/hacpo_step.py                 # 3 steps, 16 prompts, the quickstart's two agents
     python examples/hacpo_step.py --steps 10 --prompts 64
 
-The same stage functions the workers run (``rollout.sampling``, ``learner.stages``), called in
-order on rows held in memory: no store, no worker processes, no weight publishing; each agent
-samples with its live policy. Read it top to bottom to see one HACPO step:
+The same code the workers run (``rollout.sampling``, and the one learner step
+``learner.step.learner_step``) on rows held in memory: no store, no worker processes, no weight
+publishing; each agent samples with its live policy. Read it with ``learner_step`` to see one
+HACPO step:
 
   1. every agent samples G responses to the step's prompts with its own policy and template;
   2. every learner re-encodes the peers' rows in its own tokenizer, updates the agents'
@@ -16,10 +17,11 @@ samples with its live policy. Read it top to bottom to see one HACPO step:
      then runs its optimizer updates with exponential importance sampling and stepwise clipping
      (mechanisms 3 and 4, inside the loss).
 
-`hacrl run` runs exactly these stages, split into a rollout and a learner worker per agent that
-talk through the trajectory store (docs/architecture.md, "One step"). Here the own rows are scored
-in a pass of their own; the worker trains its first update's own micro-batches as it scores them
-(``plan_updates(score_in_first_update=True)``).
+`hacrl run` runs exactly this step, split into a rollout and a learner worker per agent that
+talk through the trajectory store (docs/architecture.md, "One step"); here the learners talk
+through memory (``learner.step_ports.MemoryPorts``) and ``run_team`` steps every one to the score
+exchange before any goes on. Here the own rows are scored in a pass of their own; the worker
+trains its first update's own micro-batches as it scores them (``StepSetup.score_in_first_update``).
 """
 
 from __future__ import annotations
@@ -37,18 +39,9 @@ from hacrl_core.algorithms import resolve_algorithm
 from hacrl_core.context import step_problems
 from hacrl_core.data.report import open_dataset
 from hacrl_core.learner.backends import create_backend
-from hacrl_core.learner.batch import encode_rows
-from hacrl_core.learner.stages import (
-    assign_advantages,
-    gather_rows,
-    peer_pi_old,
-    score_pi_old,
-    scores_shard,
-    start_state,
-    step_metrics,
-    update_capability,
-)
-from hacrl_core.learner.updates import StepInputs, plan_updates, run_updates
+from hacrl_core.learner.stages import start_state
+from hacrl_core.learner.step import StepSetup, learner_step, run_team
+from hacrl_core.learner.step_ports import MemoryExchange, MemoryPorts
 from hacrl_core.models.loading import load_policy
 from hacrl_core.models.uri import resolve_model
 from hacrl_core.rewards import scorer_for
@@ -97,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     score = scorer_for(spec.data)  # the spec's reward, every sample of a step in one call
 
     learners, samplers = [], []
+    # Scored apart from the first update, as this example always has (its printed numbers are the check).
+    setups = [StepSetup(i, tuple(names), algorithm, settings, score_in_first_update=False) for i in range(len(names))]
     for agent in spec.agents:
         model, tokenizer = load_policy(resolve_model(agent.model, args.cache.resolve() / "models"))
         learners.append(start_state(model, tokenizer, create_backend("torch", model, agent.learner), settings, len(names), learner=agent.learner))
@@ -117,24 +112,12 @@ def main(argv: list[str] | None = None) -> int:
 
         # 2. Score: each learner's rows (its own, then its peers' re-encoded in its tokenizer),
         #    advantages, the step's updates, and pi_old of its own rows (the peers divide by it).
-        prepared, scores = [], []
-        for i, learner in enumerate(learners):
-            by_agent = [encode_rows(shards[j], source=j, is_own=j == i, tokenizer=learner.tokenizer, template=spec.data.template)
-                        for j in range(len(names))]
-            rows, mean_rewards = gather_rows(by_agent, i)
-            update_capability(learner.tracker, mean_rewards, algorithm)
-            advantages, discrepancy = assign_advantages(rows, learner.tracker, algorithm, i, tuple(settings.ratio_bounds))
-            inputs = StepInputs(rows, advantages, discrepancy, algorithm, settings)
-            plan = plan_updates(rows, settings, step=step, agent_index=i, micro_batching=learner.micro_batching)
-            old, _ = score_pi_old(learner, inputs, plan)
-            scores.append(scores_shard(shards[i], rows, old, experiment="hacpo-step", step=step, agent=names[i]))
-            prepared.append((inputs, plan, old, mean_rewards))
-
         # 3. Learn: the peers' rows take their source's pi_old (the scores exchange), then the updates.
-        for i, (learner, (inputs, plan, old, mean_rewards)) in enumerate(zip(learners, prepared)):
-            old = old.with_means(peer_pi_old(inputs.rows, shards, [None if j == i else scores[j] for j in range(len(names))]))
-            metrics = run_updates(learner, inputs, plan, old)
-            metrics.update(step_metrics(inputs.rows, inputs.advantages, mean_rewards, learner.tracker, algorithm, names, i))
+        exchange = MemoryExchange("hacpo-step")
+        results = run_team([learner_step(learner, setups[i], MemoryPorts(shards, i, learner.tokenizer, spec.data.template, exchange), step)
+                            for i, learner in enumerate(learners)])
+        for i, (learner, result) in enumerate(zip(learners, results)):
+            metrics = result.metrics
             used = shared_rows_used(metrics)
             print(f"step {step} {names[i]:>10}: reward {metrics['rollout/reward_mean']:.3f}  "
                   f"rows {metrics['learner/own_rows']:.0f} own + {metrics['learner/cross_rows']:.0f} shared "

@@ -1,11 +1,12 @@
 """The learner worker: `hacrl worker learner --spec S --agent A`.
 
-The worker is the step's I/O: it reads the step's shards from the store, runs the stages of
-``learner.stages`` and ``learner.updates`` on them, and writes what they return. One step:
+The worker is the step's I/O: it runs the one learner step (``learner.step.learner_step``) on the
+store's shards through the store's ports (``learner.step_ports.StorePorts``), then does what
+follows a step. One step:
 
-    read own rollouts -> read peers' rollouts -> gather_rows -> update_capability
-    -> assign_advantages -> plan_updates -> score_pi_old
-    -> exchange scores (write own scores, read peers' scores) -> run_updates
+    learner_step: read own rollouts -> read peers' rollouts -> gather_rows -> update_capability
+        -> assign_advantages -> plan_updates -> score_pi_old
+        -> exchange scores (write own scores, read peers' scores) -> run_updates
     -> publish weights -> evaluate -> write metrics -> checkpoint -> write progress
 
 The score exchange is the step between the pi_old stage and the updates: the peers need this
@@ -34,22 +35,11 @@ from hacrl_core.context import WorkerContext
 from hacrl_core.evaluation import evaluate_policy
 from hacrl_core.learner import distributed
 from hacrl_core.learner.backends import backend_factory, create_backend
-from hacrl_core.learner.batch import TrainRow, encode_rows, rollout_columns
 from hacrl_core.learner.checkpoint import restore_checkpoint, save_checkpoint
 from hacrl_core.learner.guards import ensure_finite_weights
-from hacrl_core.learner.stages import (
-    LearnerState,
-    OldLogprobs,
-    assign_advantages,
-    gather_rows,
-    peer_pi_old,
-    score_pi_old,
-    scores_shard,
-    start_state,
-    step_metrics,
-    update_capability,
-)
-from hacrl_core.learner.updates import StepInputs, plan_updates, run_updates
+from hacrl_core.learner.stages import LearnerState, start_state
+from hacrl_core.learner.step import StepSetup, learner_step, run_step
+from hacrl_core.learner.step_ports import StorePorts
 from hacrl_core.metrics import WorkerMetrics, store_retries
 from hacrl_core.models.loading import default_device, load_policy
 from hacrl_core.models.lora import AdapterDisabled, load_lora_policy, save_trained
@@ -143,48 +133,15 @@ def publish_weights(context: WorkerContext, state: LearnerState, version: int) -
             "learner/weights_publish_share": published.bytes_written / max(published.full_bytes, 1)}
 
 
-def publish_own_scores(context: WorkerContext, step: int, own_rollouts, rows: list[TrainRow], old: OldLogprobs) -> None:
-    """The scores shard of ``step`` (pi_old of every own row of ``rows``),
-    unless a previous attempt wrote it (rank 0 of several learner ranks; every rank has every
-    row's pi_old)."""
-    if not distributed.is_writer() or context.store.scores_ready(step, context.agent_name):
-        return
-    shard = scores_shard(own_rollouts, rows, old, experiment=context.experiment.name, step=step, agent=context.agent_name)
-    context.store.write_scores(step, context.agent_name, shard)
+def step_setup(context: WorkerContext, algorithm: Algorithm) -> StepSetup:
+    """Who this learner is among the agents, for ``learner_step``."""
+    return StepSetup(context.agent_index, tuple(context.agent_names), algorithm, context.spec.algorithm)
 
 
-def read_own_rows(context: WorkerContext, state: LearnerState, step: int) -> tuple[object, list[TrainRow]]:
-    """The agent's rollouts of ``step`` (the store's Arrow table: ``read_rollouts_columns``) and
-    their training rows."""
-    rollouts = context.store.read_rollouts_columns(step, context.agent_name, wait=context.wait_seconds)
-    return rollouts, encode_rows(rollouts, source=context.agent_index, is_own=True, tokenizer=state.tokenizer,
-                                 template=context.spec.data.template)
-
-
-def read_peer_rows(context: WorkerContext, state: LearnerState, step: int, algorithm: Algorithm) -> tuple[list, list[list[TrainRow] | None]]:
-    """Every peer's rollouts of ``step`` and its rows in the learner's tokenizer (None for the
-    agent itself, and for every peer when the algorithm does not share rows)."""
-    rollouts: list = [None] * len(context.agent_names)
-    peers: list[list[TrainRow] | None] = [None] * len(context.agent_names)
-    if not algorithm.shares_rows:
-        return rollouts, peers
-    for index, name in enumerate(context.agent_names):
-        if index == context.agent_index:
-            continue
-        rollouts[index] = context.store.read_rollouts_columns(step, name, wait=context.wait_seconds)
-        peers[index] = encode_rows(rollouts[index], source=index, is_own=False, tokenizer=state.tokenizer, template=context.spec.data.template)
-    return rollouts, peers
-
-
-def read_peer_scores(context: WorkerContext, step: int, algorithm: Algorithm, rollouts: list, rows: list[TrainRow],
-                     old: OldLogprobs) -> OldLogprobs:
-    """``old`` with the peers' rows' pi_old from the peers' scores shards (``peer_pi_old``), for
-    algorithms whose cross rows take their source's pi_old; ``old`` itself otherwise."""
-    if algorithm.cross_old_logprob != "source":
-        return old
-    scores = [None if index == context.agent_index or rollouts[index] is None else
-              context.store.read_scores_columns(step, name, wait=context.wait_seconds) for index, name in enumerate(context.agent_names)]
-    return old.with_means(peer_pi_old(rows, rollouts, scores))
+def store_ports(context: WorkerContext, state: LearnerState) -> StorePorts:
+    """The step's I/O on the trajectory store, rows encoded in this learner's tokenizer."""
+    return StorePorts(context.store, context.experiment.name, tuple(context.agent_names), context.agent_index, state.tokenizer,
+                      context.spec.data.template, context.wait_seconds)
 
 
 def evaluate(context: WorkerContext, state: LearnerState, *, suffix: str = "") -> dict[str, float]:
@@ -242,6 +199,11 @@ def progress_record(context: WorkerContext, state: LearnerState, values: dict, c
     }
 
 
+#: Which ``learner/seconds_*`` each stage of ``learner_step`` (``step.STAGES``) counts in.
+CLOCK_STAGES = {"read_own": "score", "read_peers": "wait_peers", "plan": "score", "pi_old": "score",
+                "publish_scores": "score", "read_peer_scores": "wait_peers", "update": "update"}
+
+
 class StageClock:
     """Seconds spent in each named stage of a step, for the ``learner/seconds_*`` metrics."""
 
@@ -255,6 +217,10 @@ class StageClock:
         self._last = now
         return self.seconds[stage]
 
+    def lap_step_stage(self, stage: str) -> float:
+        """A stage of ``learner_step`` ended: into its ``learner/seconds_*`` (``CLOCK_STAGES``)."""
+        return self.lap(CLOCK_STAGES[stage])
+
     def metrics(self) -> dict[str, float]:
         # Spelled out: dashboards and docs/metrics.md name these series (tests look them up here).
         return {
@@ -267,39 +233,10 @@ class StageClock:
         }
 
 
-def train_step(context: WorkerContext, state: LearnerState, step: int, algorithm: Algorithm,
-               clock: StageClock) -> tuple[dict[str, float], list[TrainRow]]:
-    """One step's training from the store's shards: the stages in order; returns the step's metrics."""
-    spec = context.spec
-    own_rollouts, own_rows = read_own_rows(context, state, step)
-    clock.lap("score")
-    peer_rollouts, peers = read_peer_rows(context, state, step, algorithm)
-    peers[context.agent_index] = own_rows
-    rows, mean_rewards = gather_rows(peers, context.agent_index)
-    clock.lap("wait_peers")
-    update_capability(state.tracker, mean_rewards, algorithm)
-    advantages, discrepancy = assign_advantages(rows, state.tracker, algorithm, context.agent_index, tuple(spec.algorithm.ratio_bounds))
-    inputs = StepInputs(rows, advantages, discrepancy, algorithm, spec.algorithm)
-    plan = plan_updates(rows, spec.algorithm, step=step, agent_index=context.agent_index, micro_batching=state.micro_batching,
-                        score_in_first_update=True, lockstep=state.backend.lockstep)
-    began = time.perf_counter()
-    old, started = score_pi_old(state, inputs, plan)
-    seconds_pi_old = time.perf_counter() - began  # its no-grad passes and the first update's own micro-batches
-    clock.lap("score")
-    publish_own_scores(context, step, own_rollouts, rows, old)  # the exchange: the peers wait for these,
-    clock.lap("score")
-    old = read_peer_scores(context, step, algorithm, peer_rollouts, rows, old)  # and this learner for theirs
-    clock.lap("wait_peers")
-    values = run_updates(state, inputs, plan, old, started, label=f"learner {context.agent_name} step {step}")
-    seconds_update = clock.lap("update")
-    tokens = sum(inputs.response_tokens)
-    values.update(step_metrics(rows, advantages, mean_rewards, state.tracker, algorithm, context.agent_names, context.agent_index))
-    values["learner/trained_tokens"] = tokens * spec.algorithm.epochs
-    values["learner/tokens_per_second"] = values["learner/trained_tokens"] / max(seconds_update + seconds_pi_old, 1e-9)
-    # The weights being trained are version ``step``; rows sampled with an older one (maxStaleness) lag it.
-    versions = rollout_columns(own_rollouts, ["policy_version"])["policy_version"]
-    values["learner/policy_lag"] = step - sum(versions) / max(len(versions), 1)
-    return values, rows
+def train_step(context: WorkerContext, state: LearnerState, step: int, algorithm: Algorithm, clock: StageClock) -> dict[str, float]:
+    """One step's training from the store's shards (``learner_step`` on ``StorePorts``); its metrics."""
+    running = learner_step(state, step_setup(context, algorithm), store_ports(context, state), step, lap=clock.lap_step_stage)
+    return run_step(running).metrics
 
 
 def run_learner_worker(context: WorkerContext, *, sampler: Callable[[LearnerState, int], dict[str, float]] | None = None) -> None:
@@ -338,7 +275,7 @@ def run_learner_worker(context: WorkerContext, *, sampler: Callable[[LearnerStat
         clock = StageClock()
         sampled = sampler(state, step) if sampler else {}
         clock.lap("sample")
-        values, _rows = train_step(context, state, step, algorithm, clock)
+        values = train_step(context, state, step, algorithm, clock)
         completed = step + 1
         checkpoint_due = completed % spec.checkpoint.every_steps == 0 or completed == spec.algorithm.steps
         published = {}
