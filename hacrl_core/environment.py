@@ -52,15 +52,17 @@ def cache_root() -> Path:
 
 
 def check_cache() -> None:
-    """``BadVariable`` unless the cache folder exists or can be made, and can be written."""
+    """``BadVariable`` unless the cache folder is, or can be made, a writable folder. Makes nothing:
+    a run refused later must leave no cache behind."""
     root = cache_root()
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise BadVariable(f"{CACHE}={str(root)!r}: cannot make the model cache folder there ({error.strerror or error}); "
-                          "point it at a writable folder") from None
-    if not os.access(root, os.W_OK | os.X_OK):
-        raise BadVariable(f"{CACHE}={str(root)!r}: the model cache folder is not writable; point it at a writable folder")
+    for folder in (root, *root.parents):
+        if not folder.exists():
+            continue
+        if not folder.is_dir():
+            raise BadVariable(f"{CACHE}={str(root)!r}: {folder} is a file, not a folder; point it at a folder")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise BadVariable(f"{CACHE}={str(root)!r}: {folder} is not writable; point it at a writable folder")
+        return
 
 
 def check_environment() -> None:

@@ -28,8 +28,8 @@ VARIABLES = [
     ("wait-negative", "HACRL_WAIT_SECONDS", lambda t: "-5", "HACRL_WAIT_SECONDS='-5'"),
     ("wait-nan", "HACRL_WAIT_SECONDS", lambda t: "nan", "HACRL_WAIT_SECONDS='nan'"),
     ("wait-inf", "HACRL_WAIT_SECONDS", lambda t: "inf", "HACRL_WAIT_SECONDS='inf'"),
-    ("cache-a-file", "HACRL_CACHE", file_in, "HACRL_CACHE="),
-    ("cache-under-a-file", "HACRL_CACHE", lambda t: file_in(t) + "/cache", "cannot make the model cache folder"),
+    ("cache-a-file", "HACRL_CACHE", file_in, "a-file is a file, not a folder"),
+    ("cache-under-a-file", "HACRL_CACHE", lambda t: file_in(t) + "/cache", "a-file is a file, not a folder"),
 ]
 
 
