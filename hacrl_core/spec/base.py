@@ -23,6 +23,9 @@ class SpecModel(BaseModel):
         # YAML gives real types; strict keeps `steps: true` or `lr: "1e-4"` from being coerced
         # (the one tuple field opts out: YAML and JSON only have lists).
         strict=True,
+        # NaN passed or failed a field's bounds by accident (`lr: .nan` was "should be less than
+        # or equal to 1"): every float of a spec is refused as not finite first.
+        allow_inf_nan=False,
     )
 
 

@@ -47,13 +47,13 @@ def changed(path: str, value: Any) -> dict[str, Any]:
 
 # (case id, dotted path, value, the field the error must name, a fragment of the message)
 BAD_SPECS = [
-    ("nan-lr", "spec.agents.0.learner.lr", NAN, "spec.agents[0].learner.lr", "less than or equal to 1"),
-    ("inf-temperature", "spec.agents.0.rollout.temperature", INF, "spec.agents[0].rollout.temperature", "less than or equal to 10"),
-    ("nan-alpha", "spec.algorithm.alpha", NAN, "spec.algorithm.alpha", "less than or equal to 10"),
-    ("nan-delta", "spec.algorithm.delta", NAN, "spec.algorithm.delta", "less than 1"),
-    ("nan-ratio-bound", "spec.algorithm.ratioBounds", [NAN, 10], "spec.algorithm.ratioBounds", "0 < low <= 1 <= high"),
-    ("nan-kl", "spec.algorithm.klCoef", NAN, "spec.algorithm.klCoef", "less than or equal to 10"),
-    ("nan-grad-clip", "spec.agents.0.learner.gradClip", NAN, "spec.agents[0].learner.gradClip", "greater than 0"),
+    ("nan-lr", "spec.agents.0.learner.lr", NAN, "spec.agents[0].learner.lr", "finite number"),  # issue 43: was "less than ...", by accident
+    ("inf-temperature", "spec.agents.0.rollout.temperature", INF, "spec.agents[0].rollout.temperature", "finite number"),  # issue 43: was "less than ...", by accident
+    ("nan-alpha", "spec.algorithm.alpha", NAN, "spec.algorithm.alpha", "finite number"),  # issue 43: was "less than ...", by accident
+    ("nan-delta", "spec.algorithm.delta", NAN, "spec.algorithm.delta", "finite number"),  # issue 43: was "less than ...", by accident
+    ("nan-ratio-bound", "spec.algorithm.ratioBounds", [NAN, 10], "spec.algorithm.ratioBounds[0]", "finite number"),  # issue 43: was "less than ...", by accident
+    ("nan-kl", "spec.algorithm.klCoef", NAN, "spec.algorithm.klCoef", "finite number"),  # issue 43: was "less than ...", by accident
+    ("nan-grad-clip", "spec.agents.0.learner.gradClip", NAN, "spec.agents[0].learner.gradClip", "finite number"),  # issue 43: was "less than ...", by accident
     ("huge-steps", "spec.algorithm.steps", 10**30, "spec.algorithm.steps", "less than or equal to"),
     ("huge-max-new-tokens", "spec.agents.0.rollout.maxNewTokens", 10**9, "spec.agents[0].rollout.maxNewTokens", "less than or equal to 65536"),
     ("huge-eval-samples", "spec.evaluation.samples", 10**9, "spec.evaluation.samples", "less than or equal to 1024"),
