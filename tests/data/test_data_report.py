@@ -30,6 +30,8 @@ def broken_jsonl(path: Path, good: int = 8) -> Path:
 def spec_with_train(tmp_path: Path, source: str) -> Path:
     document = yaml.safe_load((REPO / "examples/quickstart.yaml").read_text())
     document["spec"]["data"]["train"] = {"source": source}
+    # the 8 usable rows of broken_jsonl fill a step (validate --data refuses a set smaller than one)
+    document["spec"]["algorithm"].update(promptsPerStep=8, miniBatchPrompts=8)
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(document))
     return path
