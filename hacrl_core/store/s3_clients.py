@@ -57,9 +57,12 @@ class _Entry:
 
 
 class SharedS3Clients:
-    """Refcounted boto3 S3 clients, one per ``ClientKey``."""
+    """Refcounted boto3 S3 clients, one per ``ClientKey``; ``max_connections``: kept-alive
+    connections of each, one per thread that may use it at once (more are opened and dropped
+    per request)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_connections: int = 10) -> None:
+        self.max_connections = max_connections
         self._guard = threading.Lock()
         self._entries: dict[ClientKey, _Entry] = {}
 
@@ -75,7 +78,8 @@ class SharedS3Clients:
             if entry is None:
                 # Built under the lock: two first users at once must not build two ~12 MiB clients.
                 client = make_s3_client(endpoint=key.endpoint, region=key.region, connect_timeout=key.connect_timeout,
-                                        read_timeout=key.read_timeout, attempts=key.attempts)
+                                        read_timeout=key.read_timeout, attempts=key.attempts,
+                                        max_connections=self.max_connections)
                 entry = self._entries[key] = _Entry(client)
             entry.users += 1
             return entry.client

@@ -121,9 +121,11 @@ def make_s3_client(
     connect_timeout: float = 5.0,
     read_timeout: float = 60.0,
     attempts: int = DEFAULT_ATTEMPTS,
+    max_connections: int = 10,
 ) -> Any:
     """A boto3 S3 client with path-style addressing, retrying each request ``attempts`` times in
-    all (botocore's ``standard`` mode)."""
+    all (botocore's ``standard`` mode), keeping up to ``max_connections`` connections alive
+    (botocore's default 10; a client that more threads share needs one per thread)."""
     if attempts < 1:
         raise ValueError(f"attempts must be >= 1, got {attempts}")
     config = Config(
@@ -131,6 +133,7 @@ def make_s3_client(
         connect_timeout=connect_timeout,
         read_timeout=read_timeout,
         retries={"total_max_attempts": attempts, "mode": "standard"},
+        max_pool_connections=max_connections,
         s3={"addressing_style": "path"},
         # Only send/verify checksums S3 requires; we verify sha256 ourselves, and older
         # S3-compatible servers reject the newer default CRC headers.

@@ -17,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from hacrl_core import __version__
 from hacrl_core.spec import API_GROUP, API_VERSION, PLURAL
+from hacrl_operator.concurrency import RECONCILE_THREADS
 from hacrl_operator.config import OperatorConfig
 
 _TIMEOUT = (5, 30)  # connect, read (seconds)
@@ -44,6 +45,8 @@ def load_configuration(config: OperatorConfig) -> kubernetes.client.Configuratio
 
 class Kube:
     def __init__(self, configuration: kubernetes.client.Configuration) -> None:
+        # A kept-alive connection per thread that reconciles (the default is 5 per CPU).
+        configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, RECONCILE_THREADS)
         self.configuration = configuration
         self.api = kubernetes.client.ApiClient(configuration)
         # Says who is asking in API server audit logs (kopf's own requests say kopf/<version>).

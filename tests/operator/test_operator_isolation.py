@@ -22,12 +22,8 @@ import yaml
 from harness import EmulatedCluster, OperatorHandle, measure, run_operator, wait_for
 
 from hacrl_core.store import open_trajectory_store
-from hacrl_operator.handlers.lifecycle import (
-    API_CONNECT_TIMEOUT,
-    API_REQUEST_TIMEOUT,
-    HANDLER_THREADS,
-    configure_settings,
-)
+from hacrl_operator.concurrency import HANDLER_THREADS, RECONCILE_THREADS
+from hacrl_operator.handlers.lifecycle import API_CONNECT_TIMEOUT, API_REQUEST_TIMEOUT, configure_settings
 from hacrl_operator.handlers.stores import store_deadline
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml"
@@ -184,3 +180,22 @@ def test_kopf_requests_have_deadlines_and_hung_handlers_leave_threads_for_the_re
     assert (settings.networking.connect_timeout, settings.networking.request_timeout) == (API_CONNECT_TIMEOUT, API_REQUEST_TIMEOUT)
     assert settings.execution.max_workers == HANDLER_THREADS
     assert store_deadline() <= HEARTBEATS_WITHIN - 3
+
+
+def test_the_clients_that_reconciles_share_keep_a_connection_per_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fewer, and every request past the pool's size opened a connection and dropped it ("Connection
+    pool is full, discarding connection", logged hundreds of times at 500 experiments)."""
+    import kubernetes.client
+
+    from hacrl_operator.handlers.stores import OPERATOR_S3_LIMITS, ExperimentStores
+    from hacrl_operator.kube import Kube
+
+    kube = Kube(kubernetes.client.Configuration())
+    assert kube.api.rest_client.pool_manager.connection_pool_kw["maxsize"] >= RECONCILE_THREADS
+    kube.close()
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "operator")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "operator-secret")
+    clients = ExperimentStores().clients
+    key = clients.key(endpoint="http://127.0.0.1:1", **OPERATOR_S3_LIMITS)
+    assert clients.acquire(key).meta.config.max_pool_connections >= RECONCILE_THREADS
+    clients.release(key)

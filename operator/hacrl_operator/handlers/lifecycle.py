@@ -10,6 +10,7 @@ import kopf
 import kubernetes.client
 
 from hacrl_operator.builders import LABEL_EXPERIMENT
+from hacrl_operator.concurrency import HANDLER_THREADS
 from hacrl_operator.config import FINALIZER, OperatorConfig
 from hacrl_operator.handlers.reconcile import Reconciler
 from hacrl_operator.handlers.ticker import Ticker
@@ -19,7 +20,6 @@ logger = logging.getLogger("hacrl_operator")
 
 API_CONNECT_TIMEOUT = 10.0  # seconds; kopf's settings.networking, see configure_settings
 API_REQUEST_TIMEOUT = 60.0
-HANDLER_THREADS = 32  # kopf's settings.execution.max_workers, see configure_settings
 
 
 def configure_settings(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
@@ -36,10 +36,8 @@ def configure_settings(settings: kopf.OperatorSettings, config: OperatorConfig) 
     # answers these in well under a second; the operator's own client allows 5 s and 30 s (kube.py).
     settings.networking.connect_timeout = API_CONNECT_TIMEOUT
     settings.networking.request_timeout = API_REQUEST_TIMEOUT
-    # Threads for the synchronous handlers. Each reconcile mostly waits on the API server or a
-    # store; one whose store hangs holds a thread until its deadline (handlers/stores.py), and up
-    # to two per experiment (one running, one waiting; more are coalesced). kopf's default,
-    # min(32, CPUs + 4), is 6 on a 2-CPU node: three hung stores would stall every handler.
+    # Threads for the synchronous handlers: enough that experiments whose store hangs, each
+    # holding up to two until its deadline, leave the rest for the others (concurrency.py).
     settings.execution.max_workers = HANDLER_THREADS
     # Our own finalizer name (added only to experiments whose cleanup deletes the store).
     settings.persistence.finalizer = FINALIZER

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from hacrl_core.spec import Experiment
+from hacrl_operator.concurrency import RECONCILE_THREADS
 
 # The request limits of the operator's S3 clients. A heartbeat or owner record is under 1 KB: a
 # server that cannot send one in 5 s is down or overloaded, and the next reconcile reads again.
@@ -86,7 +87,7 @@ class ExperimentStores:
     def __init__(self, opener: Callable[[Experiment], Opened] | None = None, on_request: Callable[[str], None] | None = None) -> None:
         from hacrl_core.store.s3_clients import SharedS3Clients
 
-        self.clients = SharedS3Clients()
+        self.clients = SharedS3Clients(max_connections=RECONCILE_THREADS)
         self.opener = opener or (lambda experiment: open_store(experiment, self.clients, on_request))
         self._guard = threading.Lock()
         self._open: dict[tuple[str, str], Opened] = {}

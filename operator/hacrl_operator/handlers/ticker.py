@@ -22,6 +22,7 @@ import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+from hacrl_operator.concurrency import TICKER_THREADS
 from hacrl_operator.handlers.reconcile import Reconciler
 
 logger = logging.getLogger("hacrl_operator.ticker")
@@ -29,7 +30,7 @@ logger = logging.getLogger("hacrl_operator.ticker")
 # Reconciles in flight at once. Most of a reconcile is waiting for the API server or the store;
 # 8 threads keep a few hung experiments from taking the pool while bounding the load the
 # operator puts on the API server at the start of every interval.
-WORKERS = 8
+WORKERS = TICKER_THREADS
 
 
 class Ticker:
