@@ -25,8 +25,23 @@ def _setup_worker_process() -> None:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from hacrl_core.runtime.supervisor_watch import watch_supervisor
+    """A worker; a known error (worker_failures.py) anywhere in it, its set-up included, ends it
+    with one marked line and the exit code that tells `hacrl run` whether to restart it."""
     from hacrl_core.runtime.worker_failures import MARK, known_failure
+
+    try:
+        return _worker(args)
+    except Exception as error:
+        known = known_failure(error)
+        if known is None:  # not a known error: the CLI's last-resort handler keeps its traceback in the log
+            raise
+        code, line = known
+        logging.getLogger("hacrl.worker").error("%s%s", MARK, " ".join(line.split()))  # one line, whatever the message
+        return code
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from hacrl_core.runtime.supervisor_watch import watch_supervisor
 
     watch_supervisor()  # started by `hacrl run`: stop when it is gone (kill -9)
     _setup_worker_process()
@@ -96,13 +111,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
     except StoreGone as error:
         logging.getLogger("hacrl.worker").error("%s", error)
         return STORE_GONE_EXIT_CODE
-    except Exception as error:
-        known = known_failure(error)
-        if known is None:  # not a known error: the CLI's last-resort handler keeps its traceback in the log
-            raise
-        code, line = known
-        logging.getLogger("hacrl.worker").error("%s%s", MARK, " ".join(line.split()))  # one line, whatever the message
-        return code
     return 0
 
 
