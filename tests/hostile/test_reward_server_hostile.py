@@ -11,12 +11,12 @@ import json
 import socket
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 
 from hacrl_core.rewards.server import serve
 from tests.hostile.harness import check, run_cli
+from tests.rewards.servers import raw, send
 
 FAMILY = "reward-server"
 GOOD = json.dumps({"items": [{"prompt": "2+5", "response": "#### 7", "gold": "7", "extra": {}}]}).encode()
@@ -113,31 +113,6 @@ def test_start_up_errors_are_one_line_naming_the_option():
           "cannot listen on 192.0.2.1:0", "--host")
 
 
-@contextmanager
-def answering(status: int, body: bytes) -> Iterator[str]:
-    """A real server answering every POST with ``status`` and ``body``."""
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
-            self.rfile.read(int(self.headers["Content-Length"]))
-            self.send_response(status)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/score"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 FAILING = [
     ("http-500-for-good", 500, b'{"error": "down"}', ["no answer after 1 tries (last: http_500)", "data.rewardServer.timeoutSeconds",
                                                       "after 1 restarts, spec.restartLimit"]),
@@ -151,7 +126,7 @@ def test_a_failing_reward_server_ends_hacrl_run_with_its_reward_server_error(cas
     """Issue 43, 1: each of these ended in the worker's traceback and the last-resort line."""
     from tests.integration.runs import tiny_spec, write_spec
 
-    with answering(status, body) as url:
+    with raw(lambda handler: send(handler, status, body)) as url:
         document = tiny_spec("reward-fails", (tmp_path / "store").as_uri(), steps=1, algorithm="grpo")
         document["spec"]["data"].update(reward=url, rewardServer={"retries": 0})
         document["spec"]["restartLimit"] = 1

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -16,23 +15,13 @@ from hacrl_core.rewards.remote import MAX_ANSWER_BYTES, RemoteReward, RewardServ
 from hacrl_core.rewards.scoring import RewardItem
 from hacrl_core.rewards.server import serve
 from hacrl_core.spec import DataSpec
+from tests.rewards.servers import raw, running, send
 
 
 def items(n: int, right: int = 0) -> list[RewardItem]:
     """``n`` items whose first ``right`` responses answer 7 (the gold), the rest 8."""
     return [RewardItem("2+5=?", f"#### {7 if i < right else 8}", "7", {"question": "2+5"}, f"prompt p{i // 4} sample {i % 4}")
             for i in range(n)]
-
-
-@contextmanager
-def running(server: ThreadingHTTPServer) -> Iterator[str]:
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/score"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @contextmanager
@@ -140,24 +129,6 @@ def test_the_kubernetes_example_runs_the_command_the_experiment_names() -> None:
     assert client_token.secret_key_ref.name == server_token["secretKeyRef"]["name"]
 
 
-@contextmanager
-def raw(respond: Callable[[BaseHTTPRequestHandler], None]) -> Iterator[str]:
-    """A server whose ``respond(handler)`` writes whatever bytes it likes once the request is read."""
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
-            self.rfile.read(int(self.headers["Content-Length"]))
-            try:
-                respond(self)
-            except OSError:  # the client hung up, as it should
-                pass
-
-        def log_message(self, *args) -> None:
-            pass
-
-    with running(ThreadingHTTPServer(("127.0.0.1", 0), Handler)) as url:
-        yield url
-
-
 def head(handler: BaseHTTPRequestHandler, length: int | None) -> None:
     handler.send_response(200)
     if length is not None:
@@ -224,13 +195,6 @@ def test_an_answer_that_floods_is_refused_at_the_limit() -> None:
 ])
 def test_a_refusal_or_an_answer_nested_too_deep_is_a_reward_server_error(status: int, body: dict, expected: str) -> None:
     nested = json.dumps(body).replace('"' + "[" * 100_000 + '"', "[" * 100_000)  # JSON nested 100,000 deep
-    with raw(lambda handler: _send(handler, status, nested.encode())) as url, pytest.raises(RewardServerError, match=expected):
+    with raw(lambda handler: send(handler, status, nested.encode())) as url, pytest.raises(RewardServerError, match=expected):
         RemoteReward(url, retries=2, backoff_seconds=0).score(items(2))
     assert take_retries() == {}, "a refusal is not retried"
-
-
-def _send(handler: BaseHTTPRequestHandler, status: int, data: bytes) -> None:
-    handler.send_response(status)
-    handler.send_header("Content-Length", str(len(data)))
-    handler.end_headers()
-    handler.wfile.write(data)
