@@ -28,6 +28,19 @@ def test_a_folder_of_the_store_replaced_by_a_file_is_final_naming_the_path(tmp_p
     assert "steps/000000/metrics" in line and "a file stands where a folder belongs" in line
 
 
+def test_a_step_folder_replaced_by_a_file_is_final_naming_it(tmp_path: Path) -> None:
+    """Issue 43, 9: ``NotADirectoryError`` in a traceback, restarted into the same error."""
+    import shutil
+
+    store = FileObjectStore(tmp_path / "store")
+    store.put("run/steps/000000/rollouts/llama.parquet", b"x")
+    shutil.rmtree(tmp_path / "store" / "run" / "steps" / "000000")
+    (tmp_path / "store" / "run" / "steps" / "000000").write_text("a file")
+    code, line = known_failure(raised(lambda: store.put("run/steps/000000/rollouts/llama.parquet", b"x")))
+    assert code == FINAL_EXIT_CODE
+    assert "steps/000000/rollouts: Not a directory" in line and "a file stands where a folder belongs" in line
+
+
 def test_a_full_disk_is_final_and_says_to_free_space() -> None:
     def write_to_full() -> None:
         with open("/dev/full", "wb") as device:
