@@ -1,7 +1,8 @@
 """What a spec may name, as plain tables: the algorithms (and, for each, what sets it apart), the
 rollout engines and the training backends (and where each lives, and what it needs installed).
 
-The spec validates names against these tables and the registries that run them
+The spec validates names against these tables (and, for algorithms, the plugins
+``hacrl_core.algorithm_plugins`` finds) and the registries that run them
 (``hacrl_core.algorithms.registry``, ``hacrl_core.rollout.engine``, ``hacrl_core.learner.backends``)
 are filled from them, so a name is written once; what a worker checks before it starts
 (``hacrl_core.context.unsupported_settings``) reads them without importing an engine or a backend.
@@ -18,18 +19,31 @@ from typing import Literal
 
 @dataclass(frozen=True, kw_only=True)
 class AlgorithmDescriptor:
-    """One algorithm, torch-free: the fields of ``hacrl_core.algorithms.registry.Algorithm`` that
-    are data (read its docstring for each), and ``policy_loss``, the name of its loss there."""
+    """One algorithm's catalog entry, torch-free: everything that sets it apart, as data.
+
+    shares_rows: the learner also trains on the other agents' rows of the step; only then is the
+        capability of the agents tracked (isolated algorithms never look at it).
+    advantage_mode: the registered advantage estimator (``algorithms.advantages.register_adv_est``).
+    cross_old_logprob: for shared rows, whose pre-update log-prob is the ratio's denominator:
+        "source" (the sampler's, importance sampling across policies, HACPO) or "learner" (the
+        learner's own, i.e. treat the row as if it were on-policy: naive sharing).
+    policy_loss: the registered loss (``algorithms.policy_loss.register_policy_loss``).
+    discrepancy_coefficient: cross rows are weighted by omega(source, learner) (mechanism 2).
+    aggregation: what the loss is a mean over, "rows" or "tokens"; the learner weights
+        micro-batches by it so gradient accumulation equals one pass over the mini-batch.
+    """
 
     name: str
     shares_rows: bool
     advantage_mode: str
     cross_old_logprob: Literal["source", "learner"]
-    policy_loss: Literal["hacpo", "gspo", "grpo"]
+    policy_loss: str
     discrepancy_coefficient: bool = False
     aggregation: Literal["rows", "tokens"] = "rows"
 
 
+#: The built-in algorithms (the CRD lists their names in this order); a plugin's entry is its
+#: module's (``hacrl_core.algorithm_plugins``, docs/algorithm.md "A new algorithm").
 ALGORITHM_TABLE: tuple[AlgorithmDescriptor, ...] = (
     AlgorithmDescriptor(name="hacpo", shares_rows=True, advantage_mode="hacpo", cross_old_logprob="source", policy_loss="hacpo",
                         discrepancy_coefficient=True),
@@ -39,10 +53,6 @@ ALGORITHM_TABLE: tuple[AlgorithmDescriptor, ...] = (
     # Naive sharing: the peers' rows as if they were the learner's own (its own old log-prob).
     AlgorithmDescriptor(name="naive", shares_rows=True, advantage_mode="naive", cross_old_logprob="learner", policy_loss="gspo"),
 )
-
-ALGORITHM_NAMES: tuple[str, ...] = tuple(a.name for a in ALGORITHM_TABLE)
-#: The algorithms whose learners also train on the other agents' rows (they need 2 agents or more).
-SHARED_ROW_ALGORITHMS: tuple[str, ...] = tuple(a.name for a in ALGORITHM_TABLE if a.shares_rows)
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,11 @@
 """The HACPO core math and its baselines (docs/algorithm.md): pure torch, no I/O."""
 
 from hacrl_core.algorithms.advantages import (
-    ADVANTAGE_MODES,
+    ADVANTAGE_ESTIMATORS,
+    GroupRule,
     group_advantages,
     group_baselines,
+    register_adv_est,
 )
 from hacrl_core.algorithms.capability import CapabilityTracker, capability_ratios
 from hacrl_core.algorithms.losses import (
@@ -17,20 +19,22 @@ from hacrl_core.algorithms.losses import (
     sequence_log_ratio,
     stepwise_lower_bound,
 )
+from hacrl_core.algorithms.policy_loss import POLICY_LOSSES, PolicyLossInputs, register_policy_loss
 from hacrl_core.algorithms.registry import (
     ALGORITHMS,
     Algorithm,
-    PolicyLossInputs,
     get_algorithm,
     register_algorithm,
     resolve_algorithm,
 )
 
 __all__ = [
-    "ADVANTAGE_MODES",
+    "ADVANTAGE_ESTIMATORS",
     "ALGORITHMS",
     "Algorithm",
     "CapabilityTracker",
+    "GroupRule",
+    "POLICY_LOSSES",
     "PolicyLossInputs",
     "capability_ratios",
     "clipped_surrogate_loss",
@@ -43,7 +47,9 @@ __all__ = [
     "k3_kl",
     "kl_penalty",
     "masked_mean",
+    "register_adv_est",
     "register_algorithm",
+    "register_policy_loss",
     "resolve_algorithm",
     "sequence_log_ratio",
     "stepwise_lower_bound",

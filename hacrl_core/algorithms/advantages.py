@@ -2,17 +2,60 @@
 
 docs/algorithm.md, "Formulas" (step 4). All tensors are per response ("row"); ``group_ids`` says which
 prompt a row answers, ``source_agent`` which agent sampled it.
+
+An advantage mode is a function registered by name (``@register_adv_est``, as verl's
+``register_adv_est``) that says which rows form a prompt's group and how each weighs in its
+baseline (``GroupRule``); the group statistics are computed once, the same for every mode.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
 
 from hacrl_core.algorithms.capability import capability_ratios
+from hacrl_core.registry import Registry
 
-ADVANTAGE_MODES = ("hacpo", "naive", "gspo", "grpo")
+
+class GroupRule(NamedTuple):
+    """An advantage mode's rows: which form their prompt's group, and each one's weight in the baseline."""
+
+    in_group: torch.Tensor  # bool[N]
+    weights: torch.Tensor  # float64[N], times the reward in the baseline's sum
+    own_fallback: bool  # a baseline above the group's largest reward falls back to the own rows' mean
+
+
+#: (rewards float64[N], is_own bool[N], source_agent long[N], learner k, capability float[n], omega bounds) -> rule.
+AdvantageEstimator = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int, torch.Tensor, tuple[float, float]], GroupRule]
+
+ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage mode")
+
+
+def register_adv_est(name: str) -> Callable[[AdvantageEstimator], AdvantageEstimator]:
+    """``@register_adv_est("name")``: the decorated rule, registered as advantage mode ``name``."""
+    return ADVANTAGE_ESTIMATORS.decorator(name)
+
+
+@register_adv_est("hacpo")
+def capability_weighted(values, is_own, source_agent, learner, capability, bounds) -> GroupRule:
+    """Mechanism 1: all nG rows of a prompt, each reward weighted by omega(k, src)."""
+    omega = capability_ratios(capability, bounds)[learner]  # omega(k, j) for every source j
+    return GroupRule(torch.ones_like(is_own), omega[source_agent.long()], True)
+
+
+@register_adv_est("naive")
+def mixed_group(values, is_own, source_agent, learner, capability, bounds) -> GroupRule:
+    """The plain mean of the mixed group."""
+    return GroupRule(torch.ones_like(is_own), torch.ones_like(values), False)
+
+
+@register_adv_est("gspo")
+@register_adv_est("grpo")
+def own_group(values, is_own, source_agent, learner, capability, bounds) -> GroupRule:
+    """Only the learner's own rows form the group; other rows get 0."""
+    return GroupRule(is_own, torch.ones_like(values), False)
 
 
 def group_advantages(
@@ -35,7 +78,7 @@ def group_advantages(
         learner: index k of the learner the advantages are for.
         capability: float[n_agents], smoothed capability P (``CapabilityTracker.capability``;
             pass ones to disable the capability weighting, e.g. during warm-up).
-        mode: ``"hacpo"``: over all nG rows of a prompt, baseline
+        mode: the registered advantage mode (``register_adv_est``). ``"hacpo"``: over all nG rows of a prompt, baseline
             mu_k = (1/nG) * sum_i omega(k, src_i) * R_i (paper mechanism 1), falling back to the
             mean of the learner's own rewards in the group when mu_k exceeds the group's largest
             reward. ``"naive"``: the plain mean of the mixed group. ``"gspo"``/``"grpo"``: only the
@@ -97,8 +140,8 @@ def _group_statistics(
     bounds: tuple[float, float],
 ) -> _GroupStatistics:
     """Per-group sums in one pass of scatter-adds (a Python loop over groups is far too slow)."""
-    if mode not in ADVANTAGE_MODES:
-        raise ValueError(f"unknown advantage mode {mode!r}; valid modes: {', '.join(ADVANTAGE_MODES)}")
+    if mode not in ADVANTAGE_ESTIMATORS:
+        raise ValueError(f"unknown advantage mode {mode!r}; valid modes: {', '.join(ADVANTAGE_ESTIMATORS.names())}")
     if not (rewards.shape == group_ids.shape == source_agent.shape) or rewards.dim() != 1:
         raise ValueError(
             "rewards, group_ids and source_agent must be 1-D of equal length, got "
@@ -106,14 +149,9 @@ def _group_statistics(
         )
     values = rewards.to(torch.float64)
     is_own = source_agent == learner
-    in_group = is_own if mode in ("gspo", "grpo") else torch.ones_like(is_own)
+    in_group, weights, own_fallback = ADVANTAGE_ESTIMATORS.get(mode)(values, is_own, source_agent, learner, capability, bounds)
     _, index = torch.unique(group_ids, return_inverse=True)
     n_groups = int(index.max()) + 1 if index.numel() else 0
-    if mode == "hacpo":
-        omega = capability_ratios(capability, bounds)[learner]  # omega(k, j) for every source j
-        weights = omega[source_agent.long()]
-    else:
-        weights = torch.ones_like(values)
 
     def group_sum(per_row: torch.Tensor) -> torch.Tensor:
         return torch.zeros(n_groups, dtype=torch.float64).index_add_(0, index, per_row)
@@ -129,7 +167,7 @@ def _group_statistics(
     lowest = torch.full((n_groups,), torch.inf, dtype=torch.float64).scatter_reduce(
         0, index, torch.where(in_group, values, torch.inf), "amin"
     )
-    if mode == "hacpo":
+    if own_fallback:
         own = member * is_own.to(torch.float64)
         own_count = group_sum(own)
         own_mean = torch.where(own_count > 0, group_sum(own * values) / own_count.clamp_min(1.0), mean)

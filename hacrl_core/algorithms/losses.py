@@ -2,12 +2,16 @@
 
 Pure functions in the manner of verl's ``core_algos``: tensors in, ``(loss, metrics)`` out, the
 metrics detached Python floats. Every loss is a *mean over rows* (sequences) unless it says
-otherwise; "mean over tokens, then over sequences" is written once, in ``masked_mean``.
+otherwise; "mean over tokens, then over sequences" is written once, in ``masked_mean``. At the
+end, each algorithm's loss as the learner calls it: one typed input (``PolicyLossInputs``) and the
+spec's settings, registered by name (``@register_policy_loss``).
 """
 
 from __future__ import annotations
 
 import torch
+
+from hacrl_core.algorithms.policy_loss import LossSettings, PolicyLossInputs, register_policy_loss
 
 LOG_RATIO_BOUND = 10.0  # two-sided clamp of the sequence log-ratio (docs/algorithm.md, "Formulas", step 6)
 
@@ -190,3 +194,44 @@ def kl_penalty(
 
 def _mean_where(values: torch.Tensor, where: torch.Tensor) -> float:
     return float(values[where].mean()) if where.any() else 0.0
+
+
+def _row_mean(inputs: PolicyLossInputs) -> torch.Tensor:
+    return masked_mean(inputs.logp_new, inputs.response_mask, dim=-1)
+
+
+@register_policy_loss("hacpo")
+def hacpo_policy_loss(inputs: PolicyLossInputs, settings: LossSettings) -> tuple[torch.Tensor, dict[str, float]]:
+    return hacpo_loss(
+        _row_mean(inputs),
+        inputs.logp_old_mean,
+        inputs.advantages,
+        inputs.is_own,
+        inputs.discrepancy,
+        inputs.update_index,
+        alpha=settings.effective_alpha,
+        delta=settings.delta,
+        delta_step=settings.effective_delta_step,
+        own_clip=(settings.own_clip_low, settings.own_clip_high),
+    )
+
+
+@register_policy_loss("gspo")
+def gspo_policy_loss(inputs: PolicyLossInputs, settings: LossSettings) -> tuple[torch.Tensor, dict[str, float]]:
+    return gspo_loss(
+        _row_mean(inputs),
+        inputs.logp_old_mean,
+        inputs.advantages,
+        clip=(settings.own_clip_low, settings.own_clip_high),
+    )
+
+
+@register_policy_loss("grpo")
+def grpo_policy_loss(inputs: PolicyLossInputs, settings: LossSettings) -> tuple[torch.Tensor, dict[str, float]]:
+    return grpo_loss(
+        inputs.logp_new,
+        inputs.logp_old,
+        inputs.advantages,
+        inputs.response_mask,
+        clip=(settings.grpo_clip_low, settings.grpo_clip_high),
+    )

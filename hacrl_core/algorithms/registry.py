@@ -1,84 +1,64 @@
-"""Algorithms by name: what rows a learner trains on, how advantages are formed, which loss.
+"""Algorithms by name: an algorithm is its catalog entry, with its loss and advantage mode looked
+up by the names the entry gives.
 
 The learner looks its algorithm up here once, from ``spec.algorithm.name`` and its ablations
-(``resolve_algorithm``); every algorithm-specific choice is a field of the ``Algorithm`` it gets
-back, so there is no if/elif on the name anywhere else. Registering a different definition under
-a taken name raises, and an unknown name lists the valid ones (as verl's ``register_policy_loss``).
-Which algorithms exist, and what sets each apart, is the torch-free table ``hacrl_core.catalog``
-(the spec offers its names); this module pairs each row with its loss.
+(``resolve_algorithm``); every algorithm-specific choice is a field of the entry the ``Algorithm``
+holds, so there is no if/elif on the name anywhere else. The entries are the built-in table
+(``hacrl_core.catalog``) and the plugins' (``hacrl_core.algorithm_plugins``: a module dropped into
+this folder, or named by an installed package's ``hacrl.algorithms`` entry point), whose modules
+are imported the first time a name is not found. Registering a different definition under a taken
+name raises, and an unknown name lists the valid ones.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields, replace
-from typing import Literal, Protocol
+import importlib
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Literal
 
-import torch
-
-from hacrl_core.algorithms.losses import grpo_loss, gspo_loss, hacpo_loss, masked_mean
+from hacrl_core.algorithm_plugins import ENTRY_NAME, plugin_algorithms
+from hacrl_core.algorithms import losses as _builtin_losses  # noqa: F401  registers the built-in losses
+from hacrl_core.algorithms.advantages import ADVANTAGE_ESTIMATORS
+from hacrl_core.algorithms.policy_loss import POLICY_LOSSES, PolicyLoss
 from hacrl_core.catalog import ALGORITHM_TABLE, AlgorithmDescriptor
 from hacrl_core.registry import Registry
 
 
-class LossSettings(Protocol):
-    """The knobs a policy loss reads (``hacrl_core.spec.AlgorithmSpec`` provides them)."""
-
-    effective_alpha: float  # alpha, or 0 when exponential importance sampling is ablated
-    delta: float
-    effective_delta_step: float  # delta_step, or 0 when stepwise clipping is ablated
-    own_clip_low: float
-    own_clip_high: float
-    grpo_clip_low: float
-    grpo_clip_high: float
-
-
-@dataclass
-class PolicyLossInputs:
-    """One mini-batch as the learner sees it, all rows already encoded in its own tokenizer.
-
-    logp_new: float[N, T] learner's per-token log-probs (with grad); response_mask: [N, T];
-    logp_old_mean: float[N] the sampling-side old log-prob per row (source's own tokens, mean);
-    logp_old: float[N, T] learner's own pre-update per-token log-probs (own rows; token-level
-    losses need them); advantages, discrepancy: float[N]; is_own: bool[N]; update_index: m.
-    """
-
-    logp_new: torch.Tensor
-    response_mask: torch.Tensor
-    logp_old_mean: torch.Tensor
-    logp_old: torch.Tensor
-    advantages: torch.Tensor
-    is_own: torch.Tensor
-    discrepancy: torch.Tensor
-    update_index: int
-
-
-PolicyLoss = Callable[[PolicyLossInputs, LossSettings], tuple[torch.Tensor, dict[str, float]]]
-
-
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class Algorithm:
-    """How one named algorithm trains a learner.
+    """How one named algorithm trains a learner: its catalog entry (``AlgorithmDescriptor``: read
+    its docstring for each field), after the spec's ablations, and the loss the entry names."""
 
-    shares_rows: the learner also trains on the other agents' rows of the step; only then is the
-        capability of the agents tracked (isolated algorithms never look at it).
-    advantage_mode: passed to ``group_advantages``.
-    cross_old_logprob: for shared rows, whose pre-update log-prob is the ratio's denominator:
-        "source" (the sampler's, importance sampling across policies, HACPO) or "learner" (the
-        learner's own, i.e. treat the row as if it were on-policy: naive sharing).
-    discrepancy_coefficient: cross rows are weighted by omega(source, learner) (mechanism 2).
-    policy_loss: the loss.
-    aggregation: what the loss is a mean over, "rows" or "tokens"; the learner weights
-        micro-batches by it so gradient accumulation equals one pass over the mini-batch.
-    """
+    entry: AlgorithmDescriptor
 
-    name: str
-    shares_rows: bool
-    advantage_mode: str
-    cross_old_logprob: Literal["source", "learner"]
-    policy_loss: PolicyLoss
-    discrepancy_coefficient: bool = False
-    aggregation: Literal["rows", "tokens"] = "rows"
+    @property
+    def name(self) -> str:
+        return self.entry.name
+
+    @property
+    def shares_rows(self) -> bool:
+        return self.entry.shares_rows
+
+    @property
+    def advantage_mode(self) -> str:
+        return self.entry.advantage_mode
+
+    @property
+    def cross_old_logprob(self) -> Literal["source", "learner"]:
+        return self.entry.cross_old_logprob
+
+    @property
+    def discrepancy_coefficient(self) -> bool:
+        return self.entry.discrepancy_coefficient
+
+    @property
+    def aggregation(self) -> Literal["rows", "tokens"]:
+        return self.entry.aggregation
+
+    @property
+    def policy_loss(self) -> PolicyLoss:
+        return POLICY_LOSSES.get(self.entry.policy_loss)
 
     def without(self, *, capability_advantage: bool = True, discrepancy_coefficient: bool = True) -> Algorithm:
         """This algorithm with mechanisms 1 and 2 switched off where an ablation says so (3 and 4
@@ -86,7 +66,8 @@ class Algorithm:
         mode = self.advantage_mode
         if mode == "hacpo" and not capability_advantage:
             mode = "naive"  # the plain mean of the mixed group
-        return replace(self, advantage_mode=mode, discrepancy_coefficient=self.discrepancy_coefficient and discrepancy_coefficient)
+        return Algorithm(replace(self.entry, advantage_mode=mode,
+                                 discrepancy_coefficient=self.discrepancy_coefficient and discrepancy_coefficient))
 
     def loss_weight(self, response_lengths: Sequence[int]) -> float:
         """How much of a mini-batch a set of rows is, in the unit the loss averages over."""
@@ -98,11 +79,32 @@ class Algorithm:
 ALGORITHMS: Registry[Algorithm] = Registry("algorithm")
 
 
-def register_algorithm(algorithm: Algorithm) -> Algorithm:
-    return ALGORITHMS.register(algorithm.name, algorithm)
+def register_algorithm(entry: AlgorithmDescriptor) -> Algorithm:
+    """The ``Algorithm`` of ``entry``, registered under its name; its loss and advantage mode must
+    be registered already (``ValueError`` names the one missing)."""
+    for kind, registry, name in (("policy_loss", POLICY_LOSSES, entry.policy_loss),
+                                 ("advantage_mode", ADVANTAGE_ESTIMATORS, entry.advantage_mode)):
+        if name not in registry:
+            raise ValueError(f"algorithm {entry.name!r}: {kind} {name!r} is not registered (registered: {', '.join(registry.names())})")
+    return ALGORITHMS.register(entry.name, Algorithm(entry))
+
+
+def load_plugins() -> None:
+    """Import every plugin algorithm's module (it registers its functions) and register its entry.
+    The entry was read from the module's source (``algorithm_plugins``); the module must define
+    the same one."""
+    for plugin in plugin_algorithms():
+        if plugin.entry.name in ALGORITHMS:
+            continue
+        declared = getattr(importlib.import_module(plugin.module), ENTRY_NAME, None)
+        if declared != plugin.entry:
+            raise ValueError(f"{plugin.module}.{ENTRY_NAME} is {declared!r} when imported, {plugin.entry!r} as written")
+        register_algorithm(plugin.entry)
 
 
 def get_algorithm(name: str) -> Algorithm:
+    if name not in ALGORITHMS:
+        load_plugins()
     return ALGORITHMS.get(name)
 
 
@@ -114,53 +116,6 @@ def resolve_algorithm(settings) -> Algorithm:
     )
 
 
-def _row_mean(inputs: PolicyLossInputs) -> torch.Tensor:
-    return masked_mean(inputs.logp_new, inputs.response_mask, dim=-1)
-
-
-def hacpo_policy_loss(inputs: PolicyLossInputs, settings: LossSettings) -> tuple[torch.Tensor, dict[str, float]]:
-    return hacpo_loss(
-        _row_mean(inputs),
-        inputs.logp_old_mean,
-        inputs.advantages,
-        inputs.is_own,
-        inputs.discrepancy,
-        inputs.update_index,
-        alpha=settings.effective_alpha,
-        delta=settings.delta,
-        delta_step=settings.effective_delta_step,
-        own_clip=(settings.own_clip_low, settings.own_clip_high),
-    )
-
-
-def gspo_policy_loss(inputs: PolicyLossInputs, settings: LossSettings) -> tuple[torch.Tensor, dict[str, float]]:
-    return gspo_loss(
-        _row_mean(inputs),
-        inputs.logp_old_mean,
-        inputs.advantages,
-        clip=(settings.own_clip_low, settings.own_clip_high),
-    )
-
-
-def grpo_policy_loss(inputs: PolicyLossInputs, settings: LossSettings) -> tuple[torch.Tensor, dict[str, float]]:
-    return grpo_loss(
-        inputs.logp_new,
-        inputs.logp_old,
-        inputs.advantages,
-        inputs.response_mask,
-        clip=(settings.grpo_clip_low, settings.grpo_clip_high),
-    )
-
-
-POLICY_LOSSES: dict[str, PolicyLoss] = {"hacpo": hacpo_policy_loss, "gspo": gspo_policy_loss, "grpo": grpo_policy_loss}
-
-
-def from_descriptor(descriptor: AlgorithmDescriptor) -> Algorithm:
-    """The ``Algorithm`` of a row of the torch-free table (``hacrl_core.catalog``): its data, and its loss."""
-    data = {f.name: getattr(descriptor, f.name) for f in fields(descriptor) if f.name != "policy_loss"}
-    return Algorithm(**data, policy_loss=POLICY_LOSSES[descriptor.policy_loss])
-
-
-# Every algorithm the spec offers (the catalog is where its names are written), in the table's order.
-for _descriptor in ALGORITHM_TABLE:
-    register_algorithm(from_descriptor(_descriptor))
+# The built-in algorithms, in the table's order.
+for _entry in ALGORITHM_TABLE:
+    register_algorithm(_entry)

@@ -143,32 +143,20 @@ def forward_micro_batch(state, rows: Sequence[TrainRow], chunk: Sequence[int]) -
     return MicroBatch(tuple(chunk), sequence_logprobs(state.backend.model, input_ids, attention, response), input_ids, attention, response)
 
 
-def micro_batch_loss(logp_new: torch.Tensor, response_mask: torch.Tensor, old_mean: torch.Tensor, old_tokens: torch.Tensor,
-                     advantages: torch.Tensor, discrepancy: torch.Tensor, is_own: torch.Tensor, ref_logp: torch.Tensor | None, *,
-                     share: float, update_index: int, algorithm: Algorithm, settings) -> tuple[torch.Tensor, dict[str, float]]:
+def micro_batch_loss(inputs: PolicyLossInputs, *, share: float, algorithm: Algorithm, settings) -> tuple[torch.Tensor, dict[str, float]]:
     """The loss one micro-batch adds to its update's gradient, and its metrics.
 
-    Tensors are per row ([N]) or per token ([N, T]): the policy's log-probs (with grad), the
-    response mask, pi_old (the mean over the row's response tokens, and per token for own rows),
-    advantages, discrepancy weights, which rows are own, and the reference's log-probs (None
-    without a KL term). ``share`` is the micro-batch's part of the update in the unit the loss
-    averages over (``Algorithm.loss_weight``), so the micro-batches' losses sum to the update's.
-    The KL term covers own rows only, weighted by their part of the micro-batch.
+    ``inputs``: the micro-batch's named tensors (``PolicyLossInputs``: per row [N] or per token
+    [N, T]), the reference's log-probs among them (None without a KL term). ``share`` is the
+    micro-batch's part of the update in the unit the loss averages over
+    (``Algorithm.loss_weight``), so the micro-batches' losses sum to the update's. The KL term
+    covers own rows only, weighted by their part of the micro-batch.
     """
-    inputs = PolicyLossInputs(
-        logp_new=logp_new,
-        response_mask=response_mask,
-        logp_old_mean=old_mean,
-        logp_old=old_tokens,
-        advantages=advantages,
-        is_own=is_own,
-        discrepancy=discrepancy,
-        update_index=update_index,
-    )
     loss, metrics = algorithm.policy_loss(inputs, settings)
     total = loss * share
-    if ref_logp is not None:
-        kl = kl_penalty(logp_new, ref_logp, response_mask, is_own)
+    if inputs.ref_logp is not None:
+        is_own = inputs.is_own
+        kl = kl_penalty(inputs.logp_new, inputs.ref_logp, inputs.response_mask, is_own)
         total = total + settings.kl_coef * kl * (float(is_own.sum()) / len(is_own)) * share
         metrics["kl"] = float(kl)
     return total, metrics
@@ -191,11 +179,19 @@ def train_micro_batch(state, inputs: StepInputs, batch: MicroBatch, old_mean: Se
     if state.reference is not None and is_own.any():
         with torch.no_grad():
             ref_logp = sequence_logprobs(state.reference, batch.input_ids, batch.attention, batch.response)
-    total, metrics = micro_batch_loss(
-        logp_new, response_mask, torch.tensor(list(old_mean), dtype=logp_new.dtype, device=device), logp_old,
-        inputs.advantages[chunk].to(device=device, dtype=logp_new.dtype), inputs.discrepancy[chunk].to(device=device, dtype=logp_new.dtype),
-        is_own, ref_logp, share=inputs.loss_weight(chunk) / norm, update_index=update_index, algorithm=inputs.algorithm,
-        settings=inputs.settings)
+    loss_inputs = PolicyLossInputs(
+        logp_new=logp_new,
+        response_mask=response_mask,
+        logp_old_mean=torch.tensor(list(old_mean), dtype=logp_new.dtype, device=device),
+        logp_old=logp_old,
+        advantages=inputs.advantages[chunk].to(device=device, dtype=logp_new.dtype),
+        is_own=is_own,
+        discrepancy=inputs.discrepancy[chunk].to(device=device, dtype=logp_new.dtype),
+        update_index=update_index,
+        ref_logp=ref_logp,
+    )
+    total, metrics = micro_batch_loss(loss_inputs, share=inputs.loss_weight(chunk) / norm, algorithm=inputs.algorithm,
+                                      settings=inputs.settings)
     if not is_finite(total):
         if state.backend.lockstep:  # the other ranks reduce in this backward: enter it (the update is skipped anyway)
             state.backend.backward(total * 0.0)

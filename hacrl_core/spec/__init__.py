@@ -13,7 +13,7 @@ or document to ``Experiment``). Every name is also exported here: import from ``
 Nothing here imports torch: the operator validates specs with it.
 """
 
-from hacrl_core.catalog import ALGORITHM_NAMES, SHARED_ROW_ALGORITHMS
+from hacrl_core.algorithm_plugins import ALGORITHM_NAMES, SHARED_ROW_ALGORITHMS
 from hacrl_core.spec.agents import LORA_MODULE, AgentSpec, LearnerSettings, LoraSettings, RolloutSettings
 from hacrl_core.spec.algorithm import DEFAULT_MINI_BATCH_PROMPTS, Ablations, AlgorithmSpec
 from hacrl_core.spec.base import DNS_LABEL, DNS_SUBDOMAIN, KubeObject, SpecModel

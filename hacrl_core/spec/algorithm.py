@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from hacrl_core.catalog import ALGORITHM_NAMES
+from hacrl_core.algorithm_plugins import ALGORITHM_NAMES
 from hacrl_core.spec.base import SpecModel
 
 

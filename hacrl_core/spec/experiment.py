@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from hacrl_core.catalog import SHARED_ROW_ALGORITHMS
+from hacrl_core.algorithm_plugins import SHARED_ROW_ALGORITHMS
 from hacrl_core.spec.agents import AgentSpec
 from hacrl_core.spec.algorithm import AlgorithmSpec
 from hacrl_core.spec.base import DNS_LABEL, SpecModel

@@ -142,7 +142,7 @@ def test_loop_reference_matches_vectorised_function_over_seeds():
 
 def test_unknown_mode_lists_valid_modes():
     rewards, groups, sources, capability = mixed_group()
-    with pytest.raises(ValueError, match="valid modes: hacpo, naive, gspo, grpo"):
+    with pytest.raises(ValueError, match="valid modes: grpo, gspo, hacpo, naive"):
         group_advantages(rewards, groups, sources, 0, capability, mode="ppo")
 
 

@@ -1,4 +1,5 @@
-"""The algorithm registry: lookup by name, clear errors, no silent re-registration."""
+"""The algorithm registry: an algorithm is its catalog entry, its loss and advantage mode
+registered on the functions by name; lookup by name, clear errors, no silent re-registration."""
 
 from typing import get_args
 
@@ -6,29 +7,52 @@ import pytest
 import torch
 
 from hacrl_core.algorithms import (
+    ADVANTAGE_ESTIMATORS,
     ALGORITHMS,
-    Algorithm,
+    POLICY_LOSSES,
     PolicyLossInputs,
     get_algorithm,
     hacpo_loss,
     register_algorithm,
     resolve_algorithm,
 )
-from hacrl_core.algorithms.registry import POLICY_LOSSES, from_descriptor
-from hacrl_core.catalog import ALGORITHM_TABLE
+from hacrl_core.algorithms.losses import grpo_policy_loss, gspo_policy_loss, hacpo_policy_loss
+from hacrl_core.catalog import ALGORITHM_TABLE, AlgorithmDescriptor
 from hacrl_core.spec import ALGORITHM_NAMES, SHARED_ROW_ALGORITHMS, AlgorithmSpec
 
 
 def test_the_registry_and_the_spec_read_one_table():
     # The names are written once, in the torch-free catalog: the spec offers them, and the registry
-    # holds each row of the table with its loss.
+    # holds each entry of the table itself (not a copy of its fields), its loss found by the name it gives.
     assert get_args(AlgorithmSpec.model_fields["name"].annotation) == ALGORITHM_NAMES == tuple(a.name for a in ALGORITHM_TABLE)
     assert ALGORITHMS.names() == sorted(ALGORITHM_NAMES)
     for descriptor in ALGORITHM_TABLE:
         algorithm = get_algorithm(descriptor.name)
-        assert algorithm == from_descriptor(descriptor)
-        assert algorithm.policy_loss is POLICY_LOSSES[descriptor.policy_loss]
+        assert algorithm.entry is descriptor
+        assert algorithm.policy_loss is POLICY_LOSSES.get(descriptor.policy_loss)
     assert list(SHARED_ROW_ALGORITHMS) == [a.name for a in ALGORITHM_TABLE if get_algorithm(a.name).shares_rows]
+
+
+def test_losses_and_advantage_modes_are_registered_on_the_functions():
+    assert [POLICY_LOSSES.get(n) for n in ("hacpo", "gspo", "grpo")] == [hacpo_policy_loss, gspo_policy_loss, grpo_policy_loss]
+    assert ADVANTAGE_ESTIMATORS.names() == ["grpo", "gspo", "hacpo", "naive"]
+
+
+def test_an_entry_naming_an_unregistered_loss_is_refused():
+    entry = AlgorithmDescriptor(name="nameless", shares_rows=False, advantage_mode="gspo", cross_old_logprob="source", policy_loss="nope")
+    with pytest.raises(ValueError, match="algorithm 'nameless': policy_loss 'nope' is not registered"):
+        register_algorithm(entry)
+    assert "nameless" not in ALGORITHMS
+
+
+def test_the_loss_input_is_named_and_frozen():
+    tensors = dict.fromkeys(("logp_new", "response_mask", "logp_old_mean", "logp_old", "advantages", "is_own", "discrepancy"),
+                            torch.zeros(1))
+    with pytest.raises(TypeError):
+        PolicyLossInputs(*tensors.values(), 0)  # type: ignore[misc]  # by position: two same-shaped tensors could swap
+    inputs = PolicyLossInputs(**tensors, update_index=0)
+    with pytest.raises(AttributeError):
+        inputs.advantages = torch.ones(1)  # type: ignore[misc]
 
 
 def test_unknown_algorithm_lists_valid_ones():
@@ -38,10 +62,11 @@ def test_unknown_algorithm_lists_valid_ones():
 
 def test_registering_a_different_definition_under_a_taken_name_raises():
     existing = get_algorithm("gspo")
-    assert register_algorithm(existing) is existing  # idempotent for the same definition
+    assert register_algorithm(existing.entry) == existing  # idempotent for the same definition
     with pytest.raises(ValueError, match="already registered"):
-        register_algorithm(Algorithm(name="gspo", shares_rows=True, advantage_mode="naive", cross_old_logprob="learner",
-                                     policy_loss=existing.policy_loss))
+        register_algorithm(AlgorithmDescriptor(name="gspo", shares_rows=True, advantage_mode="naive", cross_old_logprob="learner",
+                                               policy_loss="gspo"))
+    assert get_algorithm("gspo") == existing
 
 
 def test_registered_hacpo_loss_reads_spec_settings_and_equals_pure_function():
