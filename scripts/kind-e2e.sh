@@ -82,7 +82,8 @@ diagnose() {
   k get hx "$EXPERIMENT" -n "$EXPERIMENT_NS" -o jsonpath='{range .status.conditions[*]}{.type}={.status} {.reason}: {.message}{"\n"}{end}' || true
   k get pods -A -o wide || true
   k get events -n "$EXPERIMENT_NS" --sort-by=.lastTimestamp | tail -n 30 || true
-  k logs -n "$OPERATOR_NS" "deployment/${RELEASE}" --tail=80 || true
+  # every replica's: deployment/<name> would pick one pod, maybe the standby (leader election)
+  k logs -n "$OPERATOR_NS" -l "app.kubernetes.io/instance=${RELEASE}" --prefix --tail=80 || true
   for pod in $(k get pods -n "$EXPERIMENT_NS" -l "hacrl.io/experiment=${EXPERIMENT}" -o name 2>/dev/null); do
     echo "--- ${pod}"; k logs -n "$EXPERIMENT_NS" "$pod" --tail=40 || true
   done
