@@ -24,7 +24,8 @@ from hacrl_operator.builders.metadata import pod_name
 from tests.containers.e2e import EXAMPLE, NAME
 from tests.containers.leftovers import Store, cache_dir, runs_dir
 
-pytestmark = pytest.mark.container
+# pytest's 900 s per test would cut a loaded machine's e2e short; each e2e has its own limit.
+pytestmark = [pytest.mark.container, pytest.mark.timeout(3600)]
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "container-e2e.sh"
