@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from hacrl_operator.concurrency import TICKER_THREADS
@@ -48,9 +49,18 @@ class Ticker:
         self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
+        """Stops ticking and waits up to ``timeout`` s for the reconciles in flight: one that went
+        on after the operator stopped would act on (and log errors against) an API it no longer
+        serves; one that is hung is left to its calls' deadlines."""
         self._stop.set()
+        deadline = time.monotonic() + timeout
         if self._thread is not None:
             self._thread.join(timeout)
+        while time.monotonic() < deadline:
+            with self._guard:
+                if not self._in_flight:
+                    return
+            time.sleep(0.05)
 
     def _run(self) -> None:
         # The pool is left without waiting for hung reconciles: their calls end at their deadlines.
@@ -83,7 +93,10 @@ class Ticker:
             try:
                 self.reconciler.reconcile(namespace, name, trigger="periodic", coalesce=True)
             except Exception:
-                logger.exception("periodic reconcile of %s/%s failed", namespace, name)
+                if self._stop.is_set():  # the operator stopped under it (its API client closed): not a failure
+                    logger.debug("periodic reconcile of %s/%s ended by the stop", namespace, name, exc_info=True)
+                else:
+                    logger.exception("periodic reconcile of %s/%s failed", namespace, name)
         finally:
             with self._guard:
                 self._in_flight.discard(key)
