@@ -16,6 +16,7 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -191,3 +192,17 @@ def save(name: str, payload: dict[str, Any], out: Path | None = None) -> Path:
 
 def now_tag() -> str:
     return dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+
+
+class EmulatorApi:
+    """Plain JSON over HTTP to the project's API emulator (bench/operator.py, bench/operator_scale.py)."""
+
+    def __init__(self, port: int, timeout: float = 30.0) -> None:
+        self.base = f"http://127.0.0.1:{port}"
+        self.timeout = timeout
+
+    def call(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.base + path, data=data, method=method, headers={"Content-Type": content_type})
+        with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            return json.loads(response.read() or b"null")

@@ -40,12 +40,10 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import shutil
 import statistics
 import sys
 import time
-import urllib.request
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -59,7 +57,7 @@ if sys.path and Path(sys.path[0] or ".").resolve() == Path(__file__).resolve().p
 for extra in (REPO, REPO / "operator", REPO / "tests" / "operator"):
     sys.path.insert(0, str(extra))
 
-from bench.common import RESULTS, save, table  # noqa: E402 (the path set up above first)
+from bench.common import RESULTS, EmulatorApi, save, table  # noqa: E402 (the path set up above first)
 
 NS = "hx-bench"
 GROUP = "/apis/hacrl.io/v1alpha1"
@@ -81,19 +79,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.quick:
         args.scales, args.repeats = "1,3", 1
     return args
-
-
-class Api:
-    """Plain JSON over HTTP to the emulator."""
-
-    def __init__(self, port: int) -> None:
-        self.base = f"http://127.0.0.1:{port}"
-
-    def call(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.base + path, data=data, method=method, headers={"Content-Type": content_type})
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return json.loads(response.read() or b"null")
 
 
 def experiment_doc(name: str, agents: int, store_uri: str) -> dict[str, Any]:
@@ -207,7 +192,7 @@ class Floor:
         return sum(task.result() for task in self.tasks)
 
 
-def create_stage(api: Api, names: list[str], args: argparse.Namespace, store_uri: str,
+def create_stage(api: EmulatorApi, names: list[str], args: argparse.Namespace, store_uri: str,
                  posted: Callable[[dict[str, Any]], None] | None = None,
                  check: Callable[[], None] | None = None) -> tuple[float, dict[str, float], float]:
     """POST the experiments (``posted`` gets each as stored); per experiment, seconds until all its
@@ -257,7 +242,7 @@ def run_scale(n: int, args: argparse.Namespace, mode: str = "operator") -> dict[
     pods_per = 2 * args.agents
     result: dict[str, Any] = {"mode": mode, "experiments": n, "agents": args.agents, "pods": n * pods_per, "interval": args.interval}
     try:
-        api = Api(cluster.port)
+        api = EmulatorApi(cluster.port)
         api.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
         if mode == "floor":
             floor = Floor(cluster)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
 import re
 import shutil
@@ -43,7 +42,7 @@ for extra in (REPO, REPO / "operator", REPO / "tests" / "operator"):
     if str(extra) not in sys.path:
         sys.path.insert(0, str(extra))
 
-from bench.common import RESULTS, save, table  # noqa: E402 (the path set up above first)
+from bench.common import RESULTS, EmulatorApi, save, table  # noqa: E402 (the path set up above first)
 
 NS = "hx-scale"
 GROUP = "/apis/hacrl.io/v1alpha1"
@@ -73,17 +72,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="leave the pods Pending (the emulator serves 4,000 pod updates too slowly at N = 500): "
                         "the experiments read their stores every interval as running ones do, in phase Pending")
     return p.parse_args(argv)
-
-
-class Api:
-    def __init__(self, port: int) -> None:
-        self.base = f"http://127.0.0.1:{port}"
-
-    def call(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.base + path, data=data, method=method, headers={"Content-Type": content_type})
-        with urllib.request.urlopen(request, timeout=120) as response:
-            return json.loads(response.read() or b"null")
 
 
 def counting_cluster(work: Path) -> Any:
@@ -188,7 +176,7 @@ def wait(predicate: Any, timeout: float, what: str, operator: Operator, interval
     return time.perf_counter() - began
 
 
-def phases(api: Api) -> collections.Counter[str]:
+def phases(api: EmulatorApi) -> collections.Counter[str]:
     items = api.call("GET", f"{GROUP}/namespaces/{NS}/hacrlexperiments")["items"]
     return collections.Counter((i.get("status") or {}).get("phase") or "-" for i in items)
 
@@ -228,7 +216,7 @@ def run_scale(n: int, args: argparse.Namespace) -> dict[str, Any]:
     memory: dict[str, float] = {}
     seconds: dict[str, float] = {}
     try:
-        api = Api(cluster.port)
+        api = EmulatorApi(cluster.port, timeout=120)  # 4,000 pods at N = 500: slow answers
         emulator = cluster.emulator
         api.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
         operator = Operator(cluster, s3, args.interval, work / "operator.log")
