@@ -71,10 +71,9 @@ def apply(cluster: EmulatedCluster, *documents: dict[str, Any]) -> None:
     cluster.kubectl("apply", "-n", NAMESPACE, "-f", "-", input="---\n".join(yaml.safe_dump(d) for d in documents))
 
 
-def start_operator(cluster: EmulatedCluster, image: str, worker_image: str, workdir: Path) -> tuple[str, int]:
+def start_operator(cluster: EmulatedCluster, image: str, worker_image: str) -> tuple[str, int]:
     """The operator's image as a container on the host network: (its name, its health port)."""
     name = f"hacrl-ce2e-operator-{os.getpid()}"
-    (workdir / "operator-container").write_text(name + "\n", encoding="utf-8")
     cluster.kubeconfig.chmod(0o644)  # the operator runs as uid 1000
     health = free_port()
     podman("run", "--detach", "--name", name, "--network", "host", "--pull", "never",
@@ -147,7 +146,7 @@ def run(args: argparse.Namespace) -> None:
         os.environ.update(s3.env())  # the checks' own store client
         cluster = EmulatedCluster(workdir).start()
         operator = None
-        kubelet = Kubelet(Api.from_kubeconfig(cluster.kubeconfig), NAMESPACE, workdir, workdir / "played-pods")
+        kubelet = Kubelet(Api.from_kubeconfig(cluster.kubeconfig), NAMESPACE, workdir)
         thread = threading.Thread(target=kubelet.run, name="kubelet", daemon=True)
         try:
             apply(cluster,
@@ -155,7 +154,7 @@ def run(args: argparse.Namespace) -> None:
                    "stringData": {"AWS_ACCESS_KEY_ID": s3.access_key, "AWS_SECRET_ACCESS_KEY": s3.secret_key}},
                   {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": ENV_CONFIGMAP},
                    "data": {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}})
-            operator, health = start_operator(cluster, args.operator_image, args.worker_image, workdir)
+            operator, health = start_operator(cluster, args.operator_image, args.worker_image)
             wait_for(lambda: healthy(health), timeout=120, interval=0.5, what="the operator container's /healthz")
             log.info("operator container %s is up", operator)
             thread.start()

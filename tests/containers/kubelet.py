@@ -254,13 +254,12 @@ def podman(*args: str, check: bool = True, timeout: float | None = None) -> subp
 
 class Kubelet:
     """Plays the pods of ``namespace`` and reports them; ``played`` names every podman pod it made
-    (the e2e script removes those on exit, whatever happened)."""
+    (whatever is left of them on exit goes with the run's podman store: scripts/container-e2e.sh)."""
 
-    def __init__(self, api: Api, namespace: str, workdir: Path, played_file: Path) -> None:
+    def __init__(self, api: Api, namespace: str, workdir: Path) -> None:
         self.api = api
         self.namespace = namespace
         self.workdir = workdir
-        self.played_file = played_file
         self.running: dict[str, dict[str, Any]] = {}  # pod name -> its manifest (as the API has it)
         self.played: list[tuple[str, str]] = []  # (name, uid) of every pod played, in order
         self.reported: dict[str, str] = {}  # pod name -> the last status written (JSON)
@@ -290,8 +289,6 @@ class Kubelet:
 
     def play(self, pod: dict[str, Any]) -> None:
         name = pod["metadata"]["name"]
-        with self.played_file.open("a", encoding="utf-8") as handle:
-            handle.write(name + "\n")
         self.running[name] = pod
         self.played.append((name, pod["metadata"].get("uid", "")))
         try:
@@ -403,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s kubelet %(message)s", stream=sys.stderr)
-    kubelet = Kubelet(Api.from_kubeconfig(args.kubeconfig), args.namespace, args.workdir, args.workdir / "played-pods")
+    kubelet = Kubelet(Api.from_kubeconfig(args.kubeconfig), args.namespace, args.workdir)
     try:
         kubelet.run()
     finally:
