@@ -14,7 +14,7 @@ PIP := $(PYTHON) -m pip
 # Recipes find the environment's commands (hacrl, helm's wheel, ruff) first, activated or not.
 RUN := PATH="$(abspath $(VENV))/bin:$$PATH"
 
-.PHONY: install install-core system-packages test quickstart crd lint lock values-schema
+.PHONY: install install-core system-packages test quickstart crd lint format lock values-schema
 
 $(PYTHON):
 	$(BASE_PYTHON) -m venv $(VENV)
@@ -69,10 +69,16 @@ test: install lint system-packages
 	$(RUN) $(PYTHON) -m pytest -q
 
 # ruff at the lock's version (the test extra has it too); the rules and why: [tool.ruff] in
-# pyproject.toml.
+# pyproject.toml. `ruff format --check` fails on a file `ruff format` would change: run
+# `make format` to apply it.
 lint: $(LOCK_PINS) $(PYTHON)
 	$(PIP) install --quiet -c $(LOCK_PINS) ruff
 	$(PYTHON) -m ruff check .
+	$(PYTHON) -m ruff format --check .
+
+format: $(LOCK_PINS) $(PYTHON)
+	$(PIP) install --quiet -c $(LOCK_PINS) ruff
+	$(PYTHON) -m ruff format .
 
 quickstart: install-core
 	$(RUN) hacrl run examples/quickstart.yaml

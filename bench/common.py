@@ -61,8 +61,9 @@ def _version(module: str) -> str:
         return "?"
 
 
-def agent_document(name: str, model: str, *, lr: float, max_new_tokens: int = 8, batch_size: int = 128,
-                   micro_batch_size: int = 128) -> dict[str, Any]:
+def agent_document(
+    name: str, model: str, *, lr: float, max_new_tokens: int = 8, batch_size: int = 128, micro_batch_size: int = 128
+) -> dict[str, Any]:
     """One ``spec.agents`` entry."""
     return {
         "name": name,
@@ -72,17 +73,40 @@ def agent_document(name: str, model: str, *, lr: float, max_new_tokens: int = 8,
     }
 
 
-def agent_entry(agent: dict[str, Any], *, warmup_steps: int | None, model_seed: int = 0, max_new_tokens: int = 8,
-                batch_size: int = 128, micro_batch_size: int = 128) -> dict[str, Any]:
+def agent_entry(
+    agent: dict[str, Any],
+    *,
+    warmup_steps: int | None,
+    model_seed: int = 0,
+    max_new_tokens: int = 8,
+    batch_size: int = 128,
+    micro_batch_size: int = 128,
+) -> dict[str, Any]:
     """The agent entry of a quickstart agent (``LLAMA``, ``QWEN``) with the given warm start."""
     query = f"seed={model_seed}" + (f"&warmup_steps={warmup_steps}" if warmup_steps is not None else "")
-    return agent_document(agent["name"], f"tiny://{agent['preset']}?{query}", lr=agent["lr"], max_new_tokens=max_new_tokens,
-                          batch_size=batch_size, micro_batch_size=micro_batch_size)
+    return agent_document(
+        agent["name"],
+        f"tiny://{agent['preset']}?{query}",
+        lr=agent["lr"],
+        max_new_tokens=max_new_tokens,
+        batch_size=batch_size,
+        micro_batch_size=micro_batch_size,
+    )
 
 
-def experiment(name: str, agents: list[dict[str, Any]], algorithm: dict[str, Any], *, store_uri: str,
-               difficulty: str = "1", eval_prompts: int = 200, eval_every: int = 0, endpoint: str | None = None,
-               checkpoint_every: int = 1000, eval_split_size: int | None = None) -> dict[str, Any]:
+def experiment(
+    name: str,
+    agents: list[dict[str, Any]],
+    algorithm: dict[str, Any],
+    *,
+    store_uri: str,
+    difficulty: str = "1",
+    eval_prompts: int = 200,
+    eval_every: int = 0,
+    endpoint: str | None = None,
+    checkpoint_every: int = 1000,
+    eval_split_size: int | None = None,
+) -> dict[str, Any]:
     """An HACRLExperiment document on the built-in arithmetic task (metrics endpoints off).
     ``eval_split_size``: generate that many held-out problems (the split's default is 200)."""
     store: dict[str, Any] = {"uri": store_uri}
@@ -95,8 +119,13 @@ def experiment(name: str, agents: list[dict[str, Any]], algorithm: dict[str, Any
     }
     if eval_prompts:
         size = f"&size={eval_split_size}" if eval_split_size else ""
-        data["eval"] = [{"name": "arithmetic", "source": f"builtin://arithmetic?difficulty={difficulty}&seed=0&split=eval{size}",
-                         "maxPrompts": eval_prompts}]
+        data["eval"] = [
+            {
+                "name": "arithmetic",
+                "source": f"builtin://arithmetic?difficulty={difficulty}&seed=0&split=eval{size}",
+                "maxPrompts": eval_prompts,
+            }
+        ]
     return {
         "apiVersion": "hacrl.io/v1alpha1",
         "kind": "HACRLExperiment",
@@ -130,17 +159,28 @@ def bench_env(cache: Path, extra: dict[str, str] | None = None) -> dict[str, str
     return env
 
 
-def hacrl_run(spec_path: Path, workdir: Path, env: dict[str, str], *, timeout: float = 3600, args: Sequence[str] = ()) -> float:
+def hacrl_run(
+    spec_path: Path, workdir: Path, env: dict[str, str], *, timeout: float = 3600, args: Sequence[str] = ()
+) -> float:
     """`hacrl run --quiet [args]` in a subprocess; returns its wall seconds; raises with the log tail on failure."""
     began = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "hacrl_core.cli", "run", "--quiet", "--workdir", str(workdir), *args, str(spec_path)],
-        env=env, capture_output=True, text=True, timeout=timeout, cwd=str(spec_path.parent), check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=str(spec_path.parent),
+        check=False,
     )
     seconds = time.perf_counter() - began
     if done.returncode != 0:
-        logs = "\n".join(f"--- {p.name}\n" + p.read_text(errors="replace")[-1500:] for p in sorted((workdir / "logs").glob("*.log")))
-        raise RuntimeError(f"hacrl run {spec_path} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}\n{logs}")
+        logs = "\n".join(
+            f"--- {p.name}\n" + p.read_text(errors="replace")[-1500:] for p in sorted((workdir / "logs").glob("*.log"))
+        )
+        raise RuntimeError(
+            f"hacrl run {spec_path} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}\n{logs}"
+        )
     return seconds
 
 
@@ -178,7 +218,9 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     def line(r: Sequence[str]) -> str:
         return "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"
 
-    return "\n".join([line(cells[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] + [line(r) for r in cells[1:]])
+    return "\n".join(
+        [line(cells[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] + [line(r) for r in cells[1:]]
+    )
 
 
 def save(name: str, payload: dict[str, Any], out: Path | None = None) -> Path:
@@ -203,6 +245,8 @@ class EmulatorApi:
 
     def call(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.base + path, data=data, method=method, headers={"Content-Type": content_type})
+        request = urllib.request.Request(
+            self.base + path, data=data, method=method, headers={"Content-Type": content_type}
+        )
         with urllib.request.urlopen(request, timeout=self.timeout) as response:
             return json.loads(response.read() or b"null")

@@ -62,24 +62,36 @@ MODELS = [
 #: The smoke test checks the script, not the models: untrained ones are built in a second.
 #: (source, learner) pairs of the second table: both directions of each benchmark team.
 PAIRS = [(MODELS[a], MODELS[b]) for a, b in ((1, 0), (0, 1), (2, 0), (0, 2), (4, 3), (3, 4), (5, 3), (3, 5))]
-QUICK_MODELS = [f"tiny://llama-char?seed=0&warmup_steps=0&{CHAIN}", f"tiny://qwen2-bpe?seed=0&warmup_steps=0&{CHAIN}&marker=0.3"]
+QUICK_MODELS = [
+    f"tiny://llama-char?seed=0&warmup_steps=0&{CHAIN}",
+    f"tiny://qwen2-bpe?seed=0&warmup_steps=0&{CHAIN}&marker=0.3",
+]
 LAST_RESULT = re.compile(r"=\s*(-?\d+)")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--models", nargs="+", help="tiny:// (or other) model URIs; default: the learning benchmark's agents")
+    p.add_argument(
+        "--models", nargs="+", help="tiny:// (or other) model URIs; default: the learning benchmark's agents"
+    )
     p.add_argument("--problems", type=int, default=200, help="held-out problems (difficulty 2-3)")
     p.add_argument("--samples", type=int, default=8, help="samples per problem at temperature 1 (the group size)")
     p.add_argument("--max-new-tokens", type=int, default=48)
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
-    p.add_argument("--pairs", nargs="*", metavar="SOURCE>LEARNER", help="ordered model pairs of the second table, "
-                   "as 'SOURCE_URI>LEARNER_URI'; default: both directions of the learning benchmark's teams; none: skip it")
+    p.add_argument(
+        "--pairs",
+        nargs="*",
+        metavar="SOURCE>LEARNER",
+        help="ordered model pairs of the second table, "
+        "as 'SOURCE_URI>LEARNER_URI'; default: both directions of the learning benchmark's teams; none: skip it",
+    )
     p.add_argument("--delta", type=float, default=0.2, help="HACPO's clipping window [1 - delta, 1] (the paper's 0.2)")
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="HACRL_CACHE (tiny models are built once)")
     p.add_argument("--out", type=Path, default=RESULTS)
-    p.add_argument("--work", type=Path, help="unused (nothing is written but the results); taken like every benchmark's")
+    p.add_argument(
+        "--work", type=Path, help="unused (nothing is written but the results); taken like every benchmark's"
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.problems, args.samples, args.max_new_tokens = 16, 4, 24
@@ -120,9 +132,15 @@ def measure(uri: str, args: argparse.Namespace) -> dict[str, Any]:
     engine.load(resolve_model(uri, args.cache / "models"))
     prompts = [render_prompt(engine.tokenizer, p.question) for p in problems]
     began = time.perf_counter()
-    greedy = engine.generate(prompts, SamplingParams(n=1, greedy=True, max_new_tokens=args.max_new_tokens, seed=args.seed))
-    sampled = engine.generate(prompts, SamplingParams(n=args.samples, greedy=False, temperature=1.0, top_p=1.0,
-                                                      max_new_tokens=args.max_new_tokens, seed=args.seed))
+    greedy = engine.generate(
+        prompts, SamplingParams(n=1, greedy=True, max_new_tokens=args.max_new_tokens, seed=args.seed)
+    )
+    sampled = engine.generate(
+        prompts,
+        SamplingParams(
+            n=args.samples, greedy=False, temperature=1.0, top_p=1.0, max_new_tokens=args.max_new_tokens, seed=args.seed
+        ),
+    )
     seconds = time.perf_counter() - began
     n = len(problems)
     greedy_texts = [group[0].text for group in greedy]
@@ -136,7 +154,8 @@ def measure(uri: str, args: argparse.Namespace) -> dict[str, Any]:
         "greedy_knows": sum(knows(t, p.answer) for t, p in zip(greedy_texts, problems)) / n,
         "sampled_reward": sum(sum(r) for r in rewards) / (n * args.samples),
         "pass_at_k": sum(max(r) > 0 for r in rewards) / n,
-        "sampled_knows": sum(knows(s.text, p.answer) for p, group in zip(problems, sampled) for s in group) / len(texts),
+        "sampled_knows": sum(knows(s.text, p.answer) for p, group in zip(problems, sampled) for s in group)
+        / len(texts),
         "samples_with_marker": sum("####" in t for t in texts) / len(texts),
         "mixed_groups": sum(0 < sum(r) < len(r) for r in rewards),
         "seconds": seconds,
@@ -151,7 +170,9 @@ def per_token_logprob(engine: Any, rows: list[tuple[list[int], list[int]]], batc
     from hacrl_core.learner.stages import pad_id
 
     train_rows = [TrainRow(0, "", 0.0, ids, mask, True) for ids, mask in rows]
-    packing = MicroBatching(max_tokens=batch * max(len(ids) for ids, _ in rows), max_rows=batch)  # ``batch`` rows at a time
+    packing = MicroBatching(
+        max_tokens=batch * max(len(ids) for ids, _ in rows), max_rows=batch
+    )  # ``batch`` rows at a time
     sums, counts, _ = score_rows(engine.model, train_rows, pad_id(engine.tokenizer), packing)
     return [total / max(count, 1) for total, count in zip(sums, counts)]
 
@@ -175,22 +196,35 @@ def pair_divergence(source_uri: str, learner_uri: str, args: argparse.Namespace)
     learner.load(resolve_model(learner_uri, args.cache / "models"))
     source_prompts = [render_prompt(source.tokenizer, p.question) for p in problems]
     learner_prompts = [render_prompt(learner.tokenizer, p.question) for p in problems]
-    sampled = source.generate(source_prompts, SamplingParams(n=args.samples, greedy=False, temperature=1.0, top_p=1.0,
-                                                             max_new_tokens=args.max_new_tokens, seed=args.seed))
+    sampled = source.generate(
+        source_prompts,
+        SamplingParams(
+            n=args.samples, greedy=False, temperature=1.0, top_p=1.0, max_new_tokens=args.max_new_tokens, seed=args.seed
+        ),
+    )
     own_rows, peer_rows, rewards = [], [], []
     for problem, source_prompt, learner_prompt, group in zip(problems, source_prompts, learner_prompts, sampled):
         for sample in group:
             own_rows.append(encode_row_for(source.tokenizer, source_prompt, sample.text, sample.token_ids))
-            peer_rows.append(encode_row_for(learner.tokenizer, learner_prompt, sample.text, finish_reason=sample.finish_reason))
+            peer_rows.append(
+                encode_row_for(learner.tokenizer, learner_prompt, sample.text, finish_reason=sample.finish_reason)
+            )
             rewards.append(reward(sample.text, problem.answer))
-    log_s = [mine - theirs for mine, theirs in zip(per_token_logprob(learner, peer_rows), per_token_logprob(source, own_rows))]
+    log_s = [
+        mine - theirs
+        for mine, theirs in zip(per_token_logprob(learner, peer_rows), per_token_logprob(source, own_rows))
+    ]
     low = math.log(1 - args.delta)
     inside = [low <= value <= 0 for value in log_s]
     rewarded = [flag for flag, r in zip(inside, rewards) if r > 0]
     return {
-        "source": source_uri, "learner": learner_uri, "rows": len(log_s),
-        "log_s_mean": statistics.fmean(log_s), "log_s_sd": statistics.stdev(log_s) if len(log_s) > 1 else 0.0,
-        "inside": sum(inside) / len(inside), "inside_rewarded": sum(rewarded) / len(rewarded) if rewarded else None,
+        "source": source_uri,
+        "learner": learner_uri,
+        "rows": len(log_s),
+        "log_s_mean": statistics.fmean(log_s),
+        "log_s_sd": statistics.stdev(log_s) if len(log_s) > 1 else 0.0,
+        "inside": sum(inside) / len(inside),
+        "inside_rewarded": sum(rewarded) / len(rewarded) if rewarded else None,
         "rewarded_rows": len(rewarded),
     }
 
@@ -213,32 +247,93 @@ def main(argv: list[str] | None = None) -> int:
     for uri in args.models:
         result = measure(uri, args)
         results.append(result)
-        print(f"{uri}: greedy {result['greedy_reward']:.3f} (knows {result['greedy_knows']:.3f}), "
-              f"sampled {result['sampled_reward']:.3f}, pass@{args.samples} {result['pass_at_k']:.3f}", flush=True)
-    headers = ["model", "greedy reward", "greedy knows", "sampled reward", f"pass@{args.samples}", "sampled knows",
-               "samples with ####", f"mixed groups of {args.problems}"]
-    rows = [[r["model"].removeprefix("tiny://"), f"{r['greedy_reward']:.3f}", f"{r['greedy_knows']:.3f}", f"{r['sampled_reward']:.3f}",
-             f"{r['pass_at_k']:.3f}", f"{r['sampled_knows']:.3f}", f"{r['samples_with_marker']:.1%}", r["mixed_groups"]] for r in results]
+        print(
+            f"{uri}: greedy {result['greedy_reward']:.3f} (knows {result['greedy_knows']:.3f}), "
+            f"sampled {result['sampled_reward']:.3f}, pass@{args.samples} {result['pass_at_k']:.3f}",
+            flush=True,
+        )
+    headers = [
+        "model",
+        "greedy reward",
+        "greedy knows",
+        "sampled reward",
+        f"pass@{args.samples}",
+        "sampled knows",
+        "samples with ####",
+        f"mixed groups of {args.problems}",
+    ]
+    rows = [
+        [
+            r["model"].removeprefix("tiny://"),
+            f"{r['greedy_reward']:.3f}",
+            f"{r['greedy_knows']:.3f}",
+            f"{r['sampled_reward']:.3f}",
+            f"{r['pass_at_k']:.3f}",
+            f"{r['sampled_knows']:.3f}",
+            f"{r['samples_with_marker']:.1%}",
+            r["mixed_groups"],
+        ]
+        for r in results
+    ]
     text = table(headers, rows)
-    print(f"\nheadroom ({args.problems} held-out problems, difficulty 2-3; {args.samples} samples at T=1, "
-          f"{args.max_new_tokens} new tokens)\n{text}")
+    print(
+        f"\nheadroom ({args.problems} held-out problems, difficulty 2-3; {args.samples} samples at T=1, "
+        f"{args.max_new_tokens} new tokens)\n{text}"
+    )
     pairs = []
     if args.pairs:
         build_seconds.update(build_models([uri for pair in args.pairs for uri in pair], args.cache))
     for source_uri, learner_uri in args.pairs:
         pairs.append(pair_divergence(source_uri, learner_uri, args))
-        print(f"{short(source_uri)} -> {short(learner_uri)}: log s {pairs[-1]['log_s_mean']:+.3f}, inside {pairs[-1]['inside']:.1%}", flush=True)
-    pair_table = table(["source (samples)", "learner (scores)", "rows", "mean log s (nats/token)", "sd log s",
-                        f"inside [{1 - args.delta:g}, 1]", "inside, rewarded rows"],
-                       [[short(r["source"]), short(r["learner"]), r["rows"], f"{r['log_s_mean']:+.3f}", f"{r['log_s_sd']:.3f}",
-                         f"{r['inside']:.1%}", "-" if r["inside_rewarded"] is None else f"{r['inside_rewarded']:.1%} of {r['rewarded_rows']}"] for r in pairs]) if pairs else ""
+        print(
+            f"{short(source_uri)} -> {short(learner_uri)}: log s {pairs[-1]['log_s_mean']:+.3f}, inside {pairs[-1]['inside']:.1%}",
+            flush=True,
+        )
+    pair_table = (
+        table(
+            [
+                "source (samples)",
+                "learner (scores)",
+                "rows",
+                "mean log s (nats/token)",
+                "sd log s",
+                f"inside [{1 - args.delta:g}, 1]",
+                "inside, rewarded rows",
+            ],
+            [
+                [
+                    short(r["source"]),
+                    short(r["learner"]),
+                    r["rows"],
+                    f"{r['log_s_mean']:+.3f}",
+                    f"{r['log_s_sd']:.3f}",
+                    f"{r['inside']:.1%}",
+                    "-" if r["inside_rewarded"] is None else f"{r['inside_rewarded']:.1%} of {r['rewarded_rows']}",
+                ]
+                for r in pairs
+            ],
+        )
+        if pairs
+        else ""
+    )
     if pairs:
-        print(f"\npairs before RL: the cross rows' log ratio at the first update ({args.problems} problems x {args.samples} samples "
-              f"of the source at T=1)\n{pair_table}")
+        print(
+            f"\npairs before RL: the cross rows' log ratio at the first update ({args.problems} problems x {args.samples} samples "
+            f"of the source at T=1)\n{pair_table}"
+        )
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    path = save("headroom-quick" if args.quick else "headroom", {"settings": settings, "build_seconds": build_seconds,
-                                                                  "results": results, "table": text, "pairs": pairs,
-                                                                  "pair_table": pair_table}, args.out)
+    path = save(
+        "headroom-quick" if args.quick else "headroom",
+        {
+            "settings": settings,
+            "build_seconds": build_seconds,
+            "results": results,
+            "table": text,
+            "pairs": pairs,
+            "pair_table": pair_table,
+        },
+        args.out,
+    )
     print(f"wrote {path}")
     return 0
 

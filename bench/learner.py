@@ -64,7 +64,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prompts", type=int, default=64)
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--reps", type=int, default=5)
-    p.add_argument("--threads", type=int, default=1, help="torch threads (a learner worker of a 2-agent hacrl run gets 1 on 2 CPUs)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (a learner worker of a 2-agent hacrl run gets 1 on 2 CPUs)",
+    )
     p.add_argument("--work", type=Path, default=Path("/tmp/hacrl-bench/learner"))
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     p.add_argument("--out", type=Path, default=RESULTS)
@@ -81,9 +86,18 @@ def make_store(args: argparse.Namespace) -> tuple[Path, str]:
     name = "bench-learner-q" if args.quick else "bench-learner"
     store_dir = args.work / "store"
     shutil.rmtree(store_dir / name, ignore_errors=True)
-    agents = [agent_entry(LLAMA, warmup_steps=400), agent_entry(QWEN, warmup_steps=200)]  # the learning benchmark's models
-    algorithm = {"name": "hacpo", "groupSize": args.group_size, "promptsPerStep": args.prompts,
-                 "miniBatchPrompts": max(1, args.prompts // 2), "steps": 1, "seed": 0}
+    agents = [
+        agent_entry(LLAMA, warmup_steps=400),
+        agent_entry(QWEN, warmup_steps=200),
+    ]  # the learning benchmark's models
+    algorithm = {
+        "name": "hacpo",
+        "groupSize": args.group_size,
+        "promptsPerStep": args.prompts,
+        "miniBatchPrompts": max(1, args.prompts // 2),
+        "steps": 1,
+        "seed": 0,
+    }
     doc = experiment(name, agents, algorithm, store_uri=f"file://{store_dir}", eval_prompts=0)
     spec_path = write_spec(doc, args.work / f"{name}.yaml")
     build_models([a["model"] for a in agents], args.cache.resolve())
@@ -119,11 +133,20 @@ def fresh_state(context, initial: dict[str, Any]):
 
 STAGES = ("gather_rows", "assign_advantages", "score_pi_old", "exchange_scores", "run_updates")
 #: This benchmark's column of each stage of the learner step (``learner.step.STAGES``).
-STEP_COLUMNS = {"read_own": "gather_rows", "read_peers": "gather_rows", "plan": "assign_advantages", "pi_old": "score_pi_old",
-                "publish_scores": "exchange_scores", "read_peer_scores": "exchange_scores", "update": "run_updates"}
+STEP_COLUMNS = {
+    "read_own": "gather_rows",
+    "read_peers": "gather_rows",
+    "plan": "assign_advantages",
+    "pi_old": "score_pi_old",
+    "publish_scores": "exchange_scores",
+    "read_peer_scores": "exchange_scores",
+    "update": "run_updates",
+}
 
 
-def algo_step(context, state, step: int = 0, *, score_in_first_update: bool = True) -> tuple[dict[str, float], int, list, object]:
+def algo_step(
+    context, state, step: int = 0, *, score_in_first_update: bool = True
+) -> tuple[dict[str, float], int, list, object]:
     """One learner step, timed stage by stage, as the learner worker runs it
     (``learner.step.learner_step`` on ``StorePorts``); returns (seconds per stage, trained
     tokens, rows, the step's plan)."""
@@ -133,7 +156,9 @@ def algo_step(context, state, step: int = 0, *, score_in_first_update: bool = Tr
     from hacrl_core.learner.step import learner_step, run_step
     from hacrl_core.learner.worker import step_setup, store_ports
 
-    setup = dataclasses.replace(step_setup(context, resolve_algorithm(context.spec.algorithm)), score_in_first_update=score_in_first_update)
+    setup = dataclasses.replace(
+        step_setup(context, resolve_algorithm(context.spec.algorithm)), score_in_first_update=score_in_first_update
+    )
     stages = dict.fromkeys(STAGES, 0.0)
     last = [time.perf_counter()]
 
@@ -162,7 +187,9 @@ def plain_step(context, state, rows, plan) -> float:
         for chunk in micro:
             input_ids, attention, response = collate_rows([rows[i] for i in chunk], pad)
             position_ids = (attention.long().cumsum(-1) - 1).clamp(min=0)
-            logits = model(input_ids=input_ids, attention_mask=attention, position_ids=position_ids, use_cache=False).logits
+            logits = model(
+                input_ids=input_ids, attention_mask=attention, position_ids=position_ids, use_cache=False
+            ).logits
             logp = torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, input_ids[:, 1:, None]).squeeze(-1)
             mask = response[:, 1:].float()
             loss = -(logp * mask).sum() / mask.sum().clamp(min=1)
@@ -189,7 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     import os
 
     os.environ["HACRL_CACHE"] = str(args.cache.resolve())
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # as the learner worker sets it (learner.worker.SERIAL_TOKENIZER_ENV)
+    os.environ.setdefault(
+        "TOKENIZERS_PARALLELISM", "false"
+    )  # as the learner worker sets it (learner.worker.SERIAL_TOKENIZER_ENV)
     import torch
 
     torch.set_num_threads(args.threads)
@@ -217,31 +246,88 @@ def main(argv: list[str] | None = None) -> int:
             saving = statistics.median(1 - a / b for a, b in zip(algo_s, scoring_pass_s))  # paired, as ``paired`` below
             stage_median = {k: statistics.median(s[k] for s in stage_runs) for k in stage_runs[0]}
             ratio = plain / algo
-            paired = statistics.median(p / a for p, a in zip(plain_s, algo_s))  # each rep's plain / algo: robust to load drifting between reps
+            paired = statistics.median(
+                p / a for p, a in zip(plain_s, algo_s)
+            )  # each rep's plain / algo: robust to load drifting between reps
             update_ratio = plain / stage_median["run_updates"]
             key = f"{agent}/{algorithm}"
             results[key] = {
-                "tokens": tokens, "rows": len(rows), "cross_rows": sum(not r.is_own for r in rows),
-                "plain_seconds": plain_s, "algo_seconds": algo_s, "scoring_pass_seconds": scoring_pass_s, "score_and_train_saving": saving,
-                "stages": stage_runs, "stage_median": stage_median,
-                "ratio": ratio, "ratio_paired": paired, "ratio_updates_only": update_ratio,
-                "plain_tokens_per_second": tokens / plain, "algo_tokens_per_second": tokens / algo,
+                "tokens": tokens,
+                "rows": len(rows),
+                "cross_rows": sum(not r.is_own for r in rows),
+                "plain_seconds": plain_s,
+                "algo_seconds": algo_s,
+                "scoring_pass_seconds": scoring_pass_s,
+                "score_and_train_saving": saving,
+                "stages": stage_runs,
+                "stage_median": stage_median,
+                "ratio": ratio,
+                "ratio_paired": paired,
+                "ratio_updates_only": update_ratio,
+                "plain_tokens_per_second": tokens / plain,
+                "algo_tokens_per_second": tokens / algo,
             }
-            rows_out.append([agent, algorithm, len(rows), tokens, f"{tokens / plain:,.0f}", f"{tokens / algo:,.0f}", f"{ratio:.2f}", f"{paired:.2f}",
-                             f"{update_ratio:.2f}", f"{algo:.3f}", f"{scoring_pass:.3f}", f"{saving:+.1%}"] + [f"{stage_median[k] / algo:.0%}" for k in STAGES])
+            rows_out.append(
+                [
+                    agent,
+                    algorithm,
+                    len(rows),
+                    tokens,
+                    f"{tokens / plain:,.0f}",
+                    f"{tokens / algo:,.0f}",
+                    f"{ratio:.2f}",
+                    f"{paired:.2f}",
+                    f"{update_ratio:.2f}",
+                    f"{algo:.3f}",
+                    f"{scoring_pass:.3f}",
+                    f"{saving:+.1%}",
+                ]
+                + [f"{stage_median[k] / algo:.0%}" for k in STAGES]
+            )
             print(f"{key}: ratio {ratio:.2f} (paired {paired:.2f}, updates only {update_ratio:.2f})", flush=True)
     profiles = {}
     for agent in (LLAMA["name"],):
         context = contexts(spec_path, agent, "hacpo")
         profiles[f"{agent}/hacpo"] = profile_step(context, initial_weights(context))
-    text = table(["agent", "algorithm", "rows", "tokens", "plain tok/s", "algo tok/s", "ratio", "ratio (paired)", "ratio (updates only)",
-                  "algo s", "scoring pass s", "score-and-train saves (paired)", "gather", "advantages + plan", "pi_old", "exchange", "updates"], rows_out)
-    print(f"\nlearner throughput ({args.prompts} prompts x G {args.group_size}, torch threads {args.threads}, median of {args.reps} interleaved reps; "
-          f"stage columns: share of the algo step)\n{text}")
+    text = table(
+        [
+            "agent",
+            "algorithm",
+            "rows",
+            "tokens",
+            "plain tok/s",
+            "algo tok/s",
+            "ratio",
+            "ratio (paired)",
+            "ratio (updates only)",
+            "algo s",
+            "scoring pass s",
+            "score-and-train saves (paired)",
+            "gather",
+            "advantages + plan",
+            "pi_old",
+            "exchange",
+            "updates",
+        ],
+        rows_out,
+    )
+    print(
+        f"\nlearner throughput ({args.prompts} prompts x G {args.group_size}, torch threads {args.threads}, median of {args.reps} interleaved reps; "
+        f"stage columns: share of the algo step)\n{text}"
+    )
     print("\ncProfile of one llama-char hacpo step (by own time):\n" + "\n".join(profiles[f"{LLAMA['name']}/hacpo"]))
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    path = save("learner-quick" if args.quick else "learner", {"settings": settings, "table": text, "results": results,
-                                                                "profiles": profiles, "total_seconds": time.perf_counter() - began}, args.out)
+    path = save(
+        "learner-quick" if args.quick else "learner",
+        {
+            "settings": settings,
+            "table": text,
+            "results": results,
+            "profiles": profiles,
+            "total_seconds": time.perf_counter() - began,
+        },
+        args.out,
+    )
     print(f"wrote {path}")
     return 0
 

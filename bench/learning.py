@@ -107,14 +107,28 @@ ABLATIONS = [c for c in CONFIGS if c.startswith("no-")]
 CONTROLS = ["gspo-x2", "grpo", "naive"]
 DIFFICULTY = "2-3"
 #: Short team tags for run names (experiment names are at most 40 characters).
-TEAM_TAGS = {"same-tokenizer": "same", "cross-tokenizer": "cross", "trio": "trio", "marker-same-tokenizer": "mark", "marker-cross-tokenizer": "markx",
-             "marker-trio": "markt", "complementary": "comp"}
+TEAM_TAGS = {
+    "same-tokenizer": "same",
+    "cross-tokenizer": "cross",
+    "trio": "trio",
+    "marker-same-tokenizer": "mark",
+    "marker-cross-tokenizer": "markx",
+    "marker-trio": "markt",
+    "complementary": "comp",
+}
 #: Three-agent teams -> the pairs their agents come from (HACPO in the trio is compared with HACPO in each).
-TRIOS = {"trio": ("same-tokenizer", "cross-tokenizer"), "marker-trio": ("marker-same-tokenizer", "marker-cross-tokenizer")}
+TRIOS = {
+    "trio": ("same-tokenizer", "cross-tokenizer"),
+    "marker-trio": ("marker-same-tokenizer", "marker-cross-tokenizer"),
+}
 #: Shorter configuration tags, used only where the full run name would pass 40 characters (so the
 #: names of runs already cached under the full tag keep their cache).
-SHORT_CONFIG_TAGS = {"no-capability-advantage": "no-cap-adv", "no-discrepancy-coefficient": "no-disc-coef",
-                     "no-exponential-importance": "no-exp-is", "no-stepwise-clipping": "no-step-clip"}
+SHORT_CONFIG_TAGS = {
+    "no-capability-advantage": "no-cap-adv",
+    "no-discrepancy-coefficient": "no-disc-coef",
+    "no-exponential-importance": "no-exp-is",
+    "no-stepwise-clipping": "no-step-clip",
+}
 NAME_LIMIT = 40
 
 
@@ -166,8 +180,38 @@ TEAMS: dict[str, list[Agent]] = {
 }
 
 #: Two-sided 95% Student t quantiles by degrees of freedom (stdlib only; beyond 30, 1.96).
-T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+T975 = [
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+]
 
 
 def mean_ci(values: Sequence[float]) -> tuple[float, float]:
@@ -190,40 +234,94 @@ def fmt_ci(mean: float, half: float, digits: int = 3) -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="smoke test: same-tokenizer, hacpo and gspo, 1 seed, 2 steps, short warm starts")
-    p.add_argument("--teams", default="same-tokenizer,cross-tokenizer,trio", help="comma-separated subset of: " + ", ".join(TEAMS))
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke test: same-tokenizer, hacpo and gspo, 1 seed, 2 steps, short warm starts",
+    )
+    p.add_argument(
+        "--teams", default="same-tokenizer,cross-tokenizer,trio", help="comma-separated subset of: " + ", ".join(TEAMS)
+    )
     p.add_argument("--steps", type=int, default=40, help="steps of every run (x 2 optimizer updates)")
     p.add_argument("--seeds", type=int, default=5, help="seeds of the main comparison")
-    p.add_argument("--first-seed", type=int, default=0, help="the first seed: runs seeds K .. K+seeds-1 (check a claim on seeds a table did not use)")
-    p.add_argument("--probe", action="store_true",
-                   help="before the runs, print each agent's warm-start greedy accuracy on the held-out problems with and without a '*'")
+    p.add_argument(
+        "--first-seed",
+        type=int,
+        default=0,
+        help="the first seed: runs seeds K .. K+seeds-1 (check a claim on seeds a table did not use)",
+    )
+    p.add_argument(
+        "--probe",
+        action="store_true",
+        help="before the runs, print each agent's warm-start greedy accuracy on the held-out problems with and without a '*'",
+    )
     p.add_argument("--probe-problems", type=int, default=400, help="held-out problems of --probe")
-    p.add_argument("--ablation-seeds", type=int, default=3, help="seeds of the four ablations (the first N of the seeds)")
-    p.add_argument("--control-seeds", type=int, help="seeds of the controls gspo-x2, grpo and naive (the first N of --seeds; default: all)")
+    p.add_argument(
+        "--ablation-seeds", type=int, default=3, help="seeds of the four ablations (the first N of the seeds)"
+    )
+    p.add_argument(
+        "--control-seeds",
+        type=int,
+        help="seeds of the controls gspo-x2, grpo and naive (the first N of --seeds; default: all)",
+    )
     p.add_argument("--ablation-teams", default="cross-tokenizer", help="teams that run the ablations")
     p.add_argument("--trio-seeds", type=int, default=3, help="seeds of the trio (the first N of --seeds)")
-    p.add_argument("--trio-configs", default="hacpo", help="configurations of the trio (GSPO trains each agent alone: the pairs' gspo rows hold)")
+    p.add_argument(
+        "--trio-configs",
+        default="hacpo",
+        help="configurations of the trio (GSPO trains each agent alone: the pairs' gspo rows hold)",
+    )
     p.add_argument("--prompts", type=int, default=64, help="promptsPerStep (miniBatchPrompts is half)")
     p.add_argument("--group-size", type=int, default=8)
-    p.add_argument("--max-new-tokens", type=int, default=48, help="rollout and eval budget (chains are at most 40 tokens)")
-    p.add_argument("--lr", type=float, default=1e-4, help="learning rate of every agent (2e-4 and up made the weak agent worse under GSPO)")
+    p.add_argument(
+        "--max-new-tokens", type=int, default=48, help="rollout and eval budget (chains are at most 40 tokens)"
+    )
+    p.add_argument(
+        "--lr",
+        type=float,
+        default=1e-4,
+        help="learning rate of every agent (2e-4 and up made the weak agent worse under GSPO)",
+    )
     p.add_argument("--eval-every", type=int, default=10)
     p.add_argument("--eval-prompts", type=int, default=1000)
-    p.add_argument("--warmup", action="append", default=[], metavar="AGENT=STEPS", help="warm-start steps of an agent (repeatable)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
-                   help="an spec.algorithm field for every configuration, e.g. alpha=2, deltaStep=0 (repeatable; YAML values)")
-    p.add_argument("--name", default="", help="a variant name: results go to learning-<name>.json and runs are cached apart")
-    p.add_argument("--configs", default=",".join(MAIN + ABLATIONS), help="comma-separated subset of: " + ", ".join(CONFIGS))
-    p.add_argument("--work", type=Path, default=Path("/tmp/hacrl-bench/learning"), help="stores, logs and per-run cache")
+    p.add_argument(
+        "--warmup", action="append", default=[], metavar="AGENT=STEPS", help="warm-start steps of an agent (repeatable)"
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="an spec.algorithm field for every configuration, e.g. alpha=2, deltaStep=0 (repeatable; YAML values)",
+    )
+    p.add_argument(
+        "--name", default="", help="a variant name: results go to learning-<name>.json and runs are cached apart"
+    )
+    p.add_argument(
+        "--configs", default=",".join(MAIN + ABLATIONS), help="comma-separated subset of: " + ", ".join(CONFIGS)
+    )
+    p.add_argument(
+        "--work", type=Path, default=Path("/tmp/hacrl-bench/learning"), help="stores, logs and per-run cache"
+    )
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="HACRL_CACHE (tiny models are built once)")
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--img", type=Path, default=REPO / "docs" / "img")
     p.add_argument("--fresh", action="store_true", help="ignore runs cached under --work")
-    p.add_argument("--reuse", type=Path, action="append", default=[],
-                   help="a results file (bench/results/learning-*.json) whose runs count as cached where their spec matches: "
-                        "extend a recorded benchmark on a fresh machine (repeatable; with the recording's --work, "
-                        "the default: the spec names its store)")
-    p.add_argument("--report-only", action="store_true", help="report the runs of the plan already cached under --work; run nothing")
+    p.add_argument(
+        "--reuse",
+        type=Path,
+        action="append",
+        default=[],
+        help="a results file (bench/results/learning-*.json) whose runs count as cached where their spec matches: "
+        "extend a recorded benchmark on a fresh machine (repeatable; with the recording's --work, "
+        "the default: the spec names its store)",
+    )
+    p.add_argument(
+        "--report-only",
+        action="store_true",
+        help="report the runs of the plan already cached under --work; run nothing",
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.steps, args.seeds, args.eval_every, args.eval_prompts, args.prompts = 2, 1, 0, 16, 8
@@ -243,7 +341,9 @@ def plan(args: argparse.Namespace) -> list[tuple[str, str, int]]:
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     unknown = [t for t in teams if t not in TEAMS] + [c for c in configs if c not in CONFIGS]
     if unknown:
-        raise SystemExit(f"unknown teams or configs {unknown}; teams: {', '.join(TEAMS)}; configs: {', '.join(CONFIGS)}")
+        raise SystemExit(
+            f"unknown teams or configs {unknown}; teams: {', '.join(TEAMS)}; configs: {', '.join(CONFIGS)}"
+        )
     trio_configs = [c.strip() for c in args.trio_configs.split(",") if c.strip()]
     runs = []
     for seed in range(args.first_seed, args.first_seed + args.seeds):
@@ -275,10 +375,22 @@ def run_spec(args: argparse.Namespace, team: str, config: str, seed: int, store_
     for override in args.overrides:
         field, _, value = override.partition("=")
         algorithm[field] = yaml.safe_load(value)
-    agents = [agent_document(agent.name, agent.uri(args.warmups.get(agent.name)), lr=args.lr, max_new_tokens=args.max_new_tokens)
-              for agent in TEAMS[team]]
-    return experiment(name, agents, algorithm, store_uri=f"file://{store_dir}", difficulty=DIFFICULTY,
-                      eval_prompts=args.eval_prompts, eval_every=args.eval_every, eval_split_size=args.eval_prompts)
+    agents = [
+        agent_document(
+            agent.name, agent.uri(args.warmups.get(agent.name)), lr=args.lr, max_new_tokens=args.max_new_tokens
+        )
+        for agent in TEAMS[team]
+    ]
+    return experiment(
+        name,
+        agents,
+        algorithm,
+        store_uri=f"file://{store_dir}",
+        difficulty=DIFFICULTY,
+        eval_prompts=args.eval_prompts,
+        eval_every=args.eval_every,
+        eval_split_size=args.eval_prompts,
+    )
 
 
 def collect(store_dir: Path, name: str, agents: list[str], steps: int) -> dict[str, Any]:
@@ -301,9 +413,14 @@ def collect(store_dir: Path, name: str, agents: list[str], steps: int) -> dict[s
                 used.append(1.0 - m["learner/cross_clip_frac"])
             if "learner/cross_ratio_mean" in m:
                 cross_ratio.append(m["learner/cross_ratio_mean"])
-        result[agent] = {"curve": curve, "reward": rewards, "tokens_by_step": tokens, "rollout_tokens": tokens[-1],
-                         "shared_rows_used": statistics.fmean(used) if used else None,
-                         "cross_ratio_mean": statistics.fmean(cross_ratio) if cross_ratio else None}
+        result[agent] = {
+            "curve": curve,
+            "reward": rewards,
+            "tokens_by_step": tokens,
+            "rollout_tokens": tokens[-1],
+            "shared_rows_used": statistics.fmean(used) if used else None,
+            "cross_ratio_mean": statistics.fmean(cross_ratio) if cross_ratio else None,
+        }
     return result
 
 
@@ -311,7 +428,11 @@ def summarize(curve: list[tuple[int, float]], steps: int) -> dict[str, float]:
     if not curve:
         return {"initial": float("nan"), "final": float("nan"), "gain": float("nan"), "auc": float("nan")}
     initial, final = curve[0][1], curve[-1][1]
-    auc = sum((s1 - s0) * (a0 + a1) / 2 for (s0, a0), (s1, a1) in itertools.pairwise(curve)) / max(steps, 1) if len(curve) > 1 else final
+    auc = (
+        sum((s1 - s0) * (a0 + a1) / 2 for (s0, a0), (s1, a1) in itertools.pairwise(curve)) / max(steps, 1)
+        if len(curve) > 1
+        else final
+    )
     return {"initial": initial, "final": final, "gain": final - initial, "auc": auc}
 
 
@@ -336,11 +457,20 @@ def comparisons(runs: list[dict[str, Any]], team: str, agent: str) -> list[tuple
     """What HACPO in ``team`` is compared with, for ``agent``: the team's other configurations and,
     for a team that runs only HACPO (the trio), the agent's GSPO runs and its HACPO runs in pairs."""
     mine = [r for r in runs if r["team"] == team]
-    found = [(config, [r for r in mine if r["config"] == config]) for config in dict.fromkeys(r["config"] for r in mine) if config != "hacpo"]
+    found = [
+        (config, [r for r in mine if r["config"] == config])
+        for config in dict.fromkeys(r["config"] for r in mine)
+        if config != "hacpo"
+    ]
     if team in TRIOS:
         found.append(("gspo", list(unique_by_seed(r for r in runs if r["config"] == "gspo" and agent in r["agents"]))))
         for pair in TRIOS[team]:
-            found.append((f"hacpo ({pair})", [r for r in runs if r["team"] == pair and r["config"] == "hacpo" and agent in r["agents"]]))
+            found.append(
+                (
+                    f"hacpo ({pair})",
+                    [r for r in runs if r["team"] == pair and r["config"] == "hacpo" and agent in r["agents"]],
+                )
+            )
     return found
 
 
@@ -361,20 +491,45 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace) -> tuple[str, s
                 stats["shared_rows_used"] = statistics.fmean(used) if used else None
                 stats["seeds"] = len(records)
                 summary[team][config][agent] = stats
-                rows.append([team, config, agent, len(records), f"{stats['initial'][0]:.3f}", fmt_ci(*stats["final"]),
-                             fmt_ci(*stats["gain"]), fmt_ci(*stats["auc"]), f"{stats['rollout_tokens'] / 1e6:.3f}",
-                             "-" if stats["shared_rows_used"] is None else f"{stats['shared_rows_used']:.0%}"])
+                rows.append(
+                    [
+                        team,
+                        config,
+                        agent,
+                        len(records),
+                        f"{stats['initial'][0]:.3f}",
+                        fmt_ci(*stats["final"]),
+                        fmt_ci(*stats["gain"]),
+                        fmt_ci(*stats["auc"]),
+                        f"{stats['rollout_tokens'] / 1e6:.3f}",
+                        "-" if stats["shared_rows_used"] is None else f"{stats['shared_rows_used']:.0%}",
+                    ]
+                )
         # HACPO against each other configuration, paired by seed (same data order and sampling seed).
         reference = {r["seed"]: r for r in mine if r["config"] == "hacpo"}
         for agent in (a.name for a in TEAMS[team]):
             for label, others in comparisons(runs, team, agent):
-                pairs = [(reference[r["seed"]]["agents"][agent], r["agents"][agent]) for r in others if r["seed"] in reference]
+                pairs = [
+                    (reference[r["seed"]]["agents"][agent], r["agents"][agent])
+                    for r in others
+                    if r["seed"] in reference
+                ]
                 if not pairs:
                     continue
                 d_final = mean_ci([h["final"] - o["final"] for h, o in pairs])
                 d_auc = mean_ci([h["auc"] - o["auc"] for h, o in pairs])
                 wins = sum(h["final"] > o["final"] for h, o in pairs)
-                paired_rows.append([team, f"hacpo - {label}", agent, len(pairs), fmt_ci(*d_final), fmt_ci(*d_auc), f"{wins}/{len(pairs)}"])
+                paired_rows.append(
+                    [
+                        team,
+                        f"hacpo - {label}",
+                        agent,
+                        len(pairs),
+                        fmt_ci(*d_final),
+                        fmt_ci(*d_auc),
+                        f"{wins}/{len(pairs)}",
+                    ]
+                )
         gspo_runs = [r for r in runs if r["config"] == "gspo"]
         if "hacpo" in configs:
             for agent in (a.name for a in TEAMS[team]):
@@ -386,10 +541,24 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace) -> tuple[str, s
                 reached = [tokens_to_reach(reference[s]["agents"][agent], target) for s in sorted(reference)]
                 gspo_tokens = statistics.fmean(r["agents"][agent]["rollout_tokens"] for r in agent_gspo)
                 hit = [t for t in reached if t is not None]
-                summary[team].setdefault("tokens_to_gspo_final", {})[agent] = {"target": target, "hacpo": reached, "gspo": gspo_tokens}
-                paired_rows.append([team, "tok->gspo", agent, len(reached),
-                                    f"hacpo {statistics.fmean(hit) / 1e6:.3f} Mtok ({len(hit)}/{len(reached)} reached)" if hit else f"never (0/{len(reached)})",
-                                    f"gspo {gspo_tokens / 1e6:.3f} Mtok", f"target {target:.3f}"])
+                summary[team].setdefault("tokens_to_gspo_final", {})[agent] = {
+                    "target": target,
+                    "hacpo": reached,
+                    "gspo": gspo_tokens,
+                }
+                paired_rows.append(
+                    [
+                        team,
+                        "tok->gspo",
+                        agent,
+                        len(reached),
+                        f"hacpo {statistics.fmean(hit) / 1e6:.3f} Mtok ({len(hit)}/{len(reached)} reached)"
+                        if hit
+                        else f"never (0/{len(reached)})",
+                        f"gspo {gspo_tokens / 1e6:.3f} Mtok",
+                        f"target {target:.3f}",
+                    ]
+                )
     text = table(["team", "config", "agent", "seeds", "initial", "final", "gain", "auc", "Mtok", "shared used"], rows)
     paired = table(["team", "comparison", "agent", "seeds", "final diff", "auc diff", "wins"], paired_rows)
     return text, paired, summary
@@ -401,14 +570,21 @@ def paired_finals(runs: list[dict[str, Any]]) -> dict[str, list[float]]:
     teams = list(dict.fromkeys(r["team"] for r in runs))
     paired: dict[str, list[float]] = {}
     for team in teams:
-        by_config = {config: {r["seed"]: r for r in runs if r["team"] == team and r["config"] == config} for config in ("hacpo", "gspo")}
+        by_config = {
+            config: {r["seed"]: r for r in runs if r["team"] == team and r["config"] == config}
+            for config in ("hacpo", "gspo")
+        }
         seeds = sorted(set(by_config["hacpo"]) & set(by_config["gspo"]))
         if not seeds:
             continue
         for agent in (a.name for a in TEAMS[team]):
             key = agent if len(teams) == 1 else f"{team}/{agent}"
-            paired[key] = [round(by_config["hacpo"][s]["agents"][agent]["final"] - by_config["gspo"][s]["agents"][agent]["final"], 6)
-                           for s in seeds]
+            paired[key] = [
+                round(
+                    by_config["hacpo"][s]["agents"][agent]["final"] - by_config["gspo"][s]["agents"][agent]["final"], 6
+                )
+                for s in seeds
+            ]
     return paired
 
 
@@ -428,8 +604,15 @@ def probe(args: argparse.Namespace, teams: list[str]) -> dict[str, dict[str, flo
     problems = [held_out.problem(i) for i in range(args.probe_problems)]
     found: dict[str, dict[str, float]] = {}
     for agent in dict.fromkeys(a for team in teams for a in TEAMS[team]):
-        model, tokenizer = load_policy(resolve_model(agent.uri(args.warmups.get(agent.name)), args.cache.resolve() / "models"))
-        completions = generate_greedy(model, tokenizer, [render_prompt(tokenizer, p.question) for p in problems], max_new_tokens=args.max_new_tokens)
+        model, tokenizer = load_policy(
+            resolve_model(agent.uri(args.warmups.get(agent.name)), args.cache.resolve() / "models")
+        )
+        completions = generate_greedy(
+            model,
+            tokenizer,
+            [render_prompt(tokenizer, p.question) for p in problems],
+            max_new_tokens=args.max_new_tokens,
+        )
         row: dict[str, float] = {}
         for part, keep in (("all", lambda q: True), ("mul", lambda q: "*" in q), ("nomul", lambda q: "*" not in q)):
             chosen = [(c, p) for c, p in zip(completions, problems, strict=True) if keep(p.question)]
@@ -437,9 +620,12 @@ def probe(args: argparse.Namespace, teams: list[str]) -> dict[str, dict[str, flo
             row[f"{part}_marked"] = sum("####" in c for c, _ in chosen) / len(chosen)
             row[f"{part}_problems"] = len(chosen)
         found[agent.name] = row
-        print(f"probe {agent.name}: held-out greedy accuracy all {row['all_accuracy']:.3f}, with '*' {row['mul_accuracy']:.3f} "
-              f"({row['mul_problems']} problems, {row['mul_marked']:.0%} end in ####), without '*' {row['nomul_accuracy']:.3f} "
-              f"({row['nomul_problems']}, {row['nomul_marked']:.0%})", flush=True)
+        print(
+            f"probe {agent.name}: held-out greedy accuracy all {row['all_accuracy']:.3f}, with '*' {row['mul_accuracy']:.3f} "
+            f"({row['mul_problems']} problems, {row['mul_marked']:.0%} end in ####), without '*' {row['nomul_accuracy']:.3f} "
+            f"({row['nomul_problems']}, {row['nomul_marked']:.0%})",
+            flush=True,
+        )
     return found
 
 
@@ -448,7 +634,11 @@ def draw(ax: Any, runs: list[dict[str, Any]], team: str, agent: str) -> None:
     import numpy as np
 
     for config in dict.fromkeys(r["config"] for r in runs if r["team"] == team):
-        curves = [r["agents"][agent]["curve"] for r in runs if r["team"] == team and r["config"] == config and r["agents"][agent]["curve"]]
+        curves = [
+            r["agents"][agent]["curve"]
+            for r in runs
+            if r["team"] == team and r["config"] == config and r["agents"][agent]["curve"]
+        ]
         if not curves:
             continue
         length = min(len(c) for c in curves)
@@ -457,7 +647,9 @@ def draw(ax: Any, runs: list[dict[str, Any]], team: str, agent: str) -> None:
         mean = ys.mean(0)
         half = np.array([mean_ci(list(ys[:, i]))[1] for i in range(length)]) if len(curves) > 1 else np.zeros(length)
         style = "-" if config in ("hacpo", "gspo") else "--"
-        ax.plot(xs, mean, style, marker="o", ms=3, label=f"{config} (n={len(curves)})", lw=2 if config == "hacpo" else 1.2)
+        ax.plot(
+            xs, mean, style, marker="o", ms=3, label=f"{config} (n={len(curves)})", lw=2 if config == "hacpo" else 1.2
+        )
         ax.fill_between(xs, mean - np.nan_to_num(half), mean + np.nan_to_num(half), alpha=0.12)
     ax.set_xlabel("training step (2 optimizer updates each)")
     ax.set_ylabel("held-out greedy accuracy")
@@ -530,10 +722,15 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
     names = [run_name(prefix, team, config, seed) for team, config, seed in schedule]
     assert len(set(names)) == len(names), "two runs of the plan share a name"
-    fingerprints = [run_fingerprint(args, team, config, seed, name) for (team, config, seed), name in zip(schedule, names)]
+    fingerprints = [
+        run_fingerprint(args, team, config, seed, name) for (team, config, seed), name in zip(schedule, names)
+    ]
     recorded = {run["name"]: run for path in args.reuse for run in json.loads(path.read_text())["runs"]}
-    found = {name: cached_run(cache_dir / f"{name}.json", fingerprint) or same_spec(recorded.get(name), fingerprint)
-             for name, fingerprint in zip(names, fingerprints) if not args.fresh}
+    found = {
+        name: cached_run(cache_dir / f"{name}.json", fingerprint) or same_spec(recorded.get(name), fingerprint)
+        for name, fingerprint in zip(names, fingerprints)
+        if not args.fresh
+    }
     # Only the runs still to do need their models (a warm start each: 20-60 s on 2 CPUs).
     to_run = [] if args.report_only else [i for i, name in enumerate(names) if found.get(name) is None]
     uris = [a["model"] for i in to_run for a in json.loads(fingerprints[i])["spec"]["agents"]]
@@ -557,28 +754,64 @@ def main(argv: list[str] | None = None) -> int:
         wall = hacrl_run(spec_path, work / "workdirs" / name, env, args=["--split"])
         agents = [a.name for a in TEAMS[team]]
         data = collect(store_dir, name, agents, args.steps)
-        record = {"name": name, "team": team, "config": config, "seed": seed, "wall_seconds": wall, "fingerprint": fingerprint,
-                  "agents": {agent: {**data[agent], **summarize(data[agent]["curve"], args.steps)} for agent in agents}}
+        record = {
+            "name": name,
+            "team": team,
+            "config": config,
+            "seed": seed,
+            "wall_seconds": wall,
+            "fingerprint": fingerprint,
+            "agents": {agent: {**data[agent], **summarize(data[agent]["curve"], args.steps)} for agent in agents},
+        }
         cached.write_text(json.dumps(record))
         runs.append(record)
         shutil.rmtree(store_dir / name / "weights", ignore_errors=True)  # keep metrics, drop bulk
         shutil.rmtree(store_dir / name / "checkpoints", ignore_errors=True)
         s = " ".join(f"{a}: {record['agents'][a]['initial']:.3f}->{record['agents'][a]['final']:.3f}" for a in agents)
-        print(f"[{index + 1}/{len(schedule)}] {name}: {wall:.0f}s  {s}  (elapsed {time.perf_counter() - began:.0f}s)", flush=True)
+        print(
+            f"[{index + 1}/{len(schedule)}] {name}: {wall:.0f}s  {s}  (elapsed {time.perf_counter() - began:.0f}s)",
+            flush=True,
+        )
 
     text, paired, summary = report(runs, args)
-    settings = {k: (str(v) if isinstance(v, Path) else [str(x) if isinstance(x, Path) else x for x in v] if isinstance(v, list) else v)
-                for k, v in vars(args).items()}
+    settings = {
+        k: (
+            str(v)
+            if isinstance(v, Path)
+            else [str(x) if isinstance(x, Path) else x for x in v]
+            if isinstance(v, list)
+            else v
+        )
+        for k, v in vars(args).items()
+    }
     variant = f"; {args.name}: {' '.join(args.overrides)}" if args.name else ""
-    print(f"\nlearning{variant} (worked-chain arithmetic difficulty={DIFFICULTY}; {args.steps} steps x 2 updates, {args.prompts} prompts/step, "
-          f"G {args.group_size}, lr {args.lr}, {args.eval_prompts} eval problems; mean ± 95% CI over seeds)\n{text}\n\n"
-          f"paired by seed (HACPO minus the other; ± 95% CI)\n{paired}")
+    print(
+        f"\nlearning{variant} (worked-chain arithmetic difficulty={DIFFICULTY}; {args.steps} steps x 2 updates, {args.prompts} prompts/step, "
+        f"G {args.group_size}, lr {args.lr}, {args.eval_prompts} eval problems; mean ± 95% CI over seeds)\n{text}\n\n"
+        f"paired by seed (HACPO minus the other; ± 95% CI)\n{paired}"
+    )
     name = ("learning-quick" if args.quick else "learning") + (f"-{args.name}" if args.name else "")
-    walls = {config: statistics.fmean(r["wall_seconds"] for r in runs if r["config"] == config) for config in dict.fromkeys(r["config"] for r in runs)}
+    walls = {
+        config: statistics.fmean(r["wall_seconds"] for r in runs if r["config"] == config)
+        for config in dict.fromkeys(r["config"] for r in runs)
+    }
     hacpo_minus_gspo = paired_finals(runs)
-    path = save(name, {"settings": settings, "build_seconds": build_seconds, "total_seconds": time.perf_counter() - began,
-                       "wall_seconds_by_config": walls, "table": text, "paired": paired, "summary": summary, "probe": probed,
-                       "hacpo_minus_gspo_final": hacpo_minus_gspo, "runs": runs}, args.out)
+    path = save(
+        name,
+        {
+            "settings": settings,
+            "build_seconds": build_seconds,
+            "total_seconds": time.perf_counter() - began,
+            "wall_seconds_by_config": walls,
+            "table": text,
+            "paired": paired,
+            "summary": summary,
+            "probe": probed,
+            "hacpo_minus_gspo_final": hacpo_minus_gspo,
+            "runs": runs,
+        },
+        args.out,
+    )
     print(f"wrote {path}")
     if not args.quick:  # a named variant's figures carry its name, beside the default run's
         variant_tag = f"{args.name}-" if args.name else ""

@@ -70,7 +70,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--scales", default="1,10,50")
     p.add_argument("--agents", type=int, default=4)
     p.add_argument("--interval", type=float, default=0.2, help="HACRL_RECONCILE_INTERVAL in seconds")
-    p.add_argument("--timeout", type=float, default=180, help="per stage; experiments not done by then are reported as timed out")
+    p.add_argument(
+        "--timeout", type=float, default=180, help="per stage; experiments not done by then are reported as timed out"
+    )
     p.add_argument("--work", type=Path, default=Path("/tmp/hacrl-bench/operator"))
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--repeats", type=int, default=3, help="rounds of operator and floor runs, alternating")
@@ -84,9 +86,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def experiment_doc(name: str, agents: int, store_uri: str) -> dict[str, Any]:
     presets = ["tiny://llama-char?seed=0", "tiny://qwen2-bpe?seed=0"]
     return {
-        "apiVersion": "hacrl.io/v1alpha1", "kind": "HACRLExperiment", "metadata": {"name": name, "namespace": NS},
+        "apiVersion": "hacrl.io/v1alpha1",
+        "kind": "HACRLExperiment",
+        "metadata": {"name": name, "namespace": NS},
         "spec": {
-            "agents": [{"name": f"agent-{i}", "model": presets[i % 2], "rollout": {"maxNewTokens": 8}} for i in range(agents)],
+            "agents": [
+                {"name": f"agent-{i}", "model": presets[i % 2], "rollout": {"maxNewTokens": 8}} for i in range(agents)
+            ],
             "algorithm": {"name": "hacpo", "groupSize": 8, "promptsPerStep": 64, "miniBatchPrompts": 32, "steps": 12},
             "data": {"train": {"source": "builtin://arithmetic?difficulty=1&seed=0"}, "reward": "exact"},
             "store": {"uri": store_uri},
@@ -124,9 +130,13 @@ def counting_cluster(work: Path) -> Any:
 
         async def __call__(self, raw_request: Any) -> Any:
             agent = raw_request.headers.get("User-Agent", "")
-            client = "kopf" if agent.startswith("kopf/") else "operator" if agent.startswith("hacrl-operator/") else "bench"
+            client = (
+                "kopf" if agent.startswith("kopf/") else "operator" if agent.startswith("hacrl-operator/") else "bench"
+            )
             access = rbac_access(raw_request.method, raw_request.path, raw_request.rel_url.query)
-            self.counts[f"{client} {access[0]} {access[2]}" if access else f"{client} {raw_request.method} {raw_request.path}"] += 1
+            self.counts[
+                f"{client} {access[0]} {access[2]}" if access else f"{client} {raw_request.method} {raw_request.path}"
+            ] += 1
             return await super().__call__(raw_request)
 
     cluster = EmulatedCluster(work)
@@ -192,9 +202,14 @@ class Floor:
         return sum(task.result() for task in self.tasks)
 
 
-def create_stage(api: EmulatorApi, names: list[str], args: argparse.Namespace, store_uri: str,
-                 posted: Callable[[dict[str, Any]], None] | None = None,
-                 check: Callable[[], None] | None = None) -> tuple[float, dict[str, float], float]:
+def create_stage(
+    api: EmulatorApi,
+    names: list[str],
+    args: argparse.Namespace,
+    store_uri: str,
+    posted: Callable[[dict[str, Any]], None] | None = None,
+    check: Callable[[], None] | None = None,
+) -> tuple[float, dict[str, float], float]:
     """POST the experiments (``posted`` gets each as stored); per experiment, seconds until all its
     pods are listed. ``check`` is called at every poll (it raises to stop the run)."""
     pods_per = 2 * args.agents
@@ -212,7 +227,9 @@ def create_stage(api: EmulatorApi, names: list[str], args: argparse.Namespace, s
     began = time.perf_counter()
     for name in names:
         created[name] = time.perf_counter()
-        body = api.call("POST", f"{GROUP}/namespaces/{NS}/hacrlexperiments", experiment_doc(name, args.agents, store_uri))
+        body = api.call(
+            "POST", f"{GROUP}/namespaces/{NS}/hacrlexperiments", experiment_doc(name, args.agents, store_uri)
+        )
         if posted is not None:
             posted(body)
     post_seconds = time.perf_counter() - began
@@ -222,8 +239,12 @@ def create_stage(api: EmulatorApi, names: list[str], args: argparse.Namespace, s
 
 def stats(values: dict[str, float]) -> dict[str, float]:
     ordered = sorted(values.values())
-    return {"median": statistics.median(ordered), "p90": ordered[int(0.9 * (len(ordered) - 1))], "max": ordered[-1],
-            "timed_out": sum(v == float("inf") for v in ordered)}
+    return {
+        "median": statistics.median(ordered),
+        "p90": ordered[int(0.9 * (len(ordered) - 1))],
+        "max": ordered[-1],
+        "timed_out": sum(v == float("inf") for v in ordered),
+    }
 
 
 def run_scale(n: int, args: argparse.Namespace, mode: str = "operator") -> dict[str, Any]:
@@ -240,7 +261,13 @@ def run_scale(n: int, args: argparse.Namespace, mode: str = "operator") -> dict[
     cluster = counting_cluster(work).start()
     names = [f"hx-{i:03d}" for i in range(n)]
     pods_per = 2 * args.agents
-    result: dict[str, Any] = {"mode": mode, "experiments": n, "agents": args.agents, "pods": n * pods_per, "interval": args.interval}
+    result: dict[str, Any] = {
+        "mode": mode,
+        "experiments": n,
+        "agents": args.agents,
+        "pods": n * pods_per,
+        "interval": args.interval,
+    }
     try:
         api = EmulatorApi(cluster.port)
         api.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
@@ -255,48 +282,91 @@ def run_scale(n: int, args: argparse.Namespace, mode: str = "operator") -> dict[
             if created != n * pods_per:
                 raise RuntimeError(f"floor: created {created} of {n * pods_per} pods")
             print(f"  N={n} floor ({floor.workers} threads): all {n * pods_per} pods in {all_pods:.1f}s", flush=True)
-            return {**result, "threads": floor.workers, "post_seconds": post_seconds, "create_to_pods": stats(to_pods),
-                    "create_to_all_pods_seconds": all_pods, "requests": dict(sorted(requests.items())), "raw": {"create_to_pods": to_pods}}
+            return {
+                **result,
+                "threads": floor.workers,
+                "post_seconds": post_seconds,
+                "create_to_pods": stats(to_pods),
+                "create_to_all_pods_seconds": all_pods,
+                "requests": dict(sorted(requests.items())),
+                "raw": {"create_to_pods": to_pods},
+            }
         with run_operator(cluster, HACRL_RECONCILE_INTERVAL=str(args.interval)) as _handle:
             # run_operator returns once the operator is healthy, before kopf has opened its
             # watches; a running operator has them open, so its first list and watch are not
             # timed (before 2026-12-03 they were: they were part of N = 1's create->pods).
-            wait_for(lambda: all(cluster.emulator.counts[f"kopf watch {r}"] for r in ("hacrlexperiments", "pods")),
-                     timeout=30, what="kopf's watches of experiments and pods")
+            wait_for(
+                lambda: all(cluster.emulator.counts[f"kopf watch {r}"] for r in ("hacrlexperiments", "pods")),
+                timeout=30,
+                what="kopf's watches of experiments and pods",
+            )
             counted = collections.Counter(cluster.emulator.counts)
             post_seconds, to_pods, all_pods = create_stage(api, names, args, store_uri)
             requests = cluster.emulator.counts - counted
             print(f"  N={n} operator: all {n * pods_per} pods in {all_pods:.1f}s", flush=True)
 
             for pod in api.call("GET", f"/api/v1/namespaces/{NS}/pods")["items"]:
-                api.call("PATCH", f"/api/v1/namespaces/{NS}/pods/{pod['metadata']['name']}/status", {"status": {"phase": "Running"}},
-                         "application/merge-patch+json")
+                api.call(
+                    "PATCH",
+                    f"/api/v1/namespaces/{NS}/pods/{pod['metadata']['name']}/status",
+                    {"status": {"phase": "Running"}},
+                    "application/merge-patch+json",
+                )
 
             def statuses() -> dict[str, dict[str, Any]]:
                 items = api.call("GET", f"{GROUP}/namespaces/{NS}/hacrlexperiments")["items"]
                 return {i["metadata"]["name"]: i.get("status") or {} for i in items}
 
-            wait_each(names, {k: 0.0 for k in names}, lambda: {k for k, s in statuses().items() if s.get("phase") == "Running"},
-                      args.timeout, "phase Running")
+            wait_each(
+                names,
+                {k: 0.0 for k in names},
+                lambda: {k for k, s in statuses().items() if s.get("phase") == "Running"},
+                args.timeout,
+                "phase Running",
+            )
             print(f"  N={n} operator: all Running", flush=True)
             beat: dict[str, float] = {}
             began = time.perf_counter()
             for name in names:
                 store = open_trajectory_store(experiment_root(store_uri, NS), name)  # where its workers write
                 for i in range(args.agents):
-                    store.write_progress(f"agent-{i}", {"agent": f"agent-{i}", "step": 3, "steps": 12, "weights_version": 3,
-                                                        "reward": 0.3, "accuracy": None, "capability": 0.3, "last_checkpoint": None,
-                                                        "done": False, "time": time.time()})
+                    store.write_progress(
+                        f"agent-{i}",
+                        {
+                            "agent": f"agent-{i}",
+                            "step": 3,
+                            "steps": 12,
+                            "weights_version": 3,
+                            "reward": 0.3,
+                            "accuracy": None,
+                            "capability": 0.3,
+                            "last_checkpoint": None,
+                            "done": False,
+                            "time": time.time(),
+                        },
+                    )
                 beat[name] = time.perf_counter()
-            to_status = wait_each(names, beat, lambda: {k for k, s in statuses().items() if s.get("step") == 3}, args.timeout,
-                                  "heartbeat -> status")
+            to_status = wait_each(
+                names,
+                beat,
+                lambda: {k for k, s in statuses().items() if s.get("step") == 3},
+                args.timeout,
+                "heartbeat -> status",
+            )
             all_status = time.perf_counter() - began
     finally:
         cluster.stop()
 
-    return {**result, "post_seconds": post_seconds, "create_to_pods": stats(to_pods), "create_to_all_pods_seconds": all_pods,
-            "requests": dict(sorted(requests.items())), "heartbeat_to_status": stats(to_status),
-            "heartbeat_to_all_status_seconds": all_status, "raw": {"create_to_pods": to_pods, "heartbeat_to_status": to_status}}
+    return {
+        **result,
+        "post_seconds": post_seconds,
+        "create_to_pods": stats(to_pods),
+        "create_to_all_pods_seconds": all_pods,
+        "requests": dict(sorted(requests.items())),
+        "heartbeat_to_status": stats(to_status),
+        "heartbeat_to_all_status_seconds": all_status,
+        "raw": {"create_to_pods": to_pods, "heartbeat_to_status": to_status},
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -314,8 +384,15 @@ def main(argv: list[str] | None = None) -> int:
             for mode in modes if round_ % 2 == 0 else modes[::-1]:  # alternate which goes first
                 run = {**run_scale(n, args, mode), "round": round_}
                 runs.append(run)
-                extra = f", heartbeat->status median {run['heartbeat_to_status']['median']:.3f}s" if mode == "operator" else ""
-                print(f"round {round_} N={n} {mode}: create->pods median {run['create_to_pods']['median']:.3f}s{extra}", flush=True)
+                extra = (
+                    f", heartbeat->status median {run['heartbeat_to_status']['median']:.3f}s"
+                    if mode == "operator"
+                    else ""
+                )
+                print(
+                    f"round {round_} N={n} {mode}: create->pods median {run['create_to_pods']['median']:.3f}s{extra}",
+                    flush=True,
+                )
                 write(args, runs, began)  # after every run: a larger scale that hangs keeps the smaller ones
     return 0
 
@@ -330,17 +407,37 @@ def write(args: argparse.Namespace, runs: list[dict[str, Any]], began: float) ->
         return f"{s * 1000:,.0f}"
 
     scales = sorted({r["experiments"] for r in runs})
-    by = {(mode, n): [r for r in runs if r["mode"] == mode and r["experiments"] == n] for mode in ("operator", "floor") for n in scales}
+    by = {
+        (mode, n): [r for r in runs if r["mode"] == mode and r["experiments"] == n]
+        for mode in ("operator", "floor")
+        for n in scales
+    }
     rows, ratio_rows, summary = [], [], []
     for n in scales:
         ops, floors = by["operator", n], by["floor", n]
         if not ops:
             continue
         c, h = pooled(ops, "create_to_pods"), pooled(ops, "heartbeat_to_status")
-        rows.append([n, ops[0]["pods"], f"{ops[0]['interval']:g}", len(ops), ms(c["median"]), ms(c["p90"]), ms(c["max"]),
-                     ms(h["median"]), ms(h["p90"]), ms(h["max"])])
-        entry: dict[str, Any] = {"experiments": n, "operator_create_to_pods": c, "heartbeat_to_status": h,
-                                 "operator_all_pods_seconds": [r["create_to_all_pods_seconds"] for r in ops]}
+        rows.append(
+            [
+                n,
+                ops[0]["pods"],
+                f"{ops[0]['interval']:g}",
+                len(ops),
+                ms(c["median"]),
+                ms(c["p90"]),
+                ms(c["max"]),
+                ms(h["median"]),
+                ms(h["p90"]),
+                ms(h["max"]),
+            ]
+        )
+        entry: dict[str, Any] = {
+            "experiments": n,
+            "operator_create_to_pods": c,
+            "heartbeat_to_status": h,
+            "operator_all_pods_seconds": [r["create_to_all_pods_seconds"] for r in ops],
+        }
         # Rounds in which both ran: their ratios show how much the load moved between runs.
         paired = [(o, f) for o in ops for f in floors if o["round"] == f["round"]]
         if floors and paired:
@@ -348,23 +445,84 @@ def write(args: argparse.Namespace, runs: list[dict[str, Any]], began: float) ->
             all_op = statistics.median(r["create_to_all_pods_seconds"] for r in ops)
             all_floor = statistics.median(r["create_to_all_pods_seconds"] for r in floors)
             per_round = [o["create_to_pods"]["median"] / fl["create_to_pods"]["median"] for o, fl in paired]
-            ratio_rows.append([n, ops[0]["pods"], floors[0]["threads"], len(paired), ms(c["median"]), ms(f["median"]), f"{c['median'] / f['median']:.1f}",
-                               "-".join(f"{x:.1f}" for x in (min(per_round), max(per_round))), ms(all_op), ms(all_floor), f"{all_op / all_floor:.1f}"])
-            entry.update(floor_create_to_pods=f, floor_all_pods_seconds=[r["create_to_all_pods_seconds"] for r in floors],
-                         ratio_median=c["median"] / f["median"], ratio_per_round=per_round, ratio_all_pods=all_op / all_floor,
-                         requests_per_experiment={mode: {k: v / n for k, v in group[-1]["requests"].items()} for mode, group in (("operator", ops), ("floor", floors))})
+            ratio_rows.append(
+                [
+                    n,
+                    ops[0]["pods"],
+                    floors[0]["threads"],
+                    len(paired),
+                    ms(c["median"]),
+                    ms(f["median"]),
+                    f"{c['median'] / f['median']:.1f}",
+                    "-".join(f"{x:.1f}" for x in (min(per_round), max(per_round))),
+                    ms(all_op),
+                    ms(all_floor),
+                    f"{all_op / all_floor:.1f}",
+                ]
+            )
+            entry.update(
+                floor_create_to_pods=f,
+                floor_all_pods_seconds=[r["create_to_all_pods_seconds"] for r in floors],
+                ratio_median=c["median"] / f["median"],
+                ratio_per_round=per_round,
+                ratio_all_pods=all_op / all_floor,
+                requests_per_experiment={
+                    mode: {k: v / n for k, v in group[-1]["requests"].items()}
+                    for mode, group in (("operator", ops), ("floor", floors))
+                },
+            )
         summary.append(entry)
-    text = table(["experiments", "pods", "reconcile interval s", "rounds", "create->pods median ms", "p90", "max",
-                  "heartbeat->status median ms", "p90", "max"], rows)
-    print(f"\noperator latency ({args.agents} agents per experiment, kmock emulator; every experiment of every round)\n{text}")
+    text = table(
+        [
+            "experiments",
+            "pods",
+            "reconcile interval s",
+            "rounds",
+            "create->pods median ms",
+            "p90",
+            "max",
+            "heartbeat->status median ms",
+            "p90",
+            "max",
+        ],
+        rows,
+    )
+    print(
+        f"\noperator latency ({args.agents} agents per experiment, kmock emulator; every experiment of every round)\n{text}"
+    )
     if ratio_rows:
-        floor_text = table(["experiments", "pods", "floor threads", "rounds", "operator create->pods median ms", "floor create->pods median ms",
-                            "ratio", "ratio per round", "operator all pods ms", "floor all pods ms", "ratio (all pods)"], ratio_rows)
-        print(f"\noperator create->pods against the floor (the same pods, client and concurrency, no operator)\n{floor_text}")
+        floor_text = table(
+            [
+                "experiments",
+                "pods",
+                "floor threads",
+                "rounds",
+                "operator create->pods median ms",
+                "floor create->pods median ms",
+                "ratio",
+                "ratio per round",
+                "operator all pods ms",
+                "floor all pods ms",
+                "ratio (all pods)",
+            ],
+            ratio_rows,
+        )
+        print(
+            f"\noperator create->pods against the floor (the same pods, client and concurrency, no operator)\n{floor_text}"
+        )
         text += "\n\n" + floor_text
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    path = save("operator-quick" if args.quick else "operator", {"settings": settings, "table": text, "summary": summary, "runs": runs,
-                                                                  "total_seconds": time.perf_counter() - began}, args.out)
+    path = save(
+        "operator-quick" if args.quick else "operator",
+        {
+            "settings": settings,
+            "table": text,
+            "summary": summary,
+            "runs": runs,
+            "total_seconds": time.perf_counter() - began,
+        },
+        args.out,
+    )
     print(f"wrote {path}")
 
 

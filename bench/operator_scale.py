@@ -68,9 +68,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=900.0, help="per stage")
     p.add_argument("--work", type=Path, default=Path("/tmp/hacrl-bench/operator-scale"))
     p.add_argument("--out", type=Path, default=RESULTS)
-    p.add_argument("--no-kubelet", dest="kubelet", action="store_false",
-                   help="leave the pods Pending (the emulator serves 4,000 pod updates too slowly at N = 500): "
-                        "the experiments read their stores every interval as running ones do, in phase Pending")
+    p.add_argument(
+        "--no-kubelet",
+        dest="kubelet",
+        action="store_false",
+        help="leave the pods Pending (the emulator serves 4,000 pod updates too slowly at N = 500): "
+        "the experiments read their stores every interval as running ones do, in phase Pending",
+    )
     return p.parse_args(argv)
 
 
@@ -105,10 +109,20 @@ def counting_cluster(work: Path) -> Any:
 def experiment_doc(name: str, agents: int, bucket: str, endpoint: str) -> dict[str, Any]:
     presets = ["tiny://llama-char?seed=0", "tiny://qwen2-bpe?seed=0"]
     return {
-        "apiVersion": "hacrl.io/v1alpha1", "kind": "HACRLExperiment", "metadata": {"name": name, "namespace": NS},
+        "apiVersion": "hacrl.io/v1alpha1",
+        "kind": "HACRLExperiment",
+        "metadata": {"name": name, "namespace": NS},
         "spec": {
-            "agents": [{"name": f"agent-{i}", "model": presets[i % 2], "rollout": {"maxNewTokens": 8}} for i in range(agents)],
-            "algorithm": {"name": "hacpo", "groupSize": 8, "promptsPerStep": 64, "miniBatchPrompts": 32, "steps": STEPS},
+            "agents": [
+                {"name": f"agent-{i}", "model": presets[i % 2], "rollout": {"maxNewTokens": 8}} for i in range(agents)
+            ],
+            "algorithm": {
+                "name": "hacpo",
+                "groupSize": 8,
+                "promptsPerStep": 64,
+                "miniBatchPrompts": 32,
+                "steps": STEPS,
+            },
             "data": {"train": {"source": "builtin://arithmetic?difficulty=1&seed=0"}, "reward": "exact"},
             "store": {"uri": f"s3://{bucket}/scale", "endpoint": endpoint},
         },
@@ -123,13 +137,19 @@ class Operator:
 
         self.metrics_port = free_port()
         env = {
-            **os.environ, **s3.env(), "KUBECONFIG": str(cluster.kubeconfig), "HACRL_WATCH_NAMESPACES": NS,
-            "HACRL_RECONCILE_INTERVAL": str(interval), "HACRL_OPERATOR_METRICS_PORT": str(self.metrics_port),
+            **os.environ,
+            **s3.env(),
+            "KUBECONFIG": str(cluster.kubeconfig),
+            "HACRL_WATCH_NAMESPACES": NS,
+            "HACRL_RECONCILE_INTERVAL": str(interval),
+            "HACRL_OPERATOR_METRICS_PORT": str(self.metrics_port),
             "HACRL_OPERATOR_HEALTH_PORT": str(free_port()),
             "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "operator"), os.environ.get("PYTHONPATH", "")]),
         }
         self.log = log.open("w")
-        self.process = subprocess.Popen([sys.executable, "-c", LAUNCH], env=env, stdout=self.log, stderr=subprocess.STDOUT, cwd=log.parent)
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", LAUNCH], env=env, stdout=self.log, stderr=subprocess.STDOUT, cwd=log.parent
+        )
 
     def rss_mib(self) -> float:
         for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
@@ -191,7 +211,9 @@ def heartbeats(s3: Any, names: list[str], agents: int, step: int, done: bool) ->
     def write(name: str) -> None:
         store = TrajectoryStore(S3ObjectStore(s3.bucket, f"scale/{NS}", client, shared_client=True), name)
         for i in range(agents):
-            store.write_progress(f"agent-{i}", {"agent": f"agent-{i}", "step": step, "steps": STEPS, "done": done, "time": time.time()})
+            store.write_progress(
+                f"agent-{i}", {"agent": f"agent-{i}", "step": step, "steps": STEPS, "done": done, "time": time.time()}
+            )
 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(write, names))
@@ -220,7 +242,12 @@ def run_scale(n: int, args: argparse.Namespace) -> dict[str, Any]:
         emulator = cluster.emulator
         api.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
         operator = Operator(cluster, s3, args.interval, work / "operator.log")
-        wait(lambda: emulator.requests["watch"] >= 2 and operator.metric("hacrl_operator_reconciles_total") >= 0, 120, "operator start", operator)
+        wait(
+            lambda: emulator.requests["watch"] >= 2 and operator.metric("hacrl_operator_reconciles_total") >= 0,
+            120,
+            "operator start",
+            operator,
+        )
         time.sleep(2)
         memory["idle"] = operator.rss_mib()
         names = [f"hx-{i:04d}" for i in range(n)]
@@ -232,10 +259,22 @@ def run_scale(n: int, args: argparse.Namespace) -> dict[str, Any]:
         began = time.perf_counter()
         for name in names:
             posted[name] = time.perf_counter()
-            api.call("POST", f"{GROUP}/namespaces/{NS}/hacrlexperiments", experiment_doc(name, args.agents, s3.bucket, s3.endpoint))
+            api.call(
+                "POST",
+                f"{GROUP}/namespaces/{NS}/hacrlexperiments",
+                experiment_doc(name, args.agents, s3.bucket, s3.endpoint),
+            )
         seconds["post"] = time.perf_counter() - began
-        seconds["all pods"] = wait(lambda: all(len(emulator.pods_created.get(x, ())) >= pods_per for x in names), args.timeout,
-                                   "every experiment's pods", operator, 0.25) + seconds["post"]
+        seconds["all pods"] = (
+            wait(
+                lambda: all(len(emulator.pods_created.get(x, ())) >= pods_per for x in names),
+                args.timeout,
+                "every experiment's pods",
+                operator,
+                0.25,
+            )
+            + seconds["post"]
+        )
         to_pods = {x: sorted(emulator.pods_created[x])[pods_per - 1] - posted[x] for x in names}
         time.sleep(2)  # the reconciles that pod creation itself triggers settle
         api1, store1, cpu1, t1 = counted(emulator, operator)
@@ -246,11 +285,22 @@ def run_scale(n: int, args: argparse.Namespace) -> dict[str, Any]:
         if args.kubelet:
             pods = api.call("GET", f"/api/v1/namespaces/{NS}/pods")["items"]
             with ThreadPoolExecutor(8) as pool:
-                list(pool.map(lambda pod: api.call("PATCH", f"/api/v1/namespaces/{NS}/pods/{pod['metadata']['name']}/status",
-                                                   {"status": {"phase": "Running"}}, "application/merge-patch+json"), pods))
+                list(
+                    pool.map(
+                        lambda pod: api.call(
+                            "PATCH",
+                            f"/api/v1/namespaces/{NS}/pods/{pod['metadata']['name']}/status",
+                            {"status": {"phase": "Running"}},
+                            "application/merge-patch+json",
+                        ),
+                        pods,
+                    )
+                )
         heartbeats(s3, names, args.agents, 3, False)
         if args.kubelet:
-            seconds["to Running"] = wait(lambda: phases(api)["Running"] == n, args.timeout, "phase Running", operator, 2.0)
+            seconds["to Running"] = wait(
+                lambda: phases(api)["Running"] == n, args.timeout, "phase Running", operator, 2.0
+            )
         time.sleep(args.interval)
         api2, store2, cpu2, t2 = counted(emulator, operator)
         time.sleep(args.window)
@@ -261,11 +311,15 @@ def run_scale(n: int, args: argparse.Namespace) -> dict[str, Any]:
         # 3. half finished, then all
         half = names[: n // 2]
         heartbeats(s3, half, args.agents, STEPS, True)
-        seconds["half to Succeeded"] = wait(lambda: phases(api)["Succeeded"] >= len(half), args.timeout, "half Succeeded", operator, 2.0)
+        seconds["half to Succeeded"] = wait(
+            lambda: phases(api)["Succeeded"] >= len(half), args.timeout, "half Succeeded", operator, 2.0
+        )
         time.sleep(args.interval)
         memory["half finished"] = operator.rss_mib()
-        heartbeats(s3, names[n // 2:], args.agents, STEPS, True)
-        seconds["all to Succeeded"] = wait(lambda: phases(api)["Succeeded"] == n, args.timeout, "all Succeeded", operator, 2.0)
+        heartbeats(s3, names[n // 2 :], args.agents, STEPS, True)
+        seconds["all to Succeeded"] = wait(
+            lambda: phases(api)["Succeeded"] == n, args.timeout, "all Succeeded", operator, 2.0
+        )
         time.sleep(args.interval)
         api4, store4, cpu4, t4 = counted(emulator, operator)
         time.sleep(args.window)
@@ -276,22 +330,47 @@ def run_scale(n: int, args: argparse.Namespace) -> dict[str, Any]:
         # 4. deleted
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(lambda x: api.call("DELETE", f"{GROUP}/namespaces/{NS}/hacrlexperiments/{x}"), names))
-        seconds["forget all"] = wait(lambda: operator.metric("hacrl_operator_experiments") == 0, args.timeout, "experiments forgotten", operator, 2.0)
+        seconds["forget all"] = wait(
+            lambda: operator.metric("hacrl_operator_experiments") == 0,
+            args.timeout,
+            "experiments forgotten",
+            operator,
+            2.0,
+        )
         time.sleep(args.interval)
         memory["all deleted"] = operator.rss_mib()
         per_minute = 60.0 / args.window
         result = {
-            "experiments": n, "agents": args.agents, "interval": args.interval, "window": args.window, "kubelet": args.kubelet,
-            "create_to_pods": {"p50": statistics.median(to_pods.values()), "p99": sorted(to_pods.values())[max(0, int(0.99 * n) - 1)],
-                               "max": max(to_pods.values())},
+            "experiments": n,
+            "agents": args.agents,
+            "interval": args.interval,
+            "window": args.window,
+            "kubelet": args.kubelet,
+            "create_to_pods": {
+                "p50": statistics.median(to_pods.values()),
+                "p99": sorted(to_pods.values())[max(0, int(0.99 * n) - 1)],
+                "max": max(to_pods.values()),
+            },
             "requests_per_experiment": {
                 "create": {"api": (api1 - api0) / n, "store": (store1 - store0) / n},
-                "running_per_minute": {"api": (api3 - api2) / n * per_minute, "store": (store3 - store2) / n * per_minute},
-                "finished_per_minute": {"api": (api5 - api4) / n * per_minute, "store": (store5 - store4) / n * per_minute},
+                "running_per_minute": {
+                    "api": (api3 - api2) / n * per_minute,
+                    "store": (store3 - store2) / n * per_minute,
+                },
+                "finished_per_minute": {
+                    "api": (api5 - api4) / n * per_minute,
+                    "store": (store5 - store4) / n * per_minute,
+                },
             },
             # CPU cores the operator used: creating every experiment's pods, then Running, then finished.
-            "cpu_cores": {"create": (cpu1 - cpu0) / (t1 - t0), "running": (cpu3 - cpu2) / (t3 - t2), "finished": (cpu5 - cpu4) / (t5 - t4)},
-            "memory_mib": memory, "peak_mib": _peak(operator), "seconds": seconds,
+            "cpu_cores": {
+                "create": (cpu1 - cpu0) / (t1 - t0),
+                "running": (cpu3 - cpu2) / (t3 - t2),
+                "finished": (cpu5 - cpu4) / (t5 - t4),
+            },
+            "memory_mib": memory,
+            "peak_mib": _peak(operator),
+            "seconds": seconds,
             "api_requests_by_verb": dict(emulator.requests),
         }
         return result
@@ -314,21 +393,58 @@ def write(args: argparse.Namespace, runs: list[dict[str, Any]], began: float) ->
     rows = []
     for r in runs:
         q, m = r["requests_per_experiment"], r["memory_mib"]
-        rows.append([
-            r["experiments"], f"{r['create_to_pods']['p50']:.2f}", f"{r['create_to_pods']['p99']:.2f}",
-            f"{q['create']['api']:.1f}", f"{q['create']['store']:.1f}",
-            f"{q['running_per_minute']['api']:.1f}", f"{q['running_per_minute']['store']:.1f}",
-            f"{q['finished_per_minute']['api']:.2f}", f"{q['finished_per_minute']['store']:.2f}",
-            f"{m['idle']:.0f}", f"{m['all running']:.0f}", f"{m['half finished']:.0f}", f"{m['all deleted']:.0f}", f"{r['peak_mib']:.0f}",
-            f"{r['cpu_cores']['create']:.2f}", f"{r['cpu_cores']['running']:.3f}", f"{r['cpu_cores']['finished']:.3f}",
-        ])
-    text = table(["experiments", "create->pods p50 s", "p99 s", "API req/exp while pods appear", "S3 req/exp",
-                  "API req/exp/min Running", "S3", "API req/exp/min finished", "S3",
-                  "RSS MiB idle", "all Running", "half finished", "after delete", "peak",
-                  "CPU cores creating", "Running", "finished"], rows)
-    print(f"\noperator at scale ({args.agents} agents per experiment, s3:// stores on SeaweedFS, reconcile interval {args.interval:g}s)\n{text}")
+        rows.append(
+            [
+                r["experiments"],
+                f"{r['create_to_pods']['p50']:.2f}",
+                f"{r['create_to_pods']['p99']:.2f}",
+                f"{q['create']['api']:.1f}",
+                f"{q['create']['store']:.1f}",
+                f"{q['running_per_minute']['api']:.1f}",
+                f"{q['running_per_minute']['store']:.1f}",
+                f"{q['finished_per_minute']['api']:.2f}",
+                f"{q['finished_per_minute']['store']:.2f}",
+                f"{m['idle']:.0f}",
+                f"{m['all running']:.0f}",
+                f"{m['half finished']:.0f}",
+                f"{m['all deleted']:.0f}",
+                f"{r['peak_mib']:.0f}",
+                f"{r['cpu_cores']['create']:.2f}",
+                f"{r['cpu_cores']['running']:.3f}",
+                f"{r['cpu_cores']['finished']:.3f}",
+            ]
+        )
+    text = table(
+        [
+            "experiments",
+            "create->pods p50 s",
+            "p99 s",
+            "API req/exp while pods appear",
+            "S3 req/exp",
+            "API req/exp/min Running",
+            "S3",
+            "API req/exp/min finished",
+            "S3",
+            "RSS MiB idle",
+            "all Running",
+            "half finished",
+            "after delete",
+            "peak",
+            "CPU cores creating",
+            "Running",
+            "finished",
+        ],
+        rows,
+    )
+    print(
+        f"\noperator at scale ({args.agents} agents per experiment, s3:// stores on SeaweedFS, reconcile interval {args.interval:g}s)\n{text}"
+    )
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    path = save("operator-scale", {"settings": settings, "table": text, "runs": runs, "total_seconds": time.perf_counter() - began}, args.out)
+    path = save(
+        "operator-scale",
+        {"settings": settings, "table": text, "runs": runs, "total_seconds": time.perf_counter() - began},
+        args.out,
+    )
     print(f"wrote {path}")
 
 

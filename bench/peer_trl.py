@@ -85,8 +85,12 @@ class Placement:
 
 
 PLACEMENTS = {
-    "colocated": Placement("grpo", 1, 0, True), "split": Placement("grpo", 1, 0, False), "stale1": Placement("grpo", 1, 1, False),
-    "colocated-2": Placement("hacpo", 2, 0, True), "split-2": Placement("hacpo", 2, 0, False), "stale1-2": Placement("hacpo", 2, 1, False),
+    "colocated": Placement("grpo", 1, 0, True),
+    "split": Placement("grpo", 1, 0, False),
+    "stale1": Placement("grpo", 1, 1, False),
+    "colocated-2": Placement("hacpo", 2, 0, True),
+    "split-2": Placement("hacpo", 2, 0, False),
+    "stale1-2": Placement("hacpo", 2, 1, False),
 }
 POLICIES = ("ACTIVE", "PASSIVE")
 DEFAULT_CONFIGS = "trl,colocated,split,stale1"
@@ -98,7 +102,9 @@ def parse_config(name: str) -> tuple[str, str | None]:
     """``colocated@ACTIVE`` -> (``colocated``, ``ACTIVE``); a clear error for anything else."""
     base, _, policy = name.partition("@")
     if base != "trl" and base not in PLACEMENTS:
-        raise SystemExit(f"--configs: unknown {base!r}; valid: trl, {', '.join(PLACEMENTS)} (each with an optional @ACTIVE or @PASSIVE)")
+        raise SystemExit(
+            f"--configs: unknown {base!r}; valid: trl, {', '.join(PLACEMENTS)} (each with an optional @ACTIVE or @PASSIVE)"
+        )
     if policy and policy not in POLICIES:
         raise SystemExit(f"--configs: {name!r}: the suffix must be @ACTIVE or @PASSIVE")
     return base, policy or None
@@ -106,23 +112,43 @@ def parse_config(name: str) -> tuple[str, str | None]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="3 steps, 1 repetition, 16 tokens, trl and colocated (the smoke test)")
+    p.add_argument(
+        "--quick", action="store_true", help="3 steps, 1 repetition, 16 tokens, trl and colocated (the smoke test)"
+    )
     p.add_argument("--steps", type=int, default=12)
-    p.add_argument("--prompts", type=int, default=16, help="prompts per step (one optimizer update per step on both sides)")
+    p.add_argument(
+        "--prompts", type=int, default=16, help="prompts per step (one optimizer update per step on both sides)"
+    )
     p.add_argument("--group-size", type=int, default=8)
-    p.add_argument("--lengths", default="2,16,64,256", help=f"completion budgets; {ANSWER_LENGTH}: the warm-started model "
-                   f"(about {ANSWER_LENGTH}-token answers in a {ANSWER_BUDGET}-token budget)")
+    p.add_argument(
+        "--lengths",
+        default="2,16,64,256",
+        help=f"completion budgets; {ANSWER_LENGTH}: the warm-started model "
+        f"(about {ANSWER_LENGTH}-token answers in a {ANSWER_BUDGET}-token budget)",
+    )
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--reps", type=int, default=2)
-    p.add_argument("--configs", default=DEFAULT_CONFIGS, help="comma-separated: trl, " + ", ".join(PLACEMENTS)
-                   + "; each with an optional @ACTIVE or @PASSIVE (OMP_WAIT_POLICY)")
+    p.add_argument(
+        "--configs",
+        default=DEFAULT_CONFIGS,
+        help="comma-separated: trl, "
+        + ", ".join(PLACEMENTS)
+        + "; each with an optional @ACTIVE or @PASSIVE (OMP_WAIT_POLICY)",
+    )
     p.add_argument("--trl-version", default=TRL_VERSION)
-    p.add_argument("--venv", type=Path, default=Path("/tmp/hacrl-bench/trl-venv"), help="TRL's own virtual environment (created if missing)")
+    p.add_argument(
+        "--venv",
+        type=Path,
+        default=Path("/tmp/hacrl-bench/trl-venv"),
+        help="TRL's own virtual environment (created if missing)",
+    )
     p.add_argument("--work", type=Path, default=Path("/tmp/hacrl-bench/peer-trl"))
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--name", default=None, help="result file name (default peer_trl, or peer_trl-quick)")
-    p.add_argument("--sampling", action="store_true", help="instead: our hf engine's generate against TRL's on one step's batch")
+    p.add_argument(
+        "--sampling", action="store_true", help="instead: our hf engine's generate against TRL's on one step's batch"
+    )
     p.add_argument("--trl-child", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--sampling-child", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -185,10 +211,24 @@ def trl_child(config_path: Path) -> int:
 
     batch = cfg["prompts_per_step"] * cfg["group_size"]
     options = dict(
-        output_dir=cfg["output"], max_steps=cfg["steps"], learning_rate=cfg["lr"], per_device_train_batch_size=batch,
-        gradient_accumulation_steps=1, num_generations=cfg["group_size"], max_completion_length=cfg["max_new_tokens"],
-        temperature=1.0, beta=0.0, num_iterations=1, logging_steps=1, save_strategy="no", report_to="none", use_cpu=True,
-        bf16=False, seed=0, dataloader_num_workers=0, shuffle_dataset=False,
+        output_dir=cfg["output"],
+        max_steps=cfg["steps"],
+        learning_rate=cfg["lr"],
+        per_device_train_batch_size=batch,
+        gradient_accumulation_steps=1,
+        num_generations=cfg["group_size"],
+        max_completion_length=cfg["max_new_tokens"],
+        temperature=1.0,
+        beta=0.0,
+        num_iterations=1,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        seed=0,
+        dataloader_num_workers=0,
+        shuffle_dataset=False,
     )
     known = set(GRPOConfig.__dataclass_fields__)
     config = GRPOConfig(**{k: v for k, v in options.items() if k in known})
@@ -197,6 +237,7 @@ def trl_child(config_path: Path) -> int:
     def timed(name, method, grad: bool | None = None):
         """``method`` with its seconds added to ``phases[name]`` (only the calls with grad on or
         off, when ``grad`` says which: the same log-prob method scores pi_old and computes the loss)."""
+
         def wrapper(*a, **k):
             if grad is not None and torch.is_grad_enabled() != grad:
                 return method(*a, **k)
@@ -205,6 +246,7 @@ def trl_child(config_path: Path) -> int:
                 return method(*a, **k)
             finally:
                 phases[name] += time.perf_counter() - began
+
         return wrapper
 
     class StepClock(TrainerCallback):
@@ -231,8 +273,14 @@ def trl_child(config_path: Path) -> int:
                 print("STEP " + json.dumps(self.pending), flush=True)
                 self.pending = None
 
-    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, processing_class=tokenizer,
-                          train_dataset=Dataset.from_list(rows), callbacks=[StepClock()])
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=reward,
+        args=config,
+        processing_class=tokenizer,
+        train_dataset=Dataset.from_list(rows),
+        callbacks=[StepClock()],
+    )
     trainer._generate = timed("generate", trainer._generate)
     trainer._calculate_rewards = timed("reward", trainer._calculate_rewards)
     trainer._get_per_token_logps_and_entropies = timed("score", trainer._get_per_token_logps_and_entropies, grad=False)
@@ -265,11 +313,25 @@ def sampling_child(config_path: Path) -> int:
     tokenizer.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(cfg["model"], torch_dtype=torch.float32)
     g = cfg["group_size"]
-    config = GRPOConfig(output_dir=cfg["output"], per_device_train_batch_size=len(prompts) * g, num_generations=g,
-                        max_completion_length=cfg["max_new_tokens"], temperature=1.0, beta=0.0, report_to="none", use_cpu=True,
-                        bf16=False, seed=0)
-    trainer = GRPOTrainer(model=model, reward_funcs=lambda completions, **_: [0.0] * len(completions), args=config,
-                          processing_class=tokenizer, train_dataset=Dataset.from_list(rows))
+    config = GRPOConfig(
+        output_dir=cfg["output"],
+        per_device_train_batch_size=len(prompts) * g,
+        num_generations=g,
+        max_completion_length=cfg["max_new_tokens"],
+        temperature=1.0,
+        beta=0.0,
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        seed=0,
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=lambda completions, **_: [0.0] * len(completions),
+        args=config,
+        processing_class=tokenizer,
+        train_dataset=Dataset.from_list(rows),
+    )
     engine = HFEngine(batch_size=64)
     engine.set_policy(trainer.model, tokenizer)
     params = SamplingParams(n=g, temperature=1.0, top_p=1.0, max_new_tokens=cfg["max_new_tokens"], seed=12345)
@@ -297,23 +359,41 @@ def sampling_child(config_path: Path) -> int:
             began = time.perf_counter()
             tokens[name].append(side())
             seconds[name].append(time.perf_counter() - began)
-    seed_us = min(timeit.repeat(lambda: torch.manual_seed(1), number=1000, repeat=5)) * 1000  # us per call (1000 calls / 1e-6 s)
+    seed_us = (
+        min(timeit.repeat(lambda: torch.manual_seed(1), number=1000, repeat=5)) * 1000
+    )  # us per call (1000 calls / 1e-6 s)
     print("SAMPLING " + json.dumps({"seconds": seconds, "tokens": tokens, "manual_seed_us": seed_us}), flush=True)
     return 0
 
 
-def run_sampling(python: Path, model_dir: Path, prompts: Path, args: argparse.Namespace, workdir: Path, max_new_tokens: int) -> dict:
+def run_sampling(
+    python: Path, model_dir: Path, prompts: Path, args: argparse.Namespace, workdir: Path, max_new_tokens: int
+) -> dict:
     workdir.mkdir(parents=True, exist_ok=True)
-    cfg = {"model": str(model_dir), "prompts": str(prompts), "group_size": args.group_size, "prompts_per_step": args.prompts,
-           "max_new_tokens": max_new_tokens, "output": str(workdir / "out"), "threads": len(os.sched_getaffinity(0)),
-           "reps": max(3, args.reps)}
+    cfg = {
+        "model": str(model_dir),
+        "prompts": str(prompts),
+        "group_size": args.group_size,
+        "prompts_per_step": args.prompts,
+        "max_new_tokens": max_new_tokens,
+        "output": str(workdir / "out"),
+        "threads": len(os.sched_getaffinity(0)),
+        "reps": max(3, args.reps),
+    }
     config_path = workdir / "sampling.json"
     config_path.write_text(json.dumps(cfg))
     env = run_env(args, "PASSIVE", {"PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
-    done = subprocess.run([str(python), "-P", __file__, "--sampling-child", str(config_path)], env=env, capture_output=True, text=True,
-                          check=False)
+    done = subprocess.run(
+        [str(python), "-P", __file__, "--sampling-child", str(config_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode:
-        raise RuntimeError(f"sampling comparison failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
+        raise RuntimeError(
+            f"sampling comparison failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+        )
     return json.loads(next(line for line in done.stdout.splitlines() if line.startswith("SAMPLING "))[9:])
 
 
@@ -326,37 +406,85 @@ def sampling_main(args: argparse.Namespace, python: Path, began: float) -> int:
         model, budget = case(length)
         model_dir = resolve_model(model, args.cache.resolve() / "models")
         before = os.getloadavg()
-        result = run_sampling(python, model_dir, prompts_file(args, model, model_dir), args, args.work / f"sampling-{length}", budget)
+        result = run_sampling(
+            python, model_dir, prompts_file(args, model, model_dir), args, args.work / f"sampling-{length}", budget
+        )
         result["load"] = [before, os.getloadavg()]
         results[str(length)] = result
         med = {k: statistics.median(v) for k, v in result["seconds"].items()}
         toks = {k: statistics.median(v) / (args.prompts * args.group_size) for k, v in result["tokens"].items()}
-        rows.append([length, f"{med['trl']:.3f}", f"{med['ours']:.3f}", f"{med['ours_unseeded']:.3f}", f"{med['trl'] / med['ours']:.2f}",
-                     f"{toks['trl']:.1f} / {toks['ours']:.1f}", f"{result['manual_seed_us']:.1f}",
-                     f"{before[0]:.1f}-{result['load'][1][0]:.1f}"])
-    text = table(["length", "TRL _generate s", "ours s", "ours unseeded s", "TRL / ours", "tokens/completion TRL / ours",
-                  "manual_seed us", "load 1-min"], rows)
-    print(f"\nsampling, one step's batch ({args.prompts} prompts x G {args.group_size}), same model object, OMP_WAIT_POLICY=PASSIVE, "
-          f"median of {max(3, args.reps)} interleaved reps\n{text}")
+        rows.append(
+            [
+                length,
+                f"{med['trl']:.3f}",
+                f"{med['ours']:.3f}",
+                f"{med['ours_unseeded']:.3f}",
+                f"{med['trl'] / med['ours']:.2f}",
+                f"{toks['trl']:.1f} / {toks['ours']:.1f}",
+                f"{result['manual_seed_us']:.1f}",
+                f"{before[0]:.1f}-{result['load'][1][0]:.1f}",
+            ]
+        )
+    text = table(
+        [
+            "length",
+            "TRL _generate s",
+            "ours s",
+            "ours unseeded s",
+            "TRL / ours",
+            "tokens/completion TRL / ours",
+            "manual_seed us",
+            "load 1-min",
+        ],
+        rows,
+    )
+    print(
+        f"\nsampling, one step's batch ({args.prompts} prompts x G {args.group_size}), same model object, OMP_WAIT_POLICY=PASSIVE, "
+        f"median of {max(3, args.reps)} interleaved reps\n{text}"
+    )
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    path = save(args.name or "peer_trl-sampling", {"settings": settings, "table": text, "results": results,
-                                                     "total_seconds": time.perf_counter() - began}, args.out)
+    path = save(
+        args.name or "peer_trl-sampling",
+        {"settings": settings, "table": text, "results": results, "total_seconds": time.perf_counter() - began},
+        args.out,
+    )
     print(f"wrote {path}")
     return 0
 
 
-def run_trl(python: Path, model_dir: Path, prompts: Path, args: argparse.Namespace, workdir: Path, max_new_tokens: int,
-            policy: str | None) -> dict:
+def run_trl(
+    python: Path,
+    model_dir: Path,
+    prompts: Path,
+    args: argparse.Namespace,
+    workdir: Path,
+    max_new_tokens: int,
+    policy: str | None,
+) -> dict:
     workdir.mkdir(parents=True, exist_ok=True)
-    cfg = {"model": str(model_dir), "prompts": str(prompts), "steps": args.steps, "lr": args.lr, "group_size": args.group_size,
-           "prompts_per_step": args.prompts, "max_new_tokens": max_new_tokens, "output": str(workdir / "out"),
-           "threads": len(os.sched_getaffinity(0))}
+    cfg = {
+        "model": str(model_dir),
+        "prompts": str(prompts),
+        "steps": args.steps,
+        "lr": args.lr,
+        "group_size": args.group_size,
+        "prompts_per_step": args.prompts,
+        "max_new_tokens": max_new_tokens,
+        "output": str(workdir / "out"),
+        "threads": len(os.sched_getaffinity(0)),
+    }
     config_path = workdir / "config.json"
     config_path.write_text(json.dumps(cfg))
     env = run_env(args, policy, {"PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
     began = time.perf_counter()
     # -P: bench/ must not lead sys.path, its operator.py would shadow the standard library's.
-    done = subprocess.run([str(python), "-P", __file__, "--trl-child", str(config_path)], env=env, capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [str(python), "-P", __file__, "--trl-child", str(config_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     wall = time.perf_counter() - began
     if done.returncode:
         raise RuntimeError(f"TRL run failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
@@ -365,12 +493,26 @@ def run_trl(python: Path, model_dir: Path, prompts: Path, args: argparse.Namespa
         if line.startswith("STEP "):
             s = json.loads(line[5:])
             t = collections.defaultdict(float, s)
-            backward = t["training_step"] - t["prepare"] - t["forward"]  # prepare (generate, reward, score) runs inside training_step
+            backward = (
+                t["training_step"] - t["prepare"] - t["forward"]
+            )  # prepare (generate, reward, score) runs inside training_step
             train = t["score"] + t["forward"] + backward + t["optimizer"]
             phases = {"generate": t["generate"], "reward": t["reward"], "train": train, "store": 0.0}
             phases["other"] = s["seconds"] - sum(phases.values())
-            steps.append({"step": s["step"], "seconds": s["seconds"], "tokens": s.get("tokens"), "phases": phases,
-                          "train_detail": {"score": t["score"], "forward": t["forward"], "backward": backward, "optimizer": t["optimizer"]}})
+            steps.append(
+                {
+                    "step": s["step"],
+                    "seconds": s["seconds"],
+                    "tokens": s.get("tokens"),
+                    "phases": phases,
+                    "train_detail": {
+                        "score": t["score"],
+                        "forward": t["forward"],
+                        "backward": backward,
+                        "optimizer": t["optimizer"],
+                    },
+                }
+            )
     return {"wall": wall, "steps": steps}
 
 
@@ -392,25 +534,47 @@ def agent_entry(name: str, model: str, args: argparse.Namespace, max_new_tokens:
     return {"name": name, "model": model, "rollout": {"maxNewTokens": max_new_tokens}, "learner": {"lr": args.lr}}
 
 
-def run_ours(placement: Placement, args: argparse.Namespace, name: str, model: str, max_new_tokens: int, policy: str | None) -> dict:
+def run_ours(
+    placement: Placement, args: argparse.Namespace, name: str, model: str, max_new_tokens: int, policy: str | None
+) -> dict:
     from hacrl_core.store import open_trajectory_store
 
     store_dir = args.work / "store"
     agents = [agent_entry(f"a{i}", model, args, max_new_tokens) for i in range(placement.agents)]
-    doc = experiment(name, agents, {"name": placement.algorithm, "groupSize": args.group_size, "promptsPerStep": args.prompts,
-                                    "miniBatchPrompts": args.prompts, "steps": args.steps, "seed": 0,
-                                    "maxStaleness": placement.staleness},
-                     store_uri=f"file://{store_dir}", eval_prompts=0)
+    doc = experiment(
+        name,
+        agents,
+        {
+            "name": placement.algorithm,
+            "groupSize": args.group_size,
+            "promptsPerStep": args.prompts,
+            "miniBatchPrompts": args.prompts,
+            "steps": args.steps,
+            "seed": 0,
+            "maxStaleness": placement.staleness,
+        },
+        store_uri=f"file://{store_dir}",
+        eval_prompts=0,
+    )
     spec_path = write_spec(doc, args.work / "specs" / f"{name}.yaml")
-    wall = hacrl_run(spec_path, args.work / "workdirs" / name, run_env(args, policy),
-                     args=["--colocate" if placement.colocated else "--split"])
+    wall = hacrl_run(
+        spec_path,
+        args.work / "workdirs" / name,
+        run_env(args, policy),
+        args=["--colocate" if placement.colocated else "--split"],
+    )
     store = open_trajectory_store(f"file://{store_dir}", name)
     steps = []
     for step in range(args.steps):
         per_agent = [store.read_metrics(step, f"a{i}") for i in range(placement.agents)]
-        steps.append({"step": step, "seconds": statistics.fmean(step_seconds(m) for m in per_agent),
-                      "tokens": statistics.fmean(m["learner/trained_tokens"] for m in per_agent),
-                      "phases": {k: statistics.fmean(phases_of(m)[k] for m in per_agent) for k in PHASES}})
+        steps.append(
+            {
+                "step": step,
+                "seconds": statistics.fmean(step_seconds(m) for m in per_agent),
+                "tokens": statistics.fmean(m["learner/trained_tokens"] for m in per_agent),
+                "phases": {k: statistics.fmean(phases_of(m)[k] for m in per_agent) for k in PHASES},
+            }
+        )
     return {"wall": wall, "steps": steps}
 
 
@@ -428,8 +592,12 @@ def phases_of(m: dict) -> dict[str, float]:
     only their sum compares with TRL's (score, forward, backward, optimizer); it also holds the
     read of the step's rows from the store."""
     generate, reward, write = (m.get(f"rollout/seconds_{k}", 0.0) for k in ("generate", "reward", "write"))
-    phases = {"generate": generate, "reward": reward, "train": m["learner/seconds_score"] + m["learner/seconds_update"],
-              "store": write + m["learner/seconds_publish"]}
+    phases = {
+        "generate": generate,
+        "reward": reward,
+        "train": m["learner/seconds_score"] + m["learner/seconds_update"],
+        "store": write + m["learner/seconds_publish"],
+    }
     phases["other"] = step_seconds(m) - sum(phases.values())
     return phases
 
@@ -446,14 +614,28 @@ def prompts_file(args: argparse.Namespace, model: str, model_dir: Path) -> Path:
     from hacrl_core.data.templates import render_prompt
     from hacrl_core.spec import parse_experiment
 
-    doc = experiment("probe", [agent_entry("a0", model, args, 16)], {"name": "grpo", "groupSize": args.group_size,
-                     "promptsPerStep": args.prompts, "miniBatchPrompts": args.prompts, "steps": args.steps, "seed": 0},
-                     store_uri="file:///unused", eval_prompts=0)
+    doc = experiment(
+        "probe",
+        [agent_entry("a0", model, args, 16)],
+        {
+            "name": "grpo",
+            "groupSize": args.group_size,
+            "promptsPerStep": args.prompts,
+            "miniBatchPrompts": args.prompts,
+            "steps": args.steps,
+            "seed": 0,
+        },
+        store_uri="file:///unused",
+        eval_prompts=0,
+    )
     spec = parse_experiment(doc).spec
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     source = open_dataset(spec.data, spec.data.train)
-    lines = [json.dumps({"prompt": render_prompt(tokenizer, p.question, spec.data.template), "answer": p.answer})
-             for step in range(args.steps) for p in step_problems(source, spec.algorithm, step)]
+    lines = [
+        json.dumps({"prompt": render_prompt(tokenizer, p.question, spec.data.template), "answer": p.answer})
+        for step in range(args.steps)
+        for p in step_problems(source, spec.algorithm, step)
+    ]
     path = args.work / f"prompts-{model_dir.name}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
@@ -482,8 +664,11 @@ def measured(run, *, label: str) -> dict:
     after = os.getloadavg()
     cpus = len(os.sched_getaffinity(0))
     record.update(load_before=before, load_after=after, loaded=max(before[0], after[0]) > cpus)
-    print(f"{label}: {steady(record):.3f} s/step steady, wall {record['wall']:.1f} s, load {before[0]:.2f} -> {after[0]:.2f}"
-          + (" (loaded)" if record["loaded"] else ""), flush=True)
+    print(
+        f"{label}: {steady(record):.3f} s/step steady, wall {record['wall']:.1f} s, load {before[0]:.2f} -> {after[0]:.2f}"
+        + (" (loaded)" if record["loaded"] else ""),
+        flush=True,
+    )
     return record
 
 
@@ -499,15 +684,38 @@ def report(length: int, runs: dict[str, list[dict]], args: argparse.Namespace) -
         phases = {k: median_of(records, lambda s, k=k: s["phases"][k]) for k in PHASES}
         loads = [r["load_before"][0] for r in records] + [r["load_after"][0] for r in records]
         ratio = base / step_s if base else float("nan")
-        summary[config] = {"step_seconds": step_s, "ratio_vs_trl": ratio, "phases": phases, "completion_tokens_mean": tokens / completions,
-                           "trained_tokens_per_second": tokens / step_s, "wall_seconds": statistics.median(r["wall"] for r in records),
-                           "load_min": min(loads), "load_max": max(loads), "loaded_runs": sum(r["loaded"] for r in records)}
-        rows.append([config, f"{step_s:.3f}", f"{ratio:.2f}" if base else "-", *(f"{phases[k]:.3f}" for k in PHASES),
-                     f"{tokens / completions:.1f}", f"{tokens / step_s:.0f}", f"{min(loads):.1f}-{max(loads):.1f}"
-                     + (f" ({summary[config]['loaded_runs']} loaded)" if summary[config]["loaded_runs"] else "")])
-    text = table(["config", "s/step", "vs TRL", *(f"{k} s" for k in PHASES), "tokens/completion", "trained tok/s", "load 1-min"], rows)
+        summary[config] = {
+            "step_seconds": step_s,
+            "ratio_vs_trl": ratio,
+            "phases": phases,
+            "completion_tokens_mean": tokens / completions,
+            "trained_tokens_per_second": tokens / step_s,
+            "wall_seconds": statistics.median(r["wall"] for r in records),
+            "load_min": min(loads),
+            "load_max": max(loads),
+            "loaded_runs": sum(r["loaded"] for r in records),
+        }
+        rows.append(
+            [
+                config,
+                f"{step_s:.3f}",
+                f"{ratio:.2f}" if base else "-",
+                *(f"{phases[k]:.3f}" for k in PHASES),
+                f"{tokens / completions:.1f}",
+                f"{tokens / step_s:.0f}",
+                f"{min(loads):.1f}-{max(loads):.1f}"
+                + (f" ({summary[config]['loaded_runs']} loaded)" if summary[config]["loaded_runs"] else ""),
+            ]
+        )
+    text = table(
+        ["config", "s/step", "vs TRL", *(f"{k} s" for k in PHASES), "tokens/completion", "trained tok/s", "load 1-min"],
+        rows,
+    )
     if trl:
-        detail = {k: median_of(runs[trl], lambda s, k=k: s["train_detail"][k]) for k in ("score", "forward", "backward", "optimizer")}
+        detail = {
+            k: median_of(runs[trl], lambda s, k=k: s["train_detail"][k])
+            for k in ("score", "forward", "backward", "optimizer")
+        }
         summary[trl]["train_detail"] = detail
         text += f"\n{trl}'s train phase: " + ", ".join(f"{k} {v:.3f} s" for k, v in detail.items())
     if any(PLACEMENTS[parse_config(c)[0]].colocated is False for c in runs if parse_config(c)[0] != "trl"):
@@ -555,16 +763,28 @@ def main(argv: list[str] | None = None) -> int:
                 record = measured(run, label=name)
                 runs[config].append(record)
         text, summary = report(length, runs, args)
-        title = (f"{length} tokens: " + (f"warm-started model, {budget}-token budget" if length == ANSWER_LENGTH else "untrained model")
-                 + f"; {args.prompts} prompts x G {args.group_size}, lr {args.lr}, no KL, {args.steps} steps, median of {args.reps} "
-                 "interleaved reps")
+        title = (
+            f"{length} tokens: "
+            + (f"warm-started model, {budget}-token budget" if length == ANSWER_LENGTH else "untrained model")
+            + f"; {args.prompts} prompts x G {args.group_size}, lr {args.lr}, no KL, {args.steps} steps, median of {args.reps} "
+            "interleaved reps"
+        )
         print(f"\n{title}\n{text}\n", flush=True)
         tables.append(f"{title}\n{text}")
         summaries[str(length)], all_runs[str(length)] = summary, runs
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     name = args.name or ("peer_trl-quick" if args.quick else "peer_trl")
-    path = save(name, {"settings": settings, "table": "\n\n".join(tables), "summary": summaries, "runs": all_runs,
-                       "total_seconds": time.perf_counter() - began}, args.out)
+    path = save(
+        name,
+        {
+            "settings": settings,
+            "table": "\n\n".join(tables),
+            "summary": summaries,
+            "runs": all_runs,
+            "total_seconds": time.perf_counter() - began,
+        },
+        args.out,
+    )
     print(f"wrote {path} ({time.perf_counter() - began:.0f} s)")
     return 0
 

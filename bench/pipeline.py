@@ -57,8 +57,15 @@ from bench.common import (
 
 STAGES = ("seconds_score", "seconds_wait_peers", "seconds_update", "seconds_publish")
 #: The in-process loop's column of each stage of the learner step (``learner.step.STAGES``).
-STEP_CLOCK = {"read_own": "gather", "read_peers": "gather", "plan": "update", "pi_old": "score", "publish_scores": "score",
-              "read_peer_scores": "update", "update": "update"}
+STEP_CLOCK = {
+    "read_own": "gather",
+    "read_peers": "gather",
+    "plan": "update",
+    "pi_old": "score",
+    "publish_scores": "score",
+    "read_peer_scores": "update",
+    "update": "update",
+}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -67,8 +74,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--prompts", type=int, default=64)
     p.add_argument("--reps", type=int, default=2)
-    p.add_argument("--modes", default="inproc,file,s3", help="inproc, file, s3; file-stale1 / s3-stale1: the same with algorithm.maxStaleness 1; file-colocated / s3-colocated: "
-                   "hacrl run --colocate; a -nofork suffix (file-colocated-nofork): every worker a fresh interpreter (HACRL_FORK_SERVER=0)")
+    p.add_argument(
+        "--modes",
+        default="inproc,file,s3",
+        help="inproc, file, s3; file-stale1 / s3-stale1: the same with algorithm.maxStaleness 1; file-colocated / s3-colocated: "
+        "hacrl run --colocate; a -nofork suffix (file-colocated-nofork): every worker a fresh interpreter (HACRL_FORK_SERVER=0)",
+    )
     p.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--work", type=Path, default=Path("/tmp/hacrl-bench/pipeline"))
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
@@ -117,12 +128,22 @@ def inprocess_loop(spec_path: Path) -> dict[str, float]:
     names = [a.name for a in spec.agents]
     contexts = [WorkerContext(experiment=experiment, agent_name=n, store=None) for n in names]  # type: ignore[arg-type]
     # Scored apart from the first update, as this loop always has (its timings are compared over time).
-    setups = [StepSetup(index, tuple(names), algorithm, settings, score_in_first_update=False) for index in range(len(names))]
+    setups = [
+        StepSetup(index, tuple(names), algorithm, settings, score_in_first_update=False) for index in range(len(names))
+    ]
     states, engines = [], []
     for context in contexts:  # fresh learners (no checkpoint: there is no store)
         model, tokenizer = load_policy(context.initial_model_dir())
-        states.append(start_state(model, tokenizer, create_backend(context.agent.learner.backend, model, context.agent.learner),
-                                  settings, len(names), learner=context.agent.learner))
+        states.append(
+            start_state(
+                model,
+                tokenizer,
+                create_backend(context.agent.learner.backend, model, context.agent.learner),
+                settings,
+                len(names),
+                learner=context.agent.learner,
+            )
+        )
         engine = HFEngine(batch_size=context.agent.rollout.batch_size)
         engine.set_policy(states[-1].model, tokenizer)  # the live policy: no weight publish, no load
         engines.append(engine)
@@ -131,15 +152,37 @@ def inprocess_loop(spec_path: Path) -> dict[str, float]:
         shards = []
         for index, (context, engine) in enumerate(zip(contexts, engines)):
             problems = context.step_problems(step)
-            params = sampling_params(context.agent.rollout, group_size=settings.group_size, seed=settings.seed, step=step, agent_index=index)
+            params = sampling_params(
+                context.agent.rollout, group_size=settings.group_size, seed=settings.seed, step=step, agent_index=index
+            )
             prompts, samples = sample_step(engine, problems, spec.data.template, params)
             lap("generate")
-            shards.append(rollout_rows(problems, prompts, samples, context.score, experiment=experiment.name, agent=names[index],
-                                       step=step, tokenizer=engine.tokenizer))
+            shards.append(
+                rollout_rows(
+                    problems,
+                    prompts,
+                    samples,
+                    context.score,
+                    experiment=experiment.name,
+                    agent=names[index],
+                    step=step,
+                    tokenizer=engine.tokenizer,
+                )
+            )
             lap("reward")
         exchange = MemoryExchange(experiment.name)
-        run_team([learner_step(state, setups[index], MemoryPorts(shards, index, state.tokenizer, spec.data.template, exchange), step,
-                               lap=step_lap) for index, state in enumerate(states)])
+        run_team(
+            [
+                learner_step(
+                    state,
+                    setups[index],
+                    MemoryPorts(shards, index, state.tokenizer, spec.data.template, exchange),
+                    step,
+                    lap=step_lap,
+                )
+                for index, state in enumerate(states)
+            ]
+        )
     clock["total"] = time.perf_counter() - began
     return clock
 
@@ -163,7 +206,9 @@ def log_times(workdir: Path) -> dict[str, list[float]]:
     return out
 
 
-def multi_breakdown(store_uri: str, name: str, steps: int, workdir: Path, started: float, ended: float, endpoint: str | None) -> dict[str, float]:
+def multi_breakdown(
+    store_uri: str, name: str, steps: int, workdir: Path, started: float, ended: float, endpoint: str | None
+) -> dict[str, float]:
     """Learner stage sums (mean over agents) and start-up / tail seconds from the worker logs."""
     from hacrl_core.store import open_trajectory_store
 
@@ -178,7 +223,9 @@ def multi_breakdown(store_uri: str, name: str, steps: int, workdir: Path, starte
             m = step0 if step == 0 else store.read_metrics(step, agent)
             for k in STAGES:
                 sums[k] += m.get(f"learner/{k}", 0.0) / len(agents)
-        learner = stamps.get(f"{agent}-learner") or stamps.get(f"{agent}-colocated", [])  # the colocated worker logs its steps too
+        learner = stamps.get(f"{agent}-learner") or stamps.get(
+            f"{agent}-colocated", []
+        )  # the colocated worker logs its steps too
         if learner:
             first_step_start.append(learner[0] - sum(step0.get(f"learner/{k}", 0.0) for k in STAGES))
             last_step_end.append(learner[-1])
@@ -209,8 +256,14 @@ def main(argv: list[str] | None = None) -> int:
     cache = args.cache.resolve()
     agents = [agent_entry(LLAMA, warmup_steps=400), agent_entry(QWEN, warmup_steps=200)]
     build_models([a["model"] for a in agents], cache)
-    algorithm = {"name": "hacpo", "groupSize": 8, "promptsPerStep": args.prompts, "miniBatchPrompts": max(1, args.prompts // 2),
-                 "steps": args.steps, "seed": 0}
+    algorithm = {
+        "name": "hacpo",
+        "groupSize": 8,
+        "promptsPerStep": args.prompts,
+        "miniBatchPrompts": max(1, args.prompts // 2),
+        "steps": args.steps,
+        "seed": 0,
+    }
     shutil.rmtree(args.work, ignore_errors=True)
     args.work.mkdir(parents=True)
     server = None
@@ -231,12 +284,20 @@ def main(argv: list[str] | None = None) -> int:
                     uri, endpoint, extra = f"s3://{server.bucket}/pipeline", server.endpoint, s3_env
                 else:
                     uri, endpoint, extra = f"file://{args.work / 'store'}", None, {}
-                doc = experiment(name, agents, {**algorithm, "maxStaleness": stale}, store_uri=uri, eval_prompts=0, endpoint=endpoint)
+                doc = experiment(
+                    name, agents, {**algorithm, "maxStaleness": stale}, store_uri=uri, eval_prompts=0, endpoint=endpoint
+                )
                 spec_path = write_spec(doc, args.work / f"{name}.yaml")
                 env = bench_env(cache, {**extra, **({} if fork else {"HACRL_FORK_SERVER": "0"})})
                 if mode == "inproc":
                     t0 = time.perf_counter()
-                    done = subprocess.run([sys.executable, __file__, "--child", str(spec_path)], env=env, capture_output=True, text=True, check=False)
+                    done = subprocess.run(
+                        [sys.executable, __file__, "--child", str(spec_path)],
+                        env=env,
+                        capture_output=True,
+                        text=True,
+                        check=False,
+                    )
                     wall = time.perf_counter() - t0
                     if done.returncode:
                         raise RuntimeError(f"in-process loop failed:\n{done.stderr[-3000:]}")
@@ -244,11 +305,15 @@ def main(argv: list[str] | None = None) -> int:
                     results[mode].append({"wall": wall, **{f"inproc_{k}": v for k, v in clock.items()}})
                 else:
                     started = time.time()
-                    wall = hacrl_run(spec_path, args.work / "workdirs" / name, env, args=["--colocate" if colocate else "--split"])
+                    wall = hacrl_run(
+                        spec_path, args.work / "workdirs" / name, env, args=["--colocate" if colocate else "--split"]
+                    )
                     ended = time.time()
                     for key, value in extra.items():
                         os.environ[key] = value
-                    breakdown = multi_breakdown(uri, name, args.steps, args.work / "workdirs" / name, started, ended, endpoint)
+                    breakdown = multi_breakdown(
+                        uri, name, args.steps, args.work / "workdirs" / name, started, ended, endpoint
+                    )
                     results[mode].append({"wall": wall, **breakdown})
                 print(f"rep {rep} {mode}: {wall:.1f}s", flush=True)
     finally:
@@ -272,7 +337,11 @@ def main(argv: list[str] | None = None) -> int:
     startup_base = med["inproc"]["wall"] - steady_base if steady_base is not None else None
     for row, mode in zip(rows, modes):
         m = med[mode]
-        steady = m["inproc_total"] - m["inproc_setup"] if mode == "inproc" else m["wall"] - m.get("startup", 0.0) - m.get("tail", 0.0)
+        steady = (
+            m["inproc_total"] - m["inproc_setup"]
+            if mode == "inproc"
+            else m["wall"] - m.get("startup", 0.0) - m.get("tail", 0.0)
+        )
         m["steady"] = steady
         startup = startup_base if mode == "inproc" else m.get("startup")
         row.insert(4, f"{steady:.1f}")
@@ -280,14 +349,42 @@ def main(argv: list[str] | None = None) -> int:
         row.insert(6, "-" if startup is None else f"{startup:.1f}")
         row.insert(7, f"{startup / startup_base:.2f}x" if startup is not None and startup_base else "-")
         row.insert(8, f"{m['tail']:.1f}" if "tail" in m else "-")
-    text = table(["mode", "wall s (median)", "overhead vs inproc", "ratio inproc/mode", "step loop s", "step-loop overhead",
-                  "start-up s", "start-up vs inproc", "tail s", "target"], rows)
+    text = table(
+        [
+            "mode",
+            "wall s (median)",
+            "overhead vs inproc",
+            "ratio inproc/mode",
+            "step loop s",
+            "step-loop overhead",
+            "start-up s",
+            "start-up vs inproc",
+            "tail s",
+            "target",
+        ],
+        rows,
+    )
     keys = sorted({k for m in med.values() for k in m if k != "wall"})
-    detail = table(["stage (seconds, median)"] + modes, [[k] + [f"{med[m][k]:.2f}" if k in med[m] else "" for m in modes] for k in keys])
-    print(f"\npipeline ({args.steps} steps, {args.prompts} prompts x G 8, 2 agents, hacpo, no eval; median of {args.reps} interleaved reps)\n{text}\n\n{detail}")
+    detail = table(
+        ["stage (seconds, median)"] + modes,
+        [[k] + [f"{med[m][k]:.2f}" if k in med[m] else "" for m in modes] for k in keys],
+    )
+    print(
+        f"\npipeline ({args.steps} steps, {args.prompts} prompts x G 8, 2 agents, hacpo, no eval; median of {args.reps} interleaved reps)\n{text}\n\n{detail}"
+    )
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    path = save("pipeline-quick" if args.quick else "pipeline", {"settings": settings, "table": text, "detail": detail, "median": med,
-                                                                  "runs": results, "total_seconds": time.perf_counter() - began}, args.out)
+    path = save(
+        "pipeline-quick" if args.quick else "pipeline",
+        {
+            "settings": settings,
+            "table": text,
+            "detail": detail,
+            "median": med,
+            "runs": results,
+            "total_seconds": time.perf_counter() - began,
+        },
+        args.out,
+    )
     print(f"wrote {path}")
     return 0
 

@@ -47,19 +47,33 @@ from bench.common import (
 
 #: format -> (task difficulty, rollout max new tokens, {pairing: [(agent name, tiny:// URI), ...]})
 CELLS: dict[str, tuple[str, int, dict[str, list[tuple[str, str]]]]] = {
-    "answer": ("1", 8, {
-        "char + char": [("char-a", "tiny://llama-char?seed=0"), ("char-b", "tiny://llama-char?seed=1")],
-        "bpe + bpe": [("bpe-a", "tiny://qwen2-bpe?seed=0"), ("bpe-b", "tiny://qwen2-bpe?seed=1")],
-        "char + bpe": [("char-a", "tiny://llama-char?seed=0"), ("bpe-a", "tiny://qwen2-bpe?seed=0")],
-    }),
-    "chain": ("2-3", 48, {
-        "char + char": [("char-a", "tiny://llama-char?seed=0&warmup_steps=500&format=chain&difficulty=2-3"),
-                        ("char-b", "tiny://llama-char?seed=0&warmup_steps=300&format=chain&difficulty=2-3")],
-        "bpe + bpe": [("bpe-a", "tiny://qwen2-bpe?seed=0&warmup_steps=600&format=chain&difficulty=2-3"),
-                      ("bpe-b", "tiny://qwen2-bpe?seed=0&warmup_steps=300&format=chain&difficulty=2-3")],
-        "char + bpe": [("char-a", "tiny://llama-char?seed=0&warmup_steps=500&format=chain&difficulty=2-3"),
-                       ("bpe-a", "tiny://qwen2-bpe?seed=0&warmup_steps=600&format=chain&difficulty=2-3")],
-    }),
+    "answer": (
+        "1",
+        8,
+        {
+            "char + char": [("char-a", "tiny://llama-char?seed=0"), ("char-b", "tiny://llama-char?seed=1")],
+            "bpe + bpe": [("bpe-a", "tiny://qwen2-bpe?seed=0"), ("bpe-b", "tiny://qwen2-bpe?seed=1")],
+            "char + bpe": [("char-a", "tiny://llama-char?seed=0"), ("bpe-a", "tiny://qwen2-bpe?seed=0")],
+        },
+    ),
+    "chain": (
+        "2-3",
+        48,
+        {
+            "char + char": [
+                ("char-a", "tiny://llama-char?seed=0&warmup_steps=500&format=chain&difficulty=2-3"),
+                ("char-b", "tiny://llama-char?seed=0&warmup_steps=300&format=chain&difficulty=2-3"),
+            ],
+            "bpe + bpe": [
+                ("bpe-a", "tiny://qwen2-bpe?seed=0&warmup_steps=600&format=chain&difficulty=2-3"),
+                ("bpe-b", "tiny://qwen2-bpe?seed=0&warmup_steps=300&format=chain&difficulty=2-3"),
+            ],
+            "char + bpe": [
+                ("char-a", "tiny://llama-char?seed=0&warmup_steps=500&format=chain&difficulty=2-3"),
+                ("bpe-a", "tiny://qwen2-bpe?seed=0&warmup_steps=600&format=chain&difficulty=2-3"),
+            ],
+        },
+    ),
 }
 
 
@@ -82,11 +96,26 @@ def with_warmup(uri: str, steps: int) -> str:
     return f"{uri}&warmup_steps={steps}" if "warmup_steps=" not in uri else uri
 
 
-def spec(name: str, difficulty: str, max_new_tokens: int, agents: list[tuple[str, str]], args: argparse.Namespace, store_dir: Path) -> dict[str, Any]:
-    algorithm = {"name": "hacpo", "groupSize": args.group_size, "promptsPerStep": args.prompts,
-                 "miniBatchPrompts": max(1, args.prompts // 2), "steps": 1, "seed": 0}
+def spec(
+    name: str,
+    difficulty: str,
+    max_new_tokens: int,
+    agents: list[tuple[str, str]],
+    args: argparse.Namespace,
+    store_dir: Path,
+) -> dict[str, Any]:
+    algorithm = {
+        "name": "hacpo",
+        "groupSize": args.group_size,
+        "promptsPerStep": args.prompts,
+        "miniBatchPrompts": max(1, args.prompts // 2),
+        "steps": 1,
+        "seed": 0,
+    }
     documents = [agent_document(agent, uri, lr=1e-4, max_new_tokens=max_new_tokens) for agent, uri in agents]
-    return experiment(name, documents, algorithm, store_uri=f"file://{store_dir}", difficulty=difficulty, eval_prompts=0)
+    return experiment(
+        name, documents, algorithm, store_uri=f"file://{store_dir}", difficulty=difficulty, eval_prompts=0
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,30 +140,76 @@ def main(argv: list[str] | None = None) -> int:
     for fmt_name, difficulty, max_new_tokens, pairing, agents in cells:
         name = f"sharing-{fmt_name}-{pairing.replace(' + ', '-')}"
         shutil.rmtree(store_dir / name, ignore_errors=True)
-        path = write_spec(spec(name, difficulty, max_new_tokens, agents, args, store_dir), args.work / "specs" / f"{name}.yaml")
+        path = write_spec(
+            spec(name, difficulty, max_new_tokens, agents, args, store_dir), args.work / "specs" / f"{name}.yaml"
+        )
         wall = hacrl_run(path, args.work / "workdirs" / name, env)
         store = open_trajectory_store(f"file://{store_dir}", name)
-        lengths = {agent: statistics.fmean(len(r["token_ids"]) for r in store.read_rollouts(0, agent)) for agent, _ in agents}
+        lengths = {
+            agent: statistics.fmean(len(r["token_ids"]) for r in store.read_rollouts(0, agent)) for agent, _ in agents
+        }
         for agent, uri in agents:
             metrics = store.read_metrics(0, agent)
             peer = next(a for a, _ in agents if a != agent)
             used = 1.0 - metrics["learner/cross_clip_frac"]
-            result = {"format": fmt_name, "pairing": pairing, "learner": agent, "model": uri, "peer": peer,
-                      "learner_tokens": lengths[agent], "peer_tokens": lengths[peer], "shared_rows_used": used,
-                      "cross_ratio_mean": metrics.get("learner/cross_ratio_mean"), "cross_rows": metrics["learner/cross_rows"],
-                      "cross_grad_share": metrics.get("learner/cross_grad_share"), "wall_seconds": wall}
+            result = {
+                "format": fmt_name,
+                "pairing": pairing,
+                "learner": agent,
+                "model": uri,
+                "peer": peer,
+                "learner_tokens": lengths[agent],
+                "peer_tokens": lengths[peer],
+                "shared_rows_used": used,
+                "cross_ratio_mean": metrics.get("learner/cross_ratio_mean"),
+                "cross_rows": metrics["learner/cross_rows"],
+                "cross_grad_share": metrics.get("learner/cross_grad_share"),
+                "wall_seconds": wall,
+            }
             results.append(result)
-            rows.append([fmt_name, pairing, f"{agent} <- {peer}", f"{lengths[agent]:.1f}", f"{lengths[peer]:.1f}", f"{used:.0%}",
-                         f"{result['cross_ratio_mean']:.3f}", f"{result['cross_grad_share']:.2f}"])
+            rows.append(
+                [
+                    fmt_name,
+                    pairing,
+                    f"{agent} <- {peer}",
+                    f"{lengths[agent]:.1f}",
+                    f"{lengths[peer]:.1f}",
+                    f"{used:.0%}",
+                    f"{result['cross_ratio_mean']:.3f}",
+                    f"{result['cross_grad_share']:.2f}",
+                ]
+            )
         print(f"{name}: {wall:.0f}s", flush=True)
         shutil.rmtree(store_dir / name, ignore_errors=True)
 
-    text = table(["format", "tokenizers", "learner <- peer", "own tokens", "peer tokens", "shared rows used",
-                  "cross ratio mean", "cross grad share"], rows)
-    print(f"\nshare of cross rows inside HACPO's clipping window at the first step ({args.prompts} prompts x G {args.group_size} "
-          f"per agent; delta 0.2)\n{text}")
-    path = save("sharing-quick" if args.quick else "sharing", {"settings": {k: str(v) for k, v in vars(args).items()},
-                "build_seconds": build_seconds, "total_seconds": time.perf_counter() - began, "table": text, "cells": results}, args.out)
+    text = table(
+        [
+            "format",
+            "tokenizers",
+            "learner <- peer",
+            "own tokens",
+            "peer tokens",
+            "shared rows used",
+            "cross ratio mean",
+            "cross grad share",
+        ],
+        rows,
+    )
+    print(
+        f"\nshare of cross rows inside HACPO's clipping window at the first step ({args.prompts} prompts x G {args.group_size} "
+        f"per agent; delta 0.2)\n{text}"
+    )
+    path = save(
+        "sharing-quick" if args.quick else "sharing",
+        {
+            "settings": {k: str(v) for k, v in vars(args).items()},
+            "build_seconds": build_seconds,
+            "total_seconds": time.perf_counter() - began,
+            "table": text,
+            "cells": results,
+        },
+        args.out,
+    )
     print(f"wrote {path}")
     return 0
 

@@ -42,7 +42,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rows", default="512,8192")
     p.add_argument("--tokens", default="8,512", help="response lengths in tokens")
     p.add_argument("--reps", type=int, default=5)
-    p.add_argument("--vocabulary", type=int, default=384, help="token ids drawn below this (384: tiny models; 151936: Qwen)")
+    p.add_argument(
+        "--vocabulary", type=int, default=384, help="token ids drawn below this (384: tiny models; 151936: Qwen)"
+    )
     p.add_argument("--work", type=Path, default=Path("/tmp/hacrl-bench/store"))
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
@@ -51,8 +53,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def make_rows(experiment: str, step: int, agent: str, count: int, tokens: int, seed: int = 0,
-              vocabulary: int = 384) -> list[dict[str, Any]]:
+def make_rows(
+    experiment: str, step: int, agent: str, count: int, tokens: int, seed: int = 0, vocabulary: int = 384
+) -> list[dict[str, Any]]:
     """Rows like the rollout worker's: G=8 samples per prompt, arithmetic prompts, random responses
     of token ids below ``vocabulary`` (384: the tiny models'; 151,936: Qwen's)."""
     rng = random.Random(seed)
@@ -60,18 +63,29 @@ def make_rows(experiment: str, step: int, agent: str, count: int, tokens: int, s
     for i in range(count):
         a, b = rng.randint(0, 9), rng.randint(0, 9)
         ids = [rng.randrange(vocabulary) for _ in range(tokens)]
-        rows.append({
-            "experiment": experiment, "step": step, "source_agent": agent, "policy_version": step, "tokenizer_id": "bpe-384-abcdef",
-            "prompt_uid": f"arith-{i // 8:06d}", "sample_index": i % 8,
-            "prompt": f"<|im_start|>user\n{a}+{b}=<|im_end|>\n<|im_start|>assistant\n",
-            "response": "".join(chr(48 + t % 10) for t in ids), "token_ids": ids, "reward": float(rng.random() < 0.3),
-            "finish_reason": "stop" if rng.random() < 0.9 else "length",
-            "extra": json.dumps({"question": f"{a}+{b}=", "answer": str(a + b)}),
-        })
+        rows.append(
+            {
+                "experiment": experiment,
+                "step": step,
+                "source_agent": agent,
+                "policy_version": step,
+                "tokenizer_id": "bpe-384-abcdef",
+                "prompt_uid": f"arith-{i // 8:06d}",
+                "sample_index": i % 8,
+                "prompt": f"<|im_start|>user\n{a}+{b}=<|im_end|>\n<|im_start|>assistant\n",
+                "response": "".join(chr(48 + t % 10) for t in ids),
+                "token_ids": ids,
+                "reward": float(rng.random() < 0.3),
+                "finish_reason": "stop" if rng.random() < 0.9 else "length",
+                "extra": json.dumps({"question": f"{a}+{b}=", "answer": str(a + b)}),
+            }
+        )
     return rows
 
 
-def run_case(store, raw_put, raw_get, rows: list[dict[str, Any]], reps: int, step0: int, agent: str, raw_prefix: str) -> dict[str, Any]:
+def run_case(
+    store, raw_put, raw_get, rows: list[dict[str, Any]], reps: int, step0: int, agent: str, raw_prefix: str
+) -> dict[str, Any]:
     """Interleaved raw, row and column round trips of one shard; medians in seconds and MB/s.
 
     rows: ``write_rollouts`` of row dicts, ``read_rollouts`` back to row dicts (what the workers
@@ -90,8 +104,20 @@ def run_case(store, raw_put, raw_get, rows: list[dict[str, Any]], reps: int, ste
 
     data = rollouts_to_parquet(rows)
     mb = len(data) / 1e6
-    names = ("raw_put", "raw_get", "object_put", "object_get", "shard_write", "shard_read", "encode", "decode",
-             "columns_write", "columns_read", "table_encode", "table_decode")
+    names = (
+        "raw_put",
+        "raw_get",
+        "object_put",
+        "object_get",
+        "shard_write",
+        "shard_read",
+        "encode",
+        "decode",
+        "columns_write",
+        "columns_read",
+        "table_encode",
+        "table_decode",
+    )
     times: dict[str, list[float]] = {name: [] for name in names}
 
     def timed(name: str, call, *args):
@@ -128,12 +154,21 @@ def run_case(store, raw_put, raw_get, rows: list[dict[str, Any]], reps: int, ste
     raw_rt = med["raw_put"] + med["raw_get"]
     rows_rt, cols_rt = med["shard_write"] + med["shard_read"], med["columns_write"] + med["columns_read"]
     return {
-        "rows": len(rows), "bytes": len(data), "bytes_per_1000_rows": len(data) * 1000 / len(rows), "times": times, "median": med,
-        "raw_mb_s": 2 * mb / raw_rt, "shard_mb_s": 2 * mb / rows_rt, "ratio": raw_rt / rows_rt,
-        "write_ratio": med["raw_put"] / med["shard_write"], "read_ratio": med["raw_get"] / med["shard_read"],
-        "columns_mb_s": 2 * mb / cols_rt, "columns_ratio": raw_rt / cols_rt,
+        "rows": len(rows),
+        "bytes": len(data),
+        "bytes_per_1000_rows": len(data) * 1000 / len(rows),
+        "times": times,
+        "median": med,
+        "raw_mb_s": 2 * mb / raw_rt,
+        "shard_mb_s": 2 * mb / rows_rt,
+        "ratio": raw_rt / rows_rt,
+        "write_ratio": med["raw_put"] / med["shard_write"],
+        "read_ratio": med["raw_get"] / med["shard_read"],
+        "columns_mb_s": 2 * mb / cols_rt,
+        "columns_ratio": raw_rt / cols_rt,
         "columns_ratio_vs_object": (med["object_put"] + med["object_get"]) / cols_rt,
-        "columns_write_ratio": med["raw_put"] / med["columns_write"], "columns_read_ratio": med["raw_get"] / med["columns_read"],
+        "columns_write_ratio": med["raw_put"] / med["columns_write"],
+        "columns_read_ratio": med["raw_get"] / med["columns_read"],
         # the rest of each shard operation: commit marker, checksum, marker lookup, extra requests
         "write_commit_seconds": med["columns_write"] - med["table_encode"] - med["raw_put"],
         "read_commit_seconds": med["columns_read"] - med["table_decode"] - med["raw_get"],
@@ -156,10 +191,15 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.update(server.env())
         client = server.client()
         backends = {
-            "s3": (open_trajectory_store(f"s3://{server.bucket}/traj", "bench-store", endpoint=server.endpoint),
-                   lambda k, d: client.put_object(Bucket=server.bucket, Key=k, Body=d),
-                   lambda k: client.get_object(Bucket=server.bucket, Key=k)["Body"].read()),
-            "file": (open_trajectory_store(f"file://{args.work / 'files'}", "bench-store"), *file_raw(args.work / "raw")),
+            "s3": (
+                open_trajectory_store(f"s3://{server.bucket}/traj", "bench-store", endpoint=server.endpoint),
+                lambda k, d: client.put_object(Bucket=server.bucket, Key=k, Body=d),
+                lambda k: client.get_object(Bucket=server.bucket, Key=k)["Body"].read(),
+            ),
+            "file": (
+                open_trajectory_store(f"file://{args.work / 'files'}", "bench-store"),
+                *file_raw(args.work / "raw"),
+            ),
         }
         step = 0
         for count in [int(x) for x in args.rows.split(",")]:
@@ -170,34 +210,115 @@ def main(argv: list[str] | None = None) -> int:
                     case.update(backend=backend, response_tokens=tokens)
                     results.append(case)
                     step += 2 * (args.reps + 1)
-                    print(f"{backend} {count} rows x {tokens} tokens: ratio rows {case['ratio']:.2f}, "
-                          f"columns {case['columns_ratio']:.2f}", flush=True)
+                    print(
+                        f"{backend} {count} rows x {tokens} tokens: ratio rows {case['ratio']:.2f}, "
+                        f"columns {case['columns_ratio']:.2f}",
+                        flush=True,
+                    )
     finally:
         server.stop()
-    rows_out = [[r["backend"], r["rows"], r["response_tokens"], f"{r['bytes'] / 1e3:,.0f}", f"{r['bytes_per_1000_rows'] / 1e3:,.1f}",
-                 f"{r['raw_mb_s']:.1f}", f"{r['shard_mb_s']:.1f}", f"{r['ratio']:.2f}", f"{r['write_ratio']:.2f}", f"{r['read_ratio']:.2f}"]
-                + [f"{r['median'][k] * 1000:.1f}" for k in ("raw_put", "encode", "shard_write", "raw_get", "decode", "shard_read")]
-                for r in results]
-    text = table(["store", "rows", "resp tokens", "shard kB", "kB / 1000 rows", "raw MB/s", "shard MB/s", "ratio (put+get)",
-                  "write ratio", "read ratio",
-                  "put ms", "encode ms", "write ms", "get ms", "decode ms", "read ms"], rows_out)
-    cols_out = [[r["backend"], r["rows"], r["response_tokens"], f"{r['raw_mb_s']:.1f}", f"{r['columns_mb_s']:.1f}",
-                 f"{r['columns_ratio']:.2f}", f"{r['columns_write_ratio']:.2f}", f"{r['columns_read_ratio']:.2f}",
-                 f"{r['columns_ratio_vs_object']:.2f}", f"{r['median']['object_put'] * 1000:.1f}"]
-                + [f"{r['median'][k] * 1000:.1f}" for k in ("raw_put", "table_encode", "columns_write", "raw_get", "table_decode",
-                                                             "columns_read")]
-                + [f"{r['write_commit_seconds'] * 1000:.1f}", f"{r['read_commit_seconds'] * 1000:.1f}"]
-                for r in results]
-    text_cols = table(["store", "rows", "resp tokens", "raw MB/s", "columns MB/s", "ratio (put+get)", "write ratio", "read ratio",
-                       "ratio vs store put+get", "store put ms", "put ms", "encode ms", "write ms", "get ms", "decode ms", "read ms", "write rest ms", "read rest ms"], cols_out)
-    print(f"\nstore throughput, row dicts (median of {args.reps} interleaved reps; MB = Parquet bytes; ratio = shard / raw throughput)"
-          f"\n{text}")
+    rows_out = [
+        [
+            r["backend"],
+            r["rows"],
+            r["response_tokens"],
+            f"{r['bytes'] / 1e3:,.0f}",
+            f"{r['bytes_per_1000_rows'] / 1e3:,.1f}",
+            f"{r['raw_mb_s']:.1f}",
+            f"{r['shard_mb_s']:.1f}",
+            f"{r['ratio']:.2f}",
+            f"{r['write_ratio']:.2f}",
+            f"{r['read_ratio']:.2f}",
+        ]
+        + [
+            f"{r['median'][k] * 1000:.1f}"
+            for k in ("raw_put", "encode", "shard_write", "raw_get", "decode", "shard_read")
+        ]
+        for r in results
+    ]
+    text = table(
+        [
+            "store",
+            "rows",
+            "resp tokens",
+            "shard kB",
+            "kB / 1000 rows",
+            "raw MB/s",
+            "shard MB/s",
+            "ratio (put+get)",
+            "write ratio",
+            "read ratio",
+            "put ms",
+            "encode ms",
+            "write ms",
+            "get ms",
+            "decode ms",
+            "read ms",
+        ],
+        rows_out,
+    )
+    cols_out = [
+        [
+            r["backend"],
+            r["rows"],
+            r["response_tokens"],
+            f"{r['raw_mb_s']:.1f}",
+            f"{r['columns_mb_s']:.1f}",
+            f"{r['columns_ratio']:.2f}",
+            f"{r['columns_write_ratio']:.2f}",
+            f"{r['columns_read_ratio']:.2f}",
+            f"{r['columns_ratio_vs_object']:.2f}",
+            f"{r['median']['object_put'] * 1000:.1f}",
+        ]
+        + [
+            f"{r['median'][k] * 1000:.1f}"
+            for k in ("raw_put", "table_encode", "columns_write", "raw_get", "table_decode", "columns_read")
+        ]
+        + [f"{r['write_commit_seconds'] * 1000:.1f}", f"{r['read_commit_seconds'] * 1000:.1f}"]
+        for r in results
+    ]
+    text_cols = table(
+        [
+            "store",
+            "rows",
+            "resp tokens",
+            "raw MB/s",
+            "columns MB/s",
+            "ratio (put+get)",
+            "write ratio",
+            "read ratio",
+            "ratio vs store put+get",
+            "store put ms",
+            "put ms",
+            "encode ms",
+            "write ms",
+            "get ms",
+            "decode ms",
+            "read ms",
+            "write rest ms",
+            "read rest ms",
+        ],
+        cols_out,
+    )
+    print(
+        f"\nstore throughput, row dicts (median of {args.reps} interleaved reps; MB = Parquet bytes; ratio = shard / raw throughput)"
+        f"\n{text}"
+    )
     print(f"\nstore throughput, Arrow tables (write_rollouts_columns / read_rollouts_columns; same reps)\n{text_cols}")
     print(f"load: before {load_before}; after {os.popen('uptime').read().strip()}")
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    path = save("store-quick" if args.quick else "store", {"settings": settings, "table": text, "columns_table": text_cols,
-                                                            "load_before": load_before, "results": results,
-                                                            "total_seconds": time.perf_counter() - began}, args.out)
+    path = save(
+        "store-quick" if args.quick else "store",
+        {
+            "settings": settings,
+            "table": text,
+            "columns_table": text_cols,
+            "load_before": load_before,
+            "results": results,
+            "total_seconds": time.perf_counter() - began,
+        },
+        args.out,
+    )
     print(f"wrote {path}")
     return 0
 

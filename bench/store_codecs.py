@@ -118,8 +118,11 @@ def measure(t: pa.Table, reps: int) -> dict[str, dict[str, float]]:
                 raise RuntimeError(f"{name}: the decoded table differs from the encoded one")
             sizes[name] = len(data)
     return {
-        name: {"encode_ms": statistics.median(v["encode"]) * 1e3, "decode_ms": statistics.median(v["decode"]) * 1e3,
-               "megabytes": sizes[name] / 1e6}
+        name: {
+            "encode_ms": statistics.median(v["encode"]) * 1e3,
+            "decode_ms": statistics.median(v["decode"]) * 1e3,
+            "megabytes": sizes[name] / 1e6,
+        }
         for name, v in times.items()
     }
 
@@ -132,19 +135,36 @@ def main(argv: list[str] | None = None) -> int:
         results[vocabulary] = measure(shard_table(args.rows, args.tokens, vocabulary), args.reps)
     baseline = {v: r["parquet zstd (the store's)"] for v, r in results.items()}
     rows = [
-        [f"{vocabulary:,}", name, f"{m['megabytes']:.2f}", f"{m['megabytes'] / baseline[vocabulary]['megabytes']:.2f}",
-         f"{m['encode_ms']:.1f}", f"{m['decode_ms']:.1f}",
-         f"{(m['encode_ms'] + m['decode_ms']) / (baseline[vocabulary]['encode_ms'] + baseline[vocabulary]['decode_ms']):.2f}"]
-        for vocabulary, by_codec in results.items() for name, m in by_codec.items()
+        [
+            f"{vocabulary:,}",
+            name,
+            f"{m['megabytes']:.2f}",
+            f"{m['megabytes'] / baseline[vocabulary]['megabytes']:.2f}",
+            f"{m['encode_ms']:.1f}",
+            f"{m['decode_ms']:.1f}",
+            f"{(m['encode_ms'] + m['decode_ms']) / (baseline[vocabulary]['encode_ms'] + baseline[vocabulary]['decode_ms']):.2f}",
+        ]
+        for vocabulary, by_codec in results.items()
+        for name, m in by_codec.items()
     ]
-    text = table(["vocabulary", "codec", "MB", "size vs store", "encode ms", "decode ms", "encode+decode vs store"], rows)
+    text = table(
+        ["vocabulary", "codec", "MB", "size vs store", "encode ms", "decode ms", "encode+decode vs store"], rows
+    )
     print(f"shard codecs: {args.rows} rows x {args.tokens} response tokens, median of {args.reps} interleaved reps")
     print(text)
     load = f"before {load_before}; after {machine()['uptime']}"
     print("load:", load)
-    path = save("store-codecs-quick" if args.quick else "store-codecs",
-                {"settings": {"rows": args.rows, "tokens": args.tokens, "reps": args.reps}, "results": results,
-                 "table": text, "load": load, "total_seconds": time.perf_counter() - began}, args.out)
+    path = save(
+        "store-codecs-quick" if args.quick else "store-codecs",
+        {
+            "settings": {"rows": args.rows, "tokens": args.tokens, "reps": args.reps},
+            "results": results,
+            "table": text,
+            "load": load,
+            "total_seconds": time.perf_counter() - began,
+        },
+        args.out,
+    )
     print("wrote", path)
     return 0
 

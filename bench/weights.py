@@ -65,7 +65,9 @@ def changed_fraction(old: dict, new: dict) -> float:
     return state_delta(old, new).changed_fraction()
 
 
-def train_and_publish(args: argparse.Namespace, model_dir: Path, lr: float, stores: dict[str, Any]) -> list[dict[str, Any]]:
+def train_and_publish(
+    args: argparse.Namespace, model_dir: Path, lr: float, stores: dict[str, Any]
+) -> list[dict[str, Any]]:
     """``args.steps`` AdamW steps at ``lr``; after each (and before the first) the bf16 copy is
     published to every (backend, mode) and fetched by that pair's follower replica."""
     import torch
@@ -112,25 +114,42 @@ def train_and_publish(args: argparse.Namespace, model_dir: Path, lr: float, stor
             shutil.rmtree(copy, ignore_errors=True)
             shutil.copytree(saved, copy)
             began = time.perf_counter()
-            result = publish_policy(store, "agent", version, copy, work / f"{backend}-{mode}" / "reference",
-                                    full_every=1 if mode == "full" else args.full_every)
+            result = publish_policy(
+                store,
+                "agent",
+                version,
+                copy,
+                work / f"{backend}-{mode}" / "reference",
+                full_every=1 if mode == "full" else args.full_every,
+            )
             publish_seconds = time.perf_counter() - began
             began = time.perf_counter()
             fetched = fetch_policy(store, "agent", version, work / f"{backend}-{mode}" / "replica")
             fetch_seconds = time.perf_counter() - began
             assert fetched.version == version, fetched
-            record[f"{backend}/{mode}"] = {"kind": result.kind, "written": result.bytes_written, "read": fetched.bytes_read,
-                                           "publish_seconds": publish_seconds, "fetch_seconds": fetch_seconds}
+            record[f"{backend}/{mode}"] = {
+                "kind": result.kind,
+                "written": result.bytes_written,
+                "read": fetched.bytes_read,
+                "publish_seconds": publish_seconds,
+                "fetch_seconds": fetch_seconds,
+            }
         records.append(record)
         shown = {k: v["kind"] + f" {v['written'] / 1e6:.1f}MB" for k, v in record.items() if isinstance(v, dict)}
-        print(f"lr {lr:g} version {version}: changed bf16 {record.get('changed_bf16', float('nan')):.4f} "
-              f"fp32 {record.get('changed_fp32', float('nan')):.4f} {shown}", flush=True)
+        print(
+            f"lr {lr:g} version {version}: changed bf16 {record.get('changed_bf16', float('nan')):.4f} "
+            f"fp32 {record.get('changed_fp32', float('nan')):.4f} {shown}",
+            flush=True,
+        )
     for (backend, mode), store in stores.items():  # a new replica at the last version
         target = work / f"{backend}-{mode}" / "new-replica"
         began = time.perf_counter()
         fetched = fetch_policy(store, "agent", args.steps, target)
-        records[-1][f"{backend}/{mode}"].update(new_replica_read=fetched.bytes_read, new_replica_seconds=time.perf_counter() - began,
-                                                new_replica_deltas=fetched.deltas_applied)
+        records[-1][f"{backend}/{mode}"].update(
+            new_replica_read=fetched.bytes_read,
+            new_replica_seconds=time.perf_counter() - began,
+            new_replica_deltas=fetched.deltas_applied,
+        )
     return records
 
 
@@ -143,18 +162,22 @@ def summarize(records: list[dict[str, Any]], keys: list[str]) -> list[dict[str, 
         for key in keys:
             entries = [r[key] for r in runs]
             deltas = [e["written"] for e in entries if e["kind"] == "delta"]
-            out.append({
-                "lr": lr, "store/mode": key, "full_bytes": full,
-                "changed_bf16": statistics.fmean(r["changed_bf16"] for r in runs),
-                "changed_fp32": statistics.fmean(r["changed_fp32"] for r in runs),
-                "delta_over_full": statistics.fmean(deltas) / full if deltas else None,
-                "written_over_full": statistics.fmean(e["written"] for e in entries) / full,
-                "read_over_full": statistics.fmean(e["read"] for e in entries) / full,
-                "publish_seconds": statistics.median(e["publish_seconds"] for e in entries),
-                "fetch_seconds": statistics.median(e["fetch_seconds"] for e in entries),
-                "new_replica_over_full": runs[-1][key]["new_replica_read"] / full,
-                "new_replica_seconds": runs[-1][key]["new_replica_seconds"],
-            })
+            out.append(
+                {
+                    "lr": lr,
+                    "store/mode": key,
+                    "full_bytes": full,
+                    "changed_bf16": statistics.fmean(r["changed_bf16"] for r in runs),
+                    "changed_fp32": statistics.fmean(r["changed_fp32"] for r in runs),
+                    "delta_over_full": statistics.fmean(deltas) / full if deltas else None,
+                    "written_over_full": statistics.fmean(e["written"] for e in entries) / full,
+                    "read_over_full": statistics.fmean(e["read"] for e in entries) / full,
+                    "publish_seconds": statistics.median(e["publish_seconds"] for e in entries),
+                    "fetch_seconds": statistics.median(e["fetch_seconds"] for e in entries),
+                    "new_replica_over_full": runs[-1][key]["new_replica_read"] / full,
+                    "new_replica_seconds": runs[-1][key]["new_replica_seconds"],
+                }
+            )
     return out
 
 
@@ -177,7 +200,9 @@ def main(argv: list[str] | None = None) -> int:
         stores = {}
         for mode in ("full", "delta"):
             stores[("file", mode)] = open_trajectory_store(f"file://{args.work / 'files'}", f"bench-{mode}")
-            stores[("s3", mode)] = open_trajectory_store(f"s3://{server.bucket}/weights", f"bench-{mode}", endpoint=server.endpoint)
+            stores[("s3", mode)] = open_trajectory_store(
+                f"s3://{server.bucket}/weights", f"bench-{mode}", endpoint=server.endpoint
+            )
         for lr in [float(x) for x in args.lrs.split(",")]:
             records += train_and_publish(args, model_dir, lr, stores)
     finally:
@@ -196,26 +221,75 @@ def main(argv: list[str] | None = None) -> int:
     def ratio(value: float | None) -> str:
         return "-" if value is None else f"{value:.3f}"
 
-    text = table(["lr", "store/mode", "bf16 changed / step", "fp32 changed / step", "delta / full", "written / full per step",
-                  "read / full per step (replica)", "new replica reads / full", "publish s (median)", "fetch+apply s (median)",
-                  "new replica s"],
-                 [[f"{s['lr']:g}", s["store/mode"], f"{s['changed_bf16']:.4f}", f"{s['changed_fp32']:.4f}", ratio(s["delta_over_full"]),
-                   ratio(s["written_over_full"]), ratio(s["read_over_full"]), ratio(s["new_replica_over_full"]),
-                   f"{s['publish_seconds']:.2f}", f"{s['fetch_seconds']:.2f}", f"{s['new_replica_seconds']:.2f}"] for s in summary])
-    per_step = table(["lr", "version", "bf16 changed", "fp32 changed", "delta mode kind", "delta MB", "full MB"],
-                     [[f"{r['lr']:g}", r["version"], f"{r.get('changed_bf16', 0):.4f}", f"{r.get('changed_fp32', 0):.4f}",
-                       r["file/delta"]["kind"], f"{r['file/delta']['written'] / 1e6:.2f}", f"{r['full_bytes'] / 1e6:.1f}"]
-                      for r in records])
-    print(f"\nweights: {params / 1e6:.1f}M parameters ({args.model}), bf16 publish {summary[0]['full_bytes'] / 1e6:.1f} MB; "
-          f"{args.steps} AdamW steps per lr, fullPublishEvery {args.full_every} in the delta mode; ratios to a full bf16 publish, "
-          f"means over versions 1..{args.steps}\n{text}\n\nper version (file store, delta mode)\n{per_step}")
+    text = table(
+        [
+            "lr",
+            "store/mode",
+            "bf16 changed / step",
+            "fp32 changed / step",
+            "delta / full",
+            "written / full per step",
+            "read / full per step (replica)",
+            "new replica reads / full",
+            "publish s (median)",
+            "fetch+apply s (median)",
+            "new replica s",
+        ],
+        [
+            [
+                f"{s['lr']:g}",
+                s["store/mode"],
+                f"{s['changed_bf16']:.4f}",
+                f"{s['changed_fp32']:.4f}",
+                ratio(s["delta_over_full"]),
+                ratio(s["written_over_full"]),
+                ratio(s["read_over_full"]),
+                ratio(s["new_replica_over_full"]),
+                f"{s['publish_seconds']:.2f}",
+                f"{s['fetch_seconds']:.2f}",
+                f"{s['new_replica_seconds']:.2f}",
+            ]
+            for s in summary
+        ],
+    )
+    per_step = table(
+        ["lr", "version", "bf16 changed", "fp32 changed", "delta mode kind", "delta MB", "full MB"],
+        [
+            [
+                f"{r['lr']:g}",
+                r["version"],
+                f"{r.get('changed_bf16', 0):.4f}",
+                f"{r.get('changed_fp32', 0):.4f}",
+                r["file/delta"]["kind"],
+                f"{r['file/delta']['written'] / 1e6:.2f}",
+                f"{r['full_bytes'] / 1e6:.1f}",
+            ]
+            for r in records
+        ],
+    )
+    print(
+        f"\nweights: {params / 1e6:.1f}M parameters ({args.model}), bf16 publish {summary[0]['full_bytes'] / 1e6:.1f} MB; "
+        f"{args.steps} AdamW steps per lr, fullPublishEvery {args.full_every} in the delta mode; ratios to a full bf16 publish, "
+        f"means over versions 1..{args.steps}\n{text}\n\nper version (file store, delta mode)\n{per_step}"
+    )
     load_after = os.popen("uptime").read().strip()
     print(f"load: before {load_before}; after {load_after}")
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    path = save("weights-quick" if args.quick else "weights", {"settings": settings, "parameters": params, "table": text,
-                                                                "per_version_table": per_step, "summary": summary, "records": records,
-                                                                "load_before": load_before, "load_after": load_after,
-                                                                "total_seconds": time.perf_counter() - began}, args.out)
+    path = save(
+        "weights-quick" if args.quick else "weights",
+        {
+            "settings": settings,
+            "parameters": params,
+            "table": text,
+            "per_version_table": per_step,
+            "summary": summary,
+            "records": records,
+            "load_before": load_before,
+            "load_after": load_after,
+            "total_seconds": time.perf_counter() - began,
+        },
+        args.out,
+    )
     print(f"wrote {path}")
     return 0
 

@@ -54,31 +54,56 @@ from hacrl_core.spec import parse_experiment
 def experiment(steps: int, prompts: int, warmup_steps: int | None):
     """The quickstart's two agents: a Llama with a character tokenizer and a Qwen2 with byte-level BPE."""
     warm = "" if warmup_steps is None else f"&warmup_steps={warmup_steps}"
-    return parse_experiment({
-        "apiVersion": "hacrl.io/v1alpha1",
-        "kind": "HACRLExperiment",
-        "metadata": {"name": "hacpo-step"},
-        "spec": {
-            "agents": [
-                {"name": "llama-char", "model": f"tiny://llama-char?seed=0{warm}", "rollout": {"maxNewTokens": 8},
-                 "learner": {"lr": 1e-4, "microBatchSize": 128}},
-                {"name": "qwen-bpe", "model": f"tiny://qwen2-bpe?seed=0{warm}", "rollout": {"maxNewTokens": 8},
-                 "learner": {"lr": 5e-5, "microBatchSize": 128}},
-            ],
-            "algorithm": {"name": "hacpo", "groupSize": 8, "promptsPerStep": prompts, "miniBatchPrompts": max(1, prompts // 2),
-                          "steps": steps},
-            "data": {"train": {"source": "builtin://arithmetic?difficulty=1&seed=0"}, "reward": "exact"},
-            "store": {"uri": "file://./unused"},  # the spec requires one; nothing is written
-        },
-    })
+    return parse_experiment(
+        {
+            "apiVersion": "hacrl.io/v1alpha1",
+            "kind": "HACRLExperiment",
+            "metadata": {"name": "hacpo-step"},
+            "spec": {
+                "agents": [
+                    {
+                        "name": "llama-char",
+                        "model": f"tiny://llama-char?seed=0{warm}",
+                        "rollout": {"maxNewTokens": 8},
+                        "learner": {"lr": 1e-4, "microBatchSize": 128},
+                    },
+                    {
+                        "name": "qwen-bpe",
+                        "model": f"tiny://qwen2-bpe?seed=0{warm}",
+                        "rollout": {"maxNewTokens": 8},
+                        "learner": {"lr": 5e-5, "microBatchSize": 128},
+                    },
+                ],
+                "algorithm": {
+                    "name": "hacpo",
+                    "groupSize": 8,
+                    "promptsPerStep": prompts,
+                    "miniBatchPrompts": max(1, prompts // 2),
+                    "steps": steps,
+                },
+                "data": {"train": {"source": "builtin://arithmetic?difficulty=1&seed=0"}, "reward": "exact"},
+                "store": {"uri": "file://./unused"},  # the spec requires one; nothing is written
+            },
+        }
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--prompts", type=int, default=16, help="prompts per step (G = 8 responses each)")
-    parser.add_argument("--warmup-steps", type=int, default=None, help="supervised warm start of the tiny models (default: the presets')")
-    parser.add_argument("--cache", type=Path, default=Path(os.environ.get("HACRL_CACHE", ".hacrl-cache")), help="where tiny models are built")
+    parser.add_argument(
+        "--warmup-steps",
+        type=int,
+        default=None,
+        help="supervised warm start of the tiny models (default: the presets')",
+    )
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        default=Path(os.environ.get("HACRL_CACHE", ".hacrl-cache")),
+        help="where tiny models are built",
+    )
     args = parser.parse_args(argv)
     torch.manual_seed(0)
 
@@ -94,7 +119,16 @@ def main(argv: list[str] | None = None) -> int:
     setups = [StepSetup(i, tuple(names), algorithm, settings, score_in_first_update=False) for i in range(len(names))]
     for agent in spec.agents:
         model, tokenizer = load_policy(resolve_model(agent.model, args.cache.resolve() / "models"))
-        learners.append(start_state(model, tokenizer, create_backend("torch", model, agent.learner), settings, len(names), learner=agent.learner))
+        learners.append(
+            start_state(
+                model,
+                tokenizer,
+                create_backend("torch", model, agent.learner),
+                settings,
+                len(names),
+                learner=agent.learner,
+            )
+        )
         sampler = HFEngine(batch_size=agent.rollout.batch_size)
         sampler.set_policy(model, tokenizer)  # samples with the live policy: always on-policy
         samplers.append(sampler)
@@ -105,24 +139,45 @@ def main(argv: list[str] | None = None) -> int:
         # 1. Sample: each agent answers with its own policy, chat template and tokenizer.
         shards = []
         for i, (agent, sampler) in enumerate(zip(spec.agents, samplers)):
-            params = sampling_params(agent.rollout, group_size=settings.group_size, seed=settings.seed, step=step, agent_index=i)
+            params = sampling_params(
+                agent.rollout, group_size=settings.group_size, seed=settings.seed, step=step, agent_index=i
+            )
             prompts, samples = sample_step(sampler, problems, spec.data.template, params)
-            shards.append(rollout_rows(problems, prompts, samples, score, experiment="hacpo-step", agent=names[i], step=step,
-                                       tokenizer=sampler.tokenizer))
+            shards.append(
+                rollout_rows(
+                    problems,
+                    prompts,
+                    samples,
+                    score,
+                    experiment="hacpo-step",
+                    agent=names[i],
+                    step=step,
+                    tokenizer=sampler.tokenizer,
+                )
+            )
 
         # 2. Score: each learner's rows (its own, then its peers' re-encoded in its tokenizer),
         #    advantages, the step's updates, and pi_old of its own rows (the peers divide by it).
         # 3. Learn: the peers' rows take their source's pi_old (the scores exchange), then the updates.
         exchange = MemoryExchange("hacpo-step")
-        results = run_team([learner_step(learner, setups[i], MemoryPorts(shards, i, learner.tokenizer, spec.data.template, exchange), step)
-                            for i, learner in enumerate(learners)])
+        results = run_team(
+            [
+                learner_step(
+                    learner, setups[i], MemoryPorts(shards, i, learner.tokenizer, spec.data.template, exchange), step
+                )
+                for i, learner in enumerate(learners)
+            ]
+        )
         for i, (learner, result) in enumerate(zip(learners, results)):
             metrics = result.metrics
             used = shared_rows_used(metrics)
-            print(f"step {step} {names[i]:>10}: reward {metrics['rollout/reward_mean']:.3f}  "
-                  f"rows {metrics['learner/own_rows']:.0f} own + {metrics['learner/cross_rows']:.0f} shared "
-                  f"({'-' if used is None else f'{used:.0%}'} used)  capability {float(learner.tracker.capability[i]):.3f}  "
-                  f"loss {metrics.get('learner/pg_loss', 0.0):+.4f}", flush=True)
+            print(
+                f"step {step} {names[i]:>10}: reward {metrics['rollout/reward_mean']:.3f}  "
+                f"rows {metrics['learner/own_rows']:.0f} own + {metrics['learner/cross_rows']:.0f} shared "
+                f"({'-' if used is None else f'{used:.0%}'} used)  capability {float(learner.tracker.capability[i]):.3f}  "
+                f"loss {metrics.get('learner/pg_loss', 0.0):+.4f}",
+                flush=True,
+            )
     return 0
 
 

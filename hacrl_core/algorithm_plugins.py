@@ -51,15 +51,20 @@ def read_entry(path: Path) -> AlgorithmDescriptor | None:
     literal."""
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     for node in tree.body:
-        if (isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [ENTRY_NAME]
-                and isinstance(node.value, ast.Call)):
+        if (
+            isinstance(node, ast.Assign)
+            and [getattr(t, "id", None) for t in node.targets] == [ENTRY_NAME]
+            and isinstance(node.value, ast.Call)
+        ):
             call = node.value
             try:
                 if call.args or any(k.arg is None for k in call.keywords):
                     raise ValueError("positional or ** arguments")
                 return AlgorithmDescriptor(**{k.arg: ast.literal_eval(k.value) for k in call.keywords})
             except (ValueError, TypeError) as error:
-                raise ValueError(f"{path}: {ENTRY_NAME} must be AlgorithmDescriptor(...) with literal keyword arguments ({error})") from None
+                raise ValueError(
+                    f"{path}: {ENTRY_NAME} must be AlgorithmDescriptor(...) with literal keyword arguments ({error})"
+                ) from None
     return None
 
 
@@ -81,10 +86,14 @@ def from_entry_points() -> list[AlgorithmModule]:
         spec = importlib.util.find_spec(point.module)
         entry = read_entry(Path(spec.origin)) if spec is not None and spec.origin else None
         if entry is None:
-            raise ValueError(f"entry point {point.name} = {point.value!r} ({ENTRY_POINT_GROUP}): "
-                             f"module {point.module!r} {'is not installed' if spec is None else f'declares no {ENTRY_NAME}'}")
+            raise ValueError(
+                f"entry point {point.name} = {point.value!r} ({ENTRY_POINT_GROUP}): "
+                f"module {point.module!r} {'is not installed' if spec is None else f'declares no {ENTRY_NAME}'}"
+            )
         if entry.name != point.name:
-            raise ValueError(f"entry point {point.name} ({ENTRY_POINT_GROUP}) names module {point.module!r}, whose algorithm is {entry.name!r}")
+            raise ValueError(
+                f"entry point {point.name} ({ENTRY_POINT_GROUP}) names module {point.module!r}, whose algorithm is {entry.name!r}"
+            )
         found.append(AlgorithmModule(entry, point.module))
     return found
 
@@ -96,7 +105,9 @@ def plugin_algorithms() -> tuple[AlgorithmModule, ...]:
     found = []
     for plugin in dropped_in() + from_entry_points():
         if plugin.entry.name in taken:
-            raise ValueError(f"algorithm {plugin.entry.name!r} of {plugin.module} is already defined by {taken[plugin.entry.name]}")
+            raise ValueError(
+                f"algorithm {plugin.entry.name!r} of {plugin.module} is already defined by {taken[plugin.entry.name]}"
+            )
         taken[plugin.entry.name] = plugin.module
         found.append(plugin)
     return tuple(found)

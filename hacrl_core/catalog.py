@@ -45,13 +45,29 @@ class AlgorithmDescriptor:
 #: The built-in algorithms (the CRD lists their names in this order); a plugin's entry is its
 #: module's (``hacrl_core.algorithm_plugins``, docs/algorithm.md "A new algorithm").
 ALGORITHM_TABLE: tuple[AlgorithmDescriptor, ...] = (
-    AlgorithmDescriptor(name="hacpo", shares_rows=True, advantage_mode="hacpo", cross_old_logprob="source", policy_loss="hacpo",
-                        discrepancy_coefficient=True),
-    AlgorithmDescriptor(name="gspo", shares_rows=False, advantage_mode="gspo", cross_old_logprob="source", policy_loss="gspo"),
-    AlgorithmDescriptor(name="grpo", shares_rows=False, advantage_mode="grpo", cross_old_logprob="source", policy_loss="grpo",
-                        aggregation="tokens"),
+    AlgorithmDescriptor(
+        name="hacpo",
+        shares_rows=True,
+        advantage_mode="hacpo",
+        cross_old_logprob="source",
+        policy_loss="hacpo",
+        discrepancy_coefficient=True,
+    ),
+    AlgorithmDescriptor(
+        name="gspo", shares_rows=False, advantage_mode="gspo", cross_old_logprob="source", policy_loss="gspo"
+    ),
+    AlgorithmDescriptor(
+        name="grpo",
+        shares_rows=False,
+        advantage_mode="grpo",
+        cross_old_logprob="source",
+        policy_loss="grpo",
+        aggregation="tokens",
+    ),
     # Naive sharing: the peers' rows as if they were the learner's own (its own old log-prob).
-    AlgorithmDescriptor(name="naive", shares_rows=True, advantage_mode="naive", cross_old_logprob="learner", policy_loss="gspo"),
+    AlgorithmDescriptor(
+        name="naive", shares_rows=True, advantage_mode="naive", cross_old_logprob="learner", policy_loss="gspo"
+    ),
 )
 
 

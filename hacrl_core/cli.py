@@ -40,8 +40,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
             f"{len(spec.agents)} agents ({', '.join(a.name for a in spec.agents)}), {spec.algorithm.steps} steps"
         )
         if "store" not in spec.model_fields_set:
-            print(f"  no spec.store: `hacrl run` uses {spec.store.uri}; the operator fills in its install's default store "
-                  "(refused where the install has none: then add spec.store)")
+            print(
+                f"  no spec.store: `hacrl run` uses {spec.store.uri}; the operator fills in its install's default store "
+                "(refused where the install has none: then add spec.store)"
+            )
         for line in spec.warnings():
             print(f"  warning: spec.{line}")
         for line in installation_refusals(experiment):
@@ -83,11 +85,17 @@ def cmd_crd(args: argparse.Namespace) -> int:
 
     if args.stdout and (args.check or args.output is not None):
         # it skipped the check and exited 0, or never wrote the file it was given
-        print("hacrl crd: --stdout prints the CRD and nothing else: drop --check and --output, or --stdout", file=sys.stderr)
+        print(
+            "hacrl crd: --stdout prints the CRD and nothing else: drop --check and --output, or --stdout",
+            file=sys.stderr,
+        )
         return 2
     if args.output is not None and not args.output.strip():
-        print("hacrl crd: --output '' names no file (it wrote the chart's files into the current folder): give a path, "
-              "or leave --output out", file=sys.stderr)
+        print(
+            "hacrl crd: --output '' names no file (it wrote the chart's files into the current folder): give a path, "
+            "or leave --output out",
+            file=sys.stderr,
+        )
         return 2
     if args.stdout:
         sys.stdout.write(render_crd())
@@ -112,8 +120,10 @@ def cmd_crd(args: argparse.Namespace) -> int:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text, encoding="utf-8")
         except OSError as error:
-            print(f"hacrl crd: cannot write {target}: {error.strerror or error} (a folder on its path is a file, or not writable)",
-                  file=sys.stderr)
+            print(
+                f"hacrl crd: cannot write {target}: {error.strerror or error} (a folder on its path is a file, or not writable)",
+                file=sys.stderr,
+            )
             return 1
         print(f"wrote {target}")
     return 0
@@ -121,16 +131,27 @@ def cmd_crd(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hacrl", description="Train a team of heterogeneous LLM agents with HACPO.")
-    parser.add_argument("--debug", action="store_true",
-                        help="let an unexpected error end with its Python traceback (also accepted after the command)")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="let an unexpected error end with its Python traceback (also accepted after the command)",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    validate = commands.add_parser("validate", help="check experiment specs and print every problem with its field path")
+    validate = commands.add_parser(
+        "validate", help="check experiment specs and print every problem with its field path"
+    )
     validate.add_argument("specs", nargs="+", help="experiment YAML files")
-    validate.add_argument("--data", action="store_true", help="also read every dataset and count the rows that would be skipped, per reason")
+    validate.add_argument(
+        "--data",
+        action="store_true",
+        help="also read every dataset and count the rows that would be skipped, per reason",
+    )
     validate.set_defaults(func=cmd_validate)
 
-    crd = commands.add_parser("crd", help="generate the HACRLExperiment CRD and the admission policy's rules from the spec models")
+    crd = commands.add_parser(
+        "crd", help="generate the HACRLExperiment CRD and the admission policy's rules from the spec models"
+    )
     crd.add_argument("--output", "-o", help="write only the CRD, there (default: both files into the chart)")
     crd.add_argument("--check", action="store_true", help="fail if a committed file differs from the generated one")
     crd.add_argument("--stdout", action="store_true", help="print the CRD instead of writing it")
@@ -171,7 +192,9 @@ def main(argv: list[str] | None = None) -> int:
 
             traceback.print_exc()
         summary = (str(error).strip().splitlines() or [""])[0][:500]
-        print(f"hacrl {args.command}: unexpected {type(error).__name__}: {summary} ({UNEXPECTED_HINT})", file=sys.stderr)
+        print(
+            f"hacrl {args.command}: unexpected {type(error).__name__}: {summary} ({UNEXPECTED_HINT})", file=sys.stderr
+        )
         return UNEXPECTED_EXIT_CODE
 
 

@@ -30,7 +30,9 @@ def live_policy_sampler(context: WorkerContext) -> Callable[[LearnerState, int],
     engine = HFEngine(batch_size=context.agent.rollout.batch_size)
 
     def sample(state: LearnerState, step: int) -> dict[str, float]:
-        if distributed.decide(context.store.rollouts_ready(step, context.agent_name) if distributed.is_writer() else None):
+        if distributed.decide(
+            context.store.rollouts_ready(step, context.agent_name) if distributed.is_writer() else None
+        ):
             return {}
         with state.backend.gathered_weights() as model:
             if not distributed.is_writer():
@@ -46,8 +48,10 @@ def check_colocatable(context: WorkerContext) -> None:
     """A SpecError naming each field that keeps this experiment from running colocated."""
     blockers = context.spec.colocation_blockers()
     if blockers:
-        raise SpecError(str(context.experiment.name), [f"spec.{b}: cannot run colocated; or run the rollout and learner workers apart"
-                                                       for b in blockers])
+        raise SpecError(
+            str(context.experiment.name),
+            [f"spec.{b}: cannot run colocated; or run the rollout and learner workers apart" for b in blockers],
+        )
 
 
 def run_colocated_worker(context: WorkerContext) -> None:

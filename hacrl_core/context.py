@@ -34,7 +34,6 @@ from hacrl_core.store.ownership import Owner, claim
 log = logging.getLogger("hacrl")
 
 
-
 def step_problems(source: PromptSource, settings, step: int) -> list[Problem]:
     """The prompts of ``step``: the same for every agent, derived from the step alone
     (``settings``: the spec's ``algorithm`` section: promptsPerStep, seed).
@@ -69,8 +68,10 @@ def unsupported_settings(experiment: Experiment) -> list[str]:
             )
     from hacrl_core.tracking.backends import missing_tracker_packages
 
-    problems += [f"spec.tracking.{tracker}: needs the {package!r} package; {fix}"
-                 for tracker, package, fix in missing_tracker_packages(experiment.spec.tracking)]
+    problems += [
+        f"spec.tracking.{tracker}: needs the {package!r} package; {fix}"
+        for tracker, package, fix in missing_tracker_packages(experiment.spec.tracking)
+    ]
     return problems
 
 

@@ -27,8 +27,20 @@ CRD_PATH = Path("charts/hacrl-operator/crds/hacrlexperiments.hacrl.io.yaml")
 ADMISSION_RULES_PATH = Path("charts/hacrl-operator/files/admission-rules.yaml")
 
 _KEPT = (
-    "type", "description", "enum", "minimum", "maximum", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format",
-    "x-kubernetes-validations", "x-kubernetes-list-type", "x-kubernetes-list-map-keys",
+    "type",
+    "description",
+    "enum",
+    "minimum",
+    "maximum",
+    "minItems",
+    "maxItems",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "format",
+    "x-kubernetes-validations",
+    "x-kubernetes-list-type",
+    "x-kubernetes-list-map-keys",
 )
 
 # Rules on the whole object (CEL sees metadata.name there, and status next to spec).
@@ -53,15 +65,23 @@ def _replicas(agent: str) -> str:
 # Before that, everything may be fixed in place (an invalid spec, a typo); resources, scheduling
 # and pod templates may always change.
 IMMUTABLE_RULES = [
-    {"rule": f"{_STARTED} || self.spec.agents.map(a, [a.name, a.model]) == oldSelf.spec.agents.map(a, [a.name, a.model])",
-     "message": "spec.agents (names and models) cannot change once the experiment started; create a new experiment"},
-    {"rule": f"{_STARTED} || self.spec.agents.map(a, {_replicas('a')}) == oldSelf.spec.agents.map(a, {_replicas('a')})",
-     "message": "spec.agents[].rollout.replicas cannot change once the experiment started (each step's prompts are sliced by it, "
-                "and the parts already written were sliced by the old count); create a new experiment"},
-    {"rule": f"{_STARTED} || ({_unchanged('spec.algorithm')})",
-     "message": "spec.algorithm cannot change once the experiment started; create a new experiment"},
-    {"rule": f"{_STARTED} || self.spec.data == oldSelf.spec.data",
-     "message": "spec.data cannot change once the experiment started; create a new experiment"},
+    {
+        "rule": f"{_STARTED} || self.spec.agents.map(a, [a.name, a.model]) == oldSelf.spec.agents.map(a, [a.name, a.model])",
+        "message": "spec.agents (names and models) cannot change once the experiment started; create a new experiment",
+    },
+    {
+        "rule": f"{_STARTED} || self.spec.agents.map(a, {_replicas('a')}) == oldSelf.spec.agents.map(a, {_replicas('a')})",
+        "message": "spec.agents[].rollout.replicas cannot change once the experiment started (each step's prompts are sliced by it, "
+        "and the parts already written were sliced by the old count); create a new experiment",
+    },
+    {
+        "rule": f"{_STARTED} || ({_unchanged('spec.algorithm')})",
+        "message": "spec.algorithm cannot change once the experiment started; create a new experiment",
+    },
+    {
+        "rule": f"{_STARTED} || self.spec.data == oldSelf.spec.data",
+        "message": "spec.data cannot change once the experiment started; create a new experiment",
+    },
 ]
 
 

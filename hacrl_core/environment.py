@@ -26,8 +26,10 @@ def torch_threads() -> int | None:
     if not text:
         return None
     if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= 4096:
-        raise BadVariable(f"{THREADS}={text[:40]!r}: not a whole number of threads from 1 to 4096; set one, or unset it "
-                          "to let `hacrl run` share the CPUs among the workers")
+        raise BadVariable(
+            f"{THREADS}={text[:40]!r}: not a whole number of threads from 1 to 4096; set one, or unset it "
+            "to let `hacrl run` share the CPUs among the workers"
+        )
     return int(text)
 
 
@@ -41,8 +43,9 @@ def wait_seconds(default: float = 3600.0) -> float:
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value <= 0:
-        raise BadVariable(f"{WAIT_SECONDS}={text[:40]!r}: not a number of seconds above 0; set one, or unset it "
-                          f"(default {default:g})")
+        raise BadVariable(
+            f"{WAIT_SECONDS}={text[:40]!r}: not a number of seconds above 0; set one, or unset it (default {default:g})"
+        )
     return value
 
 

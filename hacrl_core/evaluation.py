@@ -8,14 +8,18 @@ from hacrl_core.rewards.scoring import RewardItem
 from hacrl_core.rollout.engine import RolloutEngine, SamplingParams, create_engine
 
 
-def evaluate_policy(context: WorkerContext, model, tokenizer, *, samples: int | None = None, sets: list[str] | None = None) -> dict[str, float]:
+def evaluate_policy(
+    context: WorkerContext, model, tokenizer, *, samples: int | None = None, sets: list[str] | None = None
+) -> dict[str, float]:
     """`evaluate_engine` of a model already in memory (the learner's live policy), with `hf`."""
     engine = create_engine("hf", batch_size=context.agent.rollout.batch_size)  # its module is imported on use
     engine.set_policy(model, tokenizer)
     return evaluate_engine(context, engine, samples=samples, sets=sets)
 
 
-def evaluate_engine(context: WorkerContext, engine: RolloutEngine, *, samples: int | None = None, sets: list[str] | None = None) -> dict[str, float]:
+def evaluate_engine(
+    context: WorkerContext, engine: RolloutEngine, *, samples: int | None = None, sets: list[str] | None = None
+) -> dict[str, float]:
     """`{"eval/<set>/accuracy": avg@k, "eval/<set>/pass@k": ...}` for every eval set of the spec,
     sampled by ``engine`` (which holds the policy and its tokenizer)."""
     spec = context.spec
@@ -37,9 +41,19 @@ def evaluate_engine(context: WorkerContext, engine: RolloutEngine, *, samples: i
             seed=spec.algorithm.seed,
         )
         outputs = engine.generate(prompts, params)
-        flat = context.score([RewardItem(prompt, sample.text, problem.answer, {"question": problem.question},
-                                         f"eval {eval_set.name} prompt {problem.uid} sample {i}")
-                              for problem, prompt, group in zip(problems, prompts, outputs) for i, sample in enumerate(group)])
+        flat = context.score(
+            [
+                RewardItem(
+                    prompt,
+                    sample.text,
+                    problem.answer,
+                    {"question": problem.question},
+                    f"eval {eval_set.name} prompt {problem.uid} sample {i}",
+                )
+                for problem, prompt, group in zip(problems, prompts, outputs)
+                for i, sample in enumerate(group)
+            ]
+        )
         scores, start = [], 0
         for group in outputs:
             scores.append(flat[start : start + len(group)])

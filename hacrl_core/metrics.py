@@ -82,31 +82,71 @@ class StepCounter:
 # base name, and a per-step count is `increase()` of the counter over a step's time.
 STEP_COUNTERS: tuple[StepCounter, ...] = (
     StepCounter("hacrl_rollout_responses", "Responses sampled.", key="rollout/responses"),
-    StepCounter("hacrl_rollout_generated_tokens", "Response tokens generated (the agent's own tokens, eos included).",
-                key="rollout/response_tokens"),
+    StepCounter(
+        "hacrl_rollout_generated_tokens",
+        "Response tokens generated (the agent's own tokens, eos included).",
+        key="rollout/response_tokens",
+    ),
     StepCounter("hacrl_learner_own_rows", "Own rows trained on.", key="learner/own_rows"),
-    StepCounter("hacrl_learner_cross_rows", "Peers' rows trained on (rows shared with this learner).", key="learner/cross_rows"),
-    StepCounter("hacrl_learner_shared_rows_used", "Peers' rows inside the stepwise clipping window (cross rows x (1 - clip fraction)).",
-                derive=_shared_rows_used),
-    StepCounter("hacrl_learner_trained_tokens", "Response tokens trained (own and peers' rows, every epoch).", key="learner/trained_tokens"),
+    StepCounter(
+        "hacrl_learner_cross_rows", "Peers' rows trained on (rows shared with this learner).", key="learner/cross_rows"
+    ),
+    StepCounter(
+        "hacrl_learner_shared_rows_used",
+        "Peers' rows inside the stepwise clipping window (cross rows x (1 - clip fraction)).",
+        derive=_shared_rows_used,
+    ),
+    StepCounter(
+        "hacrl_learner_trained_tokens",
+        "Response tokens trained (own and peers' rows, every epoch).",
+        key="learner/trained_tokens",
+    ),
     StepCounter("hacrl_learner_updates", "Optimizer updates run.", key="learner/updates"),
-    StepCounter("hacrl_learner_weights_published_bytes", "Bytes of weights written to the store (deltas or in full; docs/architecture.md, "
-                "\"Weight publishes\").", key="learner/weights_bytes_written"),
-    StepCounter("hacrl_learner_skipped_updates", "Optimizer updates skipped for a non-finite loss or gradient norm.",
-                key="learner/skipped_updates"),
+    StepCounter(
+        "hacrl_learner_weights_published_bytes",
+        'Bytes of weights written to the store (deltas or in full; docs/architecture.md, "Weight publishes").',
+        key="learner/weights_bytes_written",
+    ),
+    StepCounter(
+        "hacrl_learner_skipped_updates",
+        "Optimizer updates skipped for a non-finite loss or gradient norm.",
+        key="learner/skipped_updates",
+    ),
 )
 COUNTED_KEYS = frozenset(counter.key for counter in STEP_COUNTERS if counter.key)
 
 # Stage durations as histograms beside their per-step gauges: (name, help, keys summed).
 STEP_HISTOGRAMS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("hacrl_rollout_generate_seconds", "Seconds generating one step's responses.", ("rollout/seconds_generate",)),
-    ("hacrl_learner_sample_seconds", "Seconds a colocated learner spends sampling one step.", ("learner/seconds_sample",)),
+    (
+        "hacrl_learner_sample_seconds",
+        "Seconds a colocated learner spends sampling one step.",
+        ("learner/seconds_sample",),
+    ),
     ("hacrl_learner_update_seconds", "Seconds of one step's optimizer updates.", ("learner/seconds_update",)),
     ("hacrl_learner_publish_seconds", "Seconds publishing one step's weights.", ("learner/seconds_publish",)),
 )
 # A step's wall time: the sum of its stages' laps (each worker's stages cover its whole step).
 STEP_SECONDS_PREFIX = {"rollout": "rollout/seconds_", "learner": "learner/seconds_"}
-SECONDS_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
+SECONDS_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+    1800.0,
+    3600.0,
+)
 
 
 def _version() -> str:
@@ -143,14 +183,28 @@ class WorkerMetrics:
         self._gauges: dict[str, Gauge] = {}
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
-        info = Gauge("hacrl_worker_info", "1 for every running worker, labelled with what it is.", [*names, "version"], registry=self.registry)
+        info = Gauge(
+            "hacrl_worker_info",
+            "1 for every running worker, labelled with what it is.",
+            [*names, "version"],
+            registry=self.registry,
+        )
         info.labels(**self.labels, version=_version()).set(1)
-        self._steps = Counter("hacrl_steps", "Steps completed by this worker (sampled, or trained).", names, registry=self.registry)
+        self._steps = Counter(
+            "hacrl_steps", "Steps completed by this worker (sampled, or trained).", names, registry=self.registry
+        )
         self._counters = {c.name: Counter(c.name, c.help, names, registry=self.registry) for c in STEP_COUNTERS}
-        self._histograms = {name: Histogram(name, help_text, names, buckets=SECONDS_BUCKETS, registry=self.registry)
-                            for name, help_text, _ in STEP_HISTOGRAMS}
-        self._step_seconds = Histogram(f"hacrl_{role}_step_seconds", f"Wall seconds of one {role} step (its stages summed).", names,
-                                       buckets=SECONDS_BUCKETS, registry=self.registry)
+        self._histograms = {
+            name: Histogram(name, help_text, names, buckets=SECONDS_BUCKETS, registry=self.registry)
+            for name, help_text, _ in STEP_HISTOGRAMS
+        }
+        self._step_seconds = Histogram(
+            f"hacrl_{role}_step_seconds",
+            f"Wall seconds of one {role} step (its stages summed).",
+            names,
+            buckets=SECONDS_BUCKETS,
+            registry=self.registry,
+        )
         for metric in (self._steps, *self._counters.values(), *self._histograms.values(), self._step_seconds):
             metric.labels(**self.labels)  # served as 0 from the start: rate() has a first sample
         self._callbacks = _CallbackCounters(self.labels)
@@ -172,7 +226,11 @@ class WorkerMetrics:
             # same moment can pick the same ones. A worker that cannot start over its metrics
             # endpoint would be restarted into the same conflict until the run fails.
             server, _ = start_http_server(0, addr=bind_address, registry=self.registry)
-            log.warning("metrics port %d is taken (by another run?): serving /metrics on port %d instead", port, server.server_port)
+            log.warning(
+                "metrics port %d is taken (by another run?): serving /metrics on port %d instead",
+                port,
+                server.server_port,
+            )
             port = server.server_port
         self.port = port
         return port

@@ -26,14 +26,42 @@ from typing import Any
 # Pod spec fields an override may set (or delete with null), plus `metadata` (labels and
 # annotations only; the operator's own labels win).
 POD_FIELDS = (
-    "metadata", "affinity", "nodeSelector", "tolerations", "topologySpreadConstraints", "priorityClassName",
-    "schedulerName", "runtimeClassName", "terminationGracePeriodSeconds", "activeDeadlineSeconds",
-    "dnsConfig", "enableServiceLinks", "containers", "initContainers", "volumes", "securityContext",
+    "metadata",
+    "affinity",
+    "nodeSelector",
+    "tolerations",
+    "topologySpreadConstraints",
+    "priorityClassName",
+    "schedulerName",
+    "runtimeClassName",
+    "terminationGracePeriodSeconds",
+    "activeDeadlineSeconds",
+    "dnsConfig",
+    "enableServiceLinks",
+    "containers",
+    "initContainers",
+    "volumes",
+    "securityContext",
 )
 CONTAINER_FIELDS = (
-    "name", "image", "imagePullPolicy", "command", "args", "workingDir", "env", "envFrom", "resources",
-    "volumeMounts", "ports", "securityContext", "livenessProbe", "readinessProbe", "startupProbe",
-    "restartPolicy", "terminationMessagePath", "terminationMessagePolicy",
+    "name",
+    "image",
+    "imagePullPolicy",
+    "command",
+    "args",
+    "workingDir",
+    "env",
+    "envFrom",
+    "resources",
+    "volumeMounts",
+    "ports",
+    "securityContext",
+    "livenessProbe",
+    "readinessProbe",
+    "startupProbe",
+    "restartPolicy",
+    "terminationMessagePath",
+    "terminationMessagePolicy",
 )
 CONTAINER_LISTS = ("containers", "initContainers")
 VOLUME_SOURCES = ("emptyDir", "persistentVolumeClaim", "configMap", "ephemeral", "downwardAPI")
@@ -55,8 +83,10 @@ LOCKED_CONTAINER_SECURITY: dict[str, Any] = {
 POD_SECURITY_FIELDS = ("runAsUser", "runAsGroup", "fsGroup", "fsGroupChangePolicy", "supplementalGroups")
 CONTAINER_SECURITY_FIELDS = ("runAsUser", "runAsGroup", "readOnlyRootFilesystem")
 
-SECRETS_HINT = ("Secrets reach pods only through spec.store.credentialsSecret, spec.modelTokenSecret, "
-                "spec.env[].valueFrom.secretKeyRef and spec.envFrom[].secretRef (each approved by the cluster admin)")
+SECRETS_HINT = (
+    "Secrets reach pods only through spec.store.credentialsSecret, spec.modelTokenSecret, "
+    "spec.env[].valueFrom.secretKeyRef and spec.envFrom[].secretRef (each approved by the cluster admin)"
+)
 _WHY = {
     "serviceAccountName": "worker pods run without a service account token",
     "serviceAccount": "worker pods run without a service account token",
@@ -77,17 +107,31 @@ def _not_allowed(key: str, allowed: tuple[str, ...]) -> str:
     return f"not allowed ({why})" if why else f"not allowed (allowed: {', '.join(allowed)})"
 
 
-def _locked(path: str, key: str, value: Any, locked: dict[str, Any], allowed: tuple[str, ...], problems: list[Problem]) -> None:
+def _locked(
+    path: str, key: str, value: Any, locked: dict[str, Any], allowed: tuple[str, ...], problems: list[Problem]
+) -> None:
     if key in locked:
         if value != locked[key]:
-            problems.append((f"{path}.{key}", f"{json.dumps(value)} is not allowed (worker pods always run with {key}: {json.dumps(locked[key])})"))
+            problems.append(
+                (
+                    f"{path}.{key}",
+                    f"{json.dumps(value)} is not allowed (worker pods always run with {key}: {json.dumps(locked[key])})",
+                )
+            )
     elif key not in allowed:
         problems.append((f"{path}.{key}", _not_allowed(key, allowed + tuple(locked))))
     elif key == "runAsUser" and not (isinstance(value, int) and not isinstance(value, bool) and value > 0):
-        problems.append((f"{path}.runAsUser", f"{json.dumps(value)} is not allowed (worker pods run as a non-root user: a positive uid)"))
+        problems.append(
+            (
+                f"{path}.runAsUser",
+                f"{json.dumps(value)} is not allowed (worker pods run as a non-root user: a positive uid)",
+            )
+        )
 
 
-def _security_context(path: str, value: Any, locked: dict[str, Any], allowed: tuple[str, ...], problems: list[Problem]) -> None:
+def _security_context(
+    path: str, value: Any, locked: dict[str, Any], allowed: tuple[str, ...], problems: list[Problem]
+) -> None:
     if value is None:
         return  # deleting it is harmless: the locked settings are merged back afterwards
     if not isinstance(value, dict):
@@ -110,7 +154,9 @@ def _keys(path: str, value: Any, allowed: tuple[str, ...], problems: list[Proble
 def _container(path: str, container: Any, problems: list[Problem]) -> None:
     fields = _keys(path, container, CONTAINER_FIELDS, problems)
     if fields and not isinstance(fields.get("name"), str):
-        problems.append((f"{path}.name", "required (containers are merged by name; the worker container is named after its role)"))
+        problems.append(
+            (f"{path}.name", "required (containers are merged by name; the worker container is named after its role)")
+        )
     for index, var in enumerate(fields.get("env") or []):
         source = (var or {}).get("valueFrom") if isinstance(var, dict) else None
         if isinstance(source, dict):
@@ -128,7 +174,13 @@ def _container(path: str, container: Any, problems: list[Problem]) -> None:
     for index, port in enumerate(fields.get("ports") or []):
         _keys(f"{path}.ports[{index}]", port, PORT_FIELDS, problems)
     if "securityContext" in fields:
-        _security_context(f"{path}.securityContext", fields["securityContext"], LOCKED_CONTAINER_SECURITY, CONTAINER_SECURITY_FIELDS, problems)
+        _security_context(
+            f"{path}.securityContext",
+            fields["securityContext"],
+            LOCKED_CONTAINER_SECURITY,
+            CONTAINER_SECURITY_FIELDS,
+            problems,
+        )
 
 
 def override_problems(override: dict[str, Any]) -> list[Problem]:
@@ -149,7 +201,9 @@ def override_problems(override: dict[str, Any]) -> list[Problem]:
             _security_context("securityContext", value, LOCKED_POD_SECURITY, POD_SECURITY_FIELDS, problems)
         elif key == "metadata":
             for part, items in _keys("metadata", value, METADATA_FIELDS, problems).items():
-                if not (isinstance(items, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in items.items())):
+                if not (
+                    isinstance(items, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in items.items())
+                ):
                     problems.append((f"metadata.{part}", "must map strings to strings"))
     return problems
 
@@ -199,14 +253,16 @@ def _cel_security(var: str, locked: dict[str, Any], allowed: tuple[str, ...]) ->
 
 
 def _cel_container(c: str) -> str:
-    return " && ".join((
-        _only(c, CONTAINER_FIELDS),
-        f"(!has({c}.env) || {c}.env.all(e, !has(e.valueFrom) || {_only('e.valueFrom', ENV_VALUE_SOURCES)}))",
-        f"(!has({c}.envFrom) || {c}.envFrom.all(e, {_only('e', ENV_FROM_FIELDS)}))",
-        f"(!has({c}.volumeMounts) || {c}.volumeMounts.all(m, {_only('m', VOLUME_MOUNT_FIELDS)}))",
-        f"(!has({c}.ports) || {c}.ports.all(p, {_only('p', PORT_FIELDS)}))",
-        f"(!has({c}.securityContext) || {_cel_security(c + '.securityContext', LOCKED_CONTAINER_SECURITY, CONTAINER_SECURITY_FIELDS)})",
-    ))
+    return " && ".join(
+        (
+            _only(c, CONTAINER_FIELDS),
+            f"(!has({c}.env) || {c}.env.all(e, !has(e.valueFrom) || {_only('e.valueFrom', ENV_VALUE_SOURCES)}))",
+            f"(!has({c}.envFrom) || {c}.envFrom.all(e, {_only('e', ENV_FROM_FIELDS)}))",
+            f"(!has({c}.volumeMounts) || {c}.volumeMounts.all(m, {_only('m', VOLUME_MOUNT_FIELDS)}))",
+            f"(!has({c}.ports) || {c}.ports.all(p, {_only('p', PORT_FIELDS)}))",
+            f"(!has({c}.securityContext) || {_cel_security(c + '.securityContext', LOCKED_CONTAINER_SECURITY, CONTAINER_SECURITY_FIELDS)})",
+        )
+    )
 
 
 def _for_each_template(body: str) -> str:
@@ -220,18 +276,31 @@ def _for_each_template(body: str) -> str:
 def admission_rules() -> list[dict[str, str]]:
     """The allow-list as ValidatingAdmissionPolicy validations (``expression``, ``message``)."""
     containers = " && ".join(f"(!has(t.{kind}) || t.{kind}.all(c, {_cel_container('c')}))" for kind in CONTAINER_LISTS)
-    volume = f"{_only('v', ('name',) + VOLUME_SOURCES)} && {_cel_list(list(VOLUME_SOURCES))}.filter(s, s in v).size() == 1"
+    volume = (
+        f"{_only('v', ('name',) + VOLUME_SOURCES)} && {_cel_list(list(VOLUME_SOURCES))}.filter(s, s in v).size() == 1"
+    )
     return [
-        {"expression": _for_each_template(_only("t", POD_FIELDS)),
-         "message": f"podTemplate.<role> may set only: {', '.join(POD_FIELDS)} (docs/security.md)"},
-        {"expression": _for_each_template(containers),
-         "message": "podTemplate containers: env only from values or ConfigMaps, no hostPort, no weaker securityContext; "
-                    f"{SECRETS_HINT} (docs/security.md)"},
-        {"expression": _for_each_template(f"!has(t.volumes) || t.volumes.all(v, {volume})"),
-         "message": f"podTemplate volumes: exactly one of {', '.join(VOLUME_SOURCES)} each (docs/security.md)"},
-        {"expression": _for_each_template(f"!has(t.metadata) || {_only('t.metadata', METADATA_FIELDS)}"),
-         "message": "podTemplate metadata: labels and annotations only (docs/security.md)"},
-        {"expression": _for_each_template(
-            f"!has(t.securityContext) || {_cel_security('t.securityContext', LOCKED_POD_SECURITY, POD_SECURITY_FIELDS)}"),
-         "message": "podTemplate securityContext: worker pods run as a non-root user with the RuntimeDefault seccomp profile (docs/security.md)"},
+        {
+            "expression": _for_each_template(_only("t", POD_FIELDS)),
+            "message": f"podTemplate.<role> may set only: {', '.join(POD_FIELDS)} (docs/security.md)",
+        },
+        {
+            "expression": _for_each_template(containers),
+            "message": "podTemplate containers: env only from values or ConfigMaps, no hostPort, no weaker securityContext; "
+            f"{SECRETS_HINT} (docs/security.md)",
+        },
+        {
+            "expression": _for_each_template(f"!has(t.volumes) || t.volumes.all(v, {volume})"),
+            "message": f"podTemplate volumes: exactly one of {', '.join(VOLUME_SOURCES)} each (docs/security.md)",
+        },
+        {
+            "expression": _for_each_template(f"!has(t.metadata) || {_only('t.metadata', METADATA_FIELDS)}"),
+            "message": "podTemplate metadata: labels and annotations only (docs/security.md)",
+        },
+        {
+            "expression": _for_each_template(
+                f"!has(t.securityContext) || {_cel_security('t.securityContext', LOCKED_POD_SECURITY, POD_SECURITY_FIELDS)}"
+            ),
+            "message": "podTemplate securityContext: worker pods run as a non-root user with the RuntimeDefault seccomp profile (docs/security.md)",
+        },
     ]

@@ -76,15 +76,21 @@ class DatasetReport:
         return f"{self.field} ({self.name}): {self.rows} rows, {self.skipped_total} skipped ({reasons})"
 
     def metrics(self) -> dict[str, float]:
-        values = {f"{self.metric_prefix}/rows": float(self.rows), f"{self.metric_prefix}/skipped": float(self.skipped_total)}
+        values = {
+            f"{self.metric_prefix}/rows": float(self.rows),
+            f"{self.metric_prefix}/skipped": float(self.skipped_total),
+        }
         for reason, count in self.skipped.items():
             values[f"{self.metric_prefix}/skipped/{reason}"] = float(count)
         return values
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "field": self.field, "name": self.name, "rows": self.rows,
-            "skipped": dict(sorted(self.skipped.items())), "first_row": dict(sorted(self.first_row.items())),
+            "field": self.field,
+            "name": self.name,
+            "rows": self.rows,
+            "skipped": dict(sorted(self.skipped.items())),
+            "first_row": dict(sorted(self.first_row.items())),
         }
 
     @classmethod
@@ -94,8 +100,9 @@ class DatasetReport:
             return {str(k): int(v) for k, v in found.items()} if isinstance(found, Mapping) else {}
 
         return cls(
-            field=str(value.get("field", "data")), name=str(value.get("name", "")), rows=int(value.get("rows") or 0),
-            skipped=counts("skipped"), first_row=counts("first_row"),
+            field=str(value.get("field", "data")),
+            name=str(value.get("name", "")),
+            rows=int(value.get("rows") or 0),
+            skipped=counts("skipped"),
+            first_row=counts("first_row"),
         )
-
-

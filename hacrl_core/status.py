@@ -36,12 +36,18 @@ class AgentProgress(SpecModel):
 class Condition(SpecModel):
     """A metav1.Condition (the fields, limits and formats of Kubernetes' own type)."""
 
-    type: str = Field(description="Condition type, e.g. Ready, StoreReachable, Failed.", json_schema_extra={"maxLength": 316})
+    type: str = Field(
+        description="Condition type, e.g. Ready, StoreReachable, Failed.", json_schema_extra={"maxLength": 316}
+    )
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
-    reason: str = Field(description="CamelCase reason, e.g. Unschedulable, ImagePullBackOff, StoreUnreachable.",
-                        json_schema_extra={"maxLength": 1024, "pattern": "^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"})
+    reason: str = Field(
+        description="CamelCase reason, e.g. Unschedulable, ImagePullBackOff, StoreUnreachable.",
+        json_schema_extra={"maxLength": 1024, "pattern": "^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"},
+    )
     message: str = Field("", description="Human-readable detail.", json_schema_extra={"maxLength": 32768})
-    last_transition_time: str = Field(description="RFC 3339 time the status last changed.", json_schema_extra={"format": "date-time"})
+    last_transition_time: str = Field(
+        description="RFC 3339 time the status last changed.", json_schema_extra={"format": "date-time"}
+    )
     observed_generation: int | None = Field(None, description="Spec generation the condition was set for.")
 
 
@@ -51,8 +57,11 @@ class ExperimentStatus(SpecModel):
     steps: int = Field(0, description="Steps to run.")
     agents: int = Field(0, description="Number of agents.")
     agent_progress: list[AgentProgress] = Field(default_factory=list, description="Per-agent progress.")
-    conditions: list[Condition] = Field(default_factory=list, description="Standard conditions.",
-                                        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]})
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Standard conditions.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
     message: str = Field("", description="Why the experiment is in its phase.")
     start_time: str | None = Field(None, description="When the pods were first created.")
     completion_time: str | None = Field(None, description="When the experiment finished.")

@@ -33,9 +33,9 @@ def parse_store_uri(uri: str) -> StoreLocation:
     parts = urlsplit(uri)
     scheme = parts.scheme.lower()
     if scheme == "file":
-        rest = unquote(uri[len("file://"):])
+        rest = unquote(uri[len("file://") :])
         if rest.startswith("localhost/"):
-            rest = rest[len("localhost"):]
+            rest = rest[len("localhost") :]
         if not rest:
             raise ValueError(f"file store URI {uri!r} has no path; use file:///absolute/path or file://./relative/path")
         return StoreLocation("file", rest)
@@ -43,4 +43,6 @@ def parse_store_uri(uri: str) -> StoreLocation:
         if not parts.netloc:
             raise ValueError(f"s3 store URI {uri!r} has no bucket; use s3://bucket/prefix")
         return StoreLocation("s3", unquote(parts.path), bucket=parts.netloc)
-    raise ValueError(f"unknown store scheme {parts.scheme!r} in {uri!r}; allowed: {', '.join(ALLOWED_SCHEMES)} or a plain path")
+    raise ValueError(
+        f"unknown store scheme {parts.scheme!r} in {uri!r}; allowed: {', '.join(ALLOWED_SCHEMES)} or a plain path"
+    )

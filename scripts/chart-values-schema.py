@@ -49,7 +49,7 @@ def comments(values_text: str) -> dict[tuple[str, ...], str]:
             j -= 1
         starts = [i for i, c in enumerate(block) if c.startswith("# --")]
         if starts:
-            text = " ".join(c.lstrip("#").strip() for c in block[starts[-1]:])
+            text = " ".join(c.lstrip("#").strip() for c in block[starts[-1] :])
             found[tuple(k for _, k in stack)] = text.removeprefix("--").strip()
     return found
 
@@ -72,7 +72,9 @@ def generate(values_text: str, types: dict[str, Any]) -> dict[str, Any]:
             doc = docs.get((*path, key))
             if doc is not None:
                 if "description" in target:
-                    errors.append(f"{where}: described in values.yaml and in values.types.yaml (keep the values.yaml comment)")
+                    errors.append(
+                        f"{where}: described in values.yaml and in values.types.yaml (keep the values.yaml comment)"
+                    )
                 target["description"] = doc
             walk(child, target, (*path, key))
 

@@ -49,7 +49,7 @@ def final_stage(text: str, base: str, build_stage: str) -> tuple[str, list[str]]
     uses_build = "--from=build" in text
     out = [f"FROM {build_stage} AS build", "USER 0", "RUN mkdir -p /opt/python"] if uses_build else []
     out.append(f"FROM {base}")
-    for line in lines[starts[-1] + 1:]:
+    for line in lines[starts[-1] + 1 :]:
         instruction = line.split(None, 1)[0].upper()
         if instruction == "RUN" and not any(step in line for step in USER_STEPS):
             notes.append(f"dropped (needs the GPU base): {line[:120]}")

@@ -28,7 +28,9 @@ class GroupRule(NamedTuple):
 
 
 #: (rewards float64[N], is_own bool[N], source_agent long[N], learner k, capability float[n], omega bounds) -> rule.
-AdvantageEstimator = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int, torch.Tensor, tuple[float, float]], GroupRule]
+AdvantageEstimator = Callable[
+    [torch.Tensor, torch.Tensor, torch.Tensor, int, torch.Tensor, tuple[float, float]], GroupRule
+]
 
 ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage mode")
 
@@ -149,7 +151,9 @@ def _group_statistics(
         )
     values = rewards.to(torch.float64)
     is_own = source_agent == learner
-    in_group, weights, own_fallback = ADVANTAGE_ESTIMATORS.get(mode)(values, is_own, source_agent, learner, capability, bounds)
+    in_group, weights, own_fallback = ADVANTAGE_ESTIMATORS.get(mode)(
+        values, is_own, source_agent, learner, capability, bounds
+    )
     _, index = torch.unique(group_ids, return_inverse=True)
     n_groups = int(index.max()) + 1 if index.numel() else 0
 

@@ -104,7 +104,11 @@ def hacpo_loss(
         cross_outside = (ratio < low) | (ratio > 1.0)
         # |d loss_i / d log s_i|: how much of the update each row drives (zero where clipped).
         own_weight = torch.where(own_clipped, torch.zeros_like(ratio), (ratio * advantages).abs())
-        cross_weight = torch.where(cross_outside, torch.zeros_like(ratio), (discrepancy.to(ratio.dtype) * advantages).abs() * ratio.pow(alpha + 1))
+        cross_weight = torch.where(
+            cross_outside,
+            torch.zeros_like(ratio),
+            (discrepancy.to(ratio.dtype) * advantages).abs() * ratio.pow(alpha + 1),
+        )
         row_weight = torch.where(is_own, own_weight, cross_weight)
         total_weight = float(row_weight.sum())
         metrics = {

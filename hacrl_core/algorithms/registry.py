@@ -66,8 +66,13 @@ class Algorithm:
         mode = self.advantage_mode
         if mode == "hacpo" and not capability_advantage:
             mode = "naive"  # the plain mean of the mixed group
-        return Algorithm(replace(self.entry, advantage_mode=mode,
-                                 discrepancy_coefficient=self.discrepancy_coefficient and discrepancy_coefficient))
+        return Algorithm(
+            replace(
+                self.entry,
+                advantage_mode=mode,
+                discrepancy_coefficient=self.discrepancy_coefficient and discrepancy_coefficient,
+            )
+        )
 
     def loss_weight(self, response_lengths: Sequence[int]) -> float:
         """How much of a mini-batch a set of rows is, in the unit the loss averages over."""
@@ -82,10 +87,14 @@ ALGORITHMS: Registry[Algorithm] = Registry("algorithm")
 def register_algorithm(entry: AlgorithmDescriptor) -> Algorithm:
     """The ``Algorithm`` of ``entry``, registered under its name; its loss and advantage mode must
     be registered already (``ValueError`` names the one missing)."""
-    for kind, registry, name in (("policy_loss", POLICY_LOSSES, entry.policy_loss),
-                                 ("advantage_mode", ADVANTAGE_ESTIMATORS, entry.advantage_mode)):
+    for kind, registry, name in (
+        ("policy_loss", POLICY_LOSSES, entry.policy_loss),
+        ("advantage_mode", ADVANTAGE_ESTIMATORS, entry.advantage_mode),
+    ):
         if name not in registry:
-            raise ValueError(f"algorithm {entry.name!r}: {kind} {name!r} is not registered (registered: {', '.join(registry.names())})")
+            raise ValueError(
+                f"algorithm {entry.name!r}: {kind} {name!r} is not registered (registered: {', '.join(registry.names())})"
+            )
     return ALGORITHMS.register(entry.name, Algorithm(entry))
 
 

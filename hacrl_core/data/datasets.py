@@ -146,7 +146,13 @@ def _builtin(uri: str, reward: str | None) -> PromptSource:
     except ValueError as error:
         raise ValueError(f"{uri!r}: {error}") from None
     try:
-        task = ArithmeticTask(difficulty=difficulty, seed=seed, split=query.get("split", "train"), size=size, format=query.get("format", "answer"))
+        task = ArithmeticTask(
+            difficulty=difficulty,
+            seed=seed,
+            split=query.get("split", "train"),
+            size=size,
+            format=query.get("format", "answer"),
+        )
     except ValueError as error:
         raise ValueError(f"{uri!r}: {error}") from None
     if reward is not None:
@@ -222,6 +228,8 @@ def iter_batches(
         raise ValueError(f"{source.name}: cannot batch an empty source")
     cursor = start_cursor
     while True:
-        problems = [source[stream_index(length, p, seed=seed, shuffle=shuffle)] for p in range(cursor, cursor + batch_size)]
+        problems = [
+            source[stream_index(length, p, seed=seed, shuffle=shuffle)] for p in range(cursor, cursor + batch_size)
+        ]
         yield Batch(cursor=cursor, next_cursor=cursor + batch_size, epoch=cursor // length, problems=problems)
         cursor += batch_size

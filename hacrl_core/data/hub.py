@@ -35,7 +35,12 @@ def parse_hub_uri(uri: str) -> dict[str, str | None]:
     if parsed.scheme != "hf" or name.count("/") != 1 or not all(name.split("/")):
         raise ValueError(f"data source {uri!r}: expected hf://<org>/<name>[?split=train&config=C&revision=R]")
     query = uri_query(parsed.query, _PARAMS, f"data source {uri!r}")
-    return {"name": name, "split": query.get("split", "train"), "config": query.get("config"), "revision": query.get("revision")}
+    return {
+        "name": name,
+        "split": query.get("split", "train"),
+        "config": query.get("config"),
+        "revision": query.get("revision"),
+    }
 
 
 def open_hub_source(

@@ -13,12 +13,27 @@ from hacrl_core.data.datasets import open_source
 from hacrl_core.rewards.remote import is_reward_url
 from hacrl_core.skipped_rows import DatasetReport
 
-__all__ = ["DatasetReport", "describe_source", "open_dataset", "read_datasets", "rows_digest", "spec_datasets", "train_set_refusal"]
+__all__ = [
+    "DatasetReport",
+    "describe_source",
+    "open_dataset",
+    "read_datasets",
+    "rows_digest",
+    "spec_datasets",
+    "train_set_refusal",
+]
+
 
 def describe_source(field_path: str, source: PromptSource, digest: str = "") -> DatasetReport:
     first_row = {reason: position + 1 for reason, position in source.first_skipped.items()}
-    return DatasetReport(field=field_path, name=source.name, rows=len(source), skipped=dict(source.skipped), first_row=first_row,
-                         digest=digest)
+    return DatasetReport(
+        field=field_path,
+        name=source.name,
+        rows=len(source),
+        skipped=dict(source.skipped),
+        first_row=first_row,
+        digest=digest,
+    )
 
 
 def rows_digest(source: PromptSource) -> str:
@@ -40,8 +55,12 @@ def spec_datasets(data_spec) -> Iterator[tuple[str, Any]]:
 
 def open_dataset(data_spec, dataset) -> PromptSource:
     """The ``PromptSource`` of one ``DataSource`` of ``spec.data`` (keys and reward applied)."""
-    return open_source(dataset.source, prompt_key=dataset.prompt_key, answer_key=dataset.answer_key,
-                       reward=None if is_reward_url(data_spec.reward) else data_spec.reward)  # a reward server checks its own golds
+    return open_source(
+        dataset.source,
+        prompt_key=dataset.prompt_key,
+        answer_key=dataset.answer_key,
+        reward=None if is_reward_url(data_spec.reward) else data_spec.reward,
+    )  # a reward server checks its own golds
 
 
 def read_datasets(data_spec) -> list[DatasetReport]:
@@ -64,5 +83,7 @@ def train_set_refusal(reports: list[DatasetReport], prompts_per_step: int) -> st
     train = next((report for report in reports if report.field == "data.train"), None)
     if train is None or train.rows >= prompts_per_step:
         return None
-    return (f"spec.data.train ({train.name}): {train.rows} usable rows, fewer than spec.algorithm.promptsPerStep "
-            f"({prompts_per_step}), so a step would hold a prompt twice: add rows, or lower promptsPerStep to {train.rows}")
+    return (
+        f"spec.data.train ({train.name}): {train.rows} usable rows, fewer than spec.algorithm.promptsPerStep "
+        f"({prompts_per_step}), so a step would hold a prompt twice: add rows, or lower promptsPerStep to {train.rows}"
+    )

@@ -30,7 +30,9 @@ def resolve_template(template: str) -> str:
     if template in TEMPLATES:
         return TEMPLATES[template]
     if PLACEHOLDER not in template:
-        raise ValueError(f"template must be one of {', '.join(sorted(TEMPLATES))} or contain {PLACEHOLDER!r}, got {template!r}")
+        raise ValueError(
+            f"template must be one of {', '.join(sorted(TEMPLATES))} or contain {PLACEHOLDER!r}, got {template!r}"
+        )
     return template
 
 
@@ -52,5 +54,7 @@ def render_prompt(tokenizer: Any, question: str, template: str = ARITHMETIC_TEMP
     """
     content = user_message(question, template)
     if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False)
+        return tokenizer.apply_chat_template(
+            [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False
+        )
     return content

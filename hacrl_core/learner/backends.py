@@ -82,8 +82,9 @@ class TorchBackend:
         if self.sharded:
             from torch.distributed.optim import ZeroRedundancyOptimizer
 
-            self.optimizer = ZeroRedundancyOptimizer(self.parameters, optimizer_class=torch.optim.AdamW, lr=settings.lr,
-                                                     weight_decay=settings.weight_decay)
+            self.optimizer = ZeroRedundancyOptimizer(
+                self.parameters, optimizer_class=torch.optim.AdamW, lr=settings.lr, weight_decay=settings.weight_decay
+            )
         else:
             self.optimizer = torch.optim.AdamW(self.parameters, lr=settings.lr, weight_decay=settings.weight_decay)
 
@@ -135,7 +136,9 @@ OPTIONAL_BACKENDS = {name: (b.requires, b.module) for name, b in BACKEND_TABLE.i
 
 def available_backends() -> list[str]:
     """Backends that can run here; optional ones count where their dependency is installed."""
-    installed = {name for name, (dependency, _) in OPTIONAL_BACKENDS.items() if importlib.util.find_spec(dependency) is not None}
+    installed = {
+        name for name, (dependency, _) in OPTIONAL_BACKENDS.items() if importlib.util.find_spec(dependency) is not None
+    }
     return sorted(set(BACKENDS.names()) | installed)
 
 

@@ -54,14 +54,18 @@ def encode_rows(rollouts: Any, *, source: int, is_own: bool, tokenizer, template
         responses = columns["token_ids"]
     else:
         questions = {text: json.loads(text)["question"] for text in dict.fromkeys(columns["extra"])}
-        rendered = {question: render_prompt(tokenizer, question, template) for question in dict.fromkeys(questions.values())}
+        rendered = {
+            question: render_prompt(tokenizer, question, template) for question in dict.fromkeys(questions.values())
+        }
         prompts = [rendered[questions[text]] for text in columns["extra"]]
         responses = encode_texts(tokenizer, columns["response"])
     distinct = list(dict.fromkeys(prompts))
     prompt_ids = dict(zip(distinct, encode_prompts(tokenizer, distinct)))
     eos = None if is_own else tokenizer.eos_token_id
     encoded = []
-    for uid, reward, finish, prompt, response in zip(columns["prompt_uid"], columns["reward"], columns["finish_reason"], prompts, responses):
+    for uid, reward, finish, prompt, response in zip(
+        columns["prompt_uid"], columns["reward"], columns["finish_reason"], prompts, responses
+    ):
         ids, mask = assemble_row(prompt_ids[prompt], response, own=is_own, eos_token_id=eos, finish_reason=finish)
         encoded.append(TrainRow(source, uid, float(reward), ids, mask, is_own))
     return encoded

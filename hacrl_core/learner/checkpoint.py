@@ -41,7 +41,16 @@ SHARD_FILE = "optimizer-rank-{:05d}.pt"
 _SHARD_FILE = re.compile(r"^optimizer-rank-(\d{5})\.pt$")
 
 
-def save_checkpoint(store, agent: str, completed_steps: int, model, tokenizer, optimizer_state: dict, tracker: CapabilityTracker, work_dir: Path) -> None:
+def save_checkpoint(
+    store,
+    agent: str,
+    completed_steps: int,
+    model,
+    tokenizer,
+    optimizer_state: dict,
+    tracker: CapabilityTracker,
+    work_dir: Path,
+) -> None:
     local = work_dir / f"checkpoint-{completed_steps:06d}"
     shutil.rmtree(local, ignore_errors=True)
     save_trained(model, tokenizer, local / "model")
@@ -53,7 +62,9 @@ def save_checkpoint(store, agent: str, completed_steps: int, model, tokenizer, o
         for rank, shard in enumerate(shards):
             torch.save(shard, local / SHARD_FILE.format(rank))
     torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, local / RNG_FILE)
-    (local / STATE_FILE).write_text(json.dumps({"completed_steps": completed_steps, "capability": tracker.state_dict()}))
+    (local / STATE_FILE).write_text(
+        json.dumps({"completed_steps": completed_steps, "capability": tracker.state_dict()})
+    )
     store.save_checkpoint(agent, completed_steps, local)
     shutil.rmtree(local, ignore_errors=True)
 
@@ -76,7 +87,9 @@ def read_optimizer_state(local: Path, rank: int, optimizer_globals: Sequence[typ
         return state
     shards: list[Any] = [None] * count
     if rank < count:  # a rank beyond the saved count is refused by the backend, naming both counts
-        shards[rank] = load_tensor_state(local / SHARD_FILE.format(rank), map_location="cpu", safe_globals=optimizer_globals)
+        shards[rank] = load_tensor_state(
+            local / SHARD_FILE.format(rank), map_location="cpu", safe_globals=optimizer_globals
+        )
     return {**state, RANK_SHARDS: shards}
 
 
@@ -84,7 +97,9 @@ class UnsafeCheckpointError(RuntimeError):
     """A checkpoint file holds pickled objects other than tensors and plain data."""
 
 
-def load_tensor_state(path: Path, map_location: str | torch.device | None = None, safe_globals: Sequence[type] = ()) -> Any:
+def load_tensor_state(
+    path: Path, map_location: str | torch.device | None = None, safe_globals: Sequence[type] = ()
+) -> Any:
     """A ``torch.save`` file of tensors, plain data and the ``safe_globals`` classes (a backend's
     ``checkpoint_globals``); anything else is refused, never executed."""
     try:
@@ -97,9 +112,17 @@ def load_tensor_state(path: Path, map_location: str | torch.device | None = None
         ) from None
 
 
-def restore_checkpoint(store, agent: str, completed_steps: int, work_dir: Path, device: str, dtype,
-                       optimizer_globals: Sequence[type] = (), rank: int = 0,
-                       load_model: Callable[[Path], tuple[Any, Any]] | None = None):
+def restore_checkpoint(
+    store,
+    agent: str,
+    completed_steps: int,
+    work_dir: Path,
+    device: str,
+    dtype,
+    optimizer_globals: Sequence[type] = (),
+    rank: int = 0,
+    load_model: Callable[[Path], tuple[Any, Any]] | None = None,
+):
     """(model, tokenizer, optimizer_state, capability_state, local_dir) of checkpoint
     ``completed_steps`` as learner rank ``rank`` needs it: of a sharded optimizer state
     (``RANK_SHARDS``) only that rank's shard is downloaded and read, the others are None.
@@ -121,5 +144,7 @@ def restore_checkpoint(store, agent: str, completed_steps: int, work_dir: Path, 
     random.setstate(rng["python"])
     state = json.loads((local / STATE_FILE).read_text())
     if state["completed_steps"] != completed_steps:
-        raise RuntimeError(f"checkpoint {completed_steps} of {agent} records {state['completed_steps']} steps: corrupt checkpoint")
+        raise RuntimeError(
+            f"checkpoint {completed_steps} of {agent} records {state['completed_steps']} steps: corrupt checkpoint"
+        )
     return model, tokenizer, optimizer_state, state["capability"], local

@@ -86,7 +86,9 @@ def ensure_distributed() -> None:
     """A one-rank process group when none exists (a learner is a single process)."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         if not getattr(deepspeed.comm, "cdb", None):
-            deepspeed.init_distributed(dist_backend=torch.distributed.get_backend(), auto_mpi_discovery=False, verbose=False)
+            deepspeed.init_distributed(
+                dist_backend=torch.distributed.get_backend(), auto_mpi_discovery=False, verbose=False
+            )
         return
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     os.environ.setdefault("RANK", "0")
@@ -101,7 +103,8 @@ def deepspeed_config(settings, zero_stage: int) -> dict[str, Any]:
     """The DeepSpeed config of one learner: the learner owns accumulation, DeepSpeed clips."""
     bf16 = settings.dtype == "bfloat16"
     config: dict[str, Any] = {
-        "train_micro_batch_size_per_gpu": settings.micro_batch_size or 1,  # bookkeeping only: micro-batches are the learner's
+        "train_micro_batch_size_per_gpu": settings.micro_batch_size
+        or 1,  # bookkeeping only: micro-batches are the learner's
         "gradient_accumulation_steps": 1,
         "managed_gradient_accumulation": False,
         "gradient_clipping": settings.grad_clip,

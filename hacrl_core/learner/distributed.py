@@ -94,7 +94,9 @@ def init_ranks(ranks: Ranks) -> str:
         return device
     if device.startswith("cuda"):
         torch.cuda.set_device(ranks.local_rank)
-    dist.init_process_group("nccl" if device.startswith("cuda") else "gloo", rank=ranks.rank, world_size=ranks.world_size)
+    dist.init_process_group(
+        "nccl" if device.startswith("cuda") else "gloo", rank=ranks.rank, world_size=ranks.world_size
+    )
     log.info("learner rank %d of %d joined (%s, %s)", ranks.rank, ranks.world_size, dist.get_backend(), device)
     return device
 
@@ -260,10 +262,22 @@ class StoreWriteFromRank(RuntimeError):
 
 #: The ``TrajectoryStore`` methods that write; only rank 0 may call them.
 #: (tests/learner/test_learner_multirank.py checks that it names every writing method of the store.)
-STORE_WRITES = frozenset({
-    "put_spec", "write_rollouts", "write_rollouts_columns", "write_scores", "write_scores_columns", "write_metrics",
-    "publish_weights", "save_checkpoint", "delete_checkpoint", "write_progress", "write_tracking", "delete_experiment",
-})
+STORE_WRITES = frozenset(
+    {
+        "put_spec",
+        "write_rollouts",
+        "write_rollouts_columns",
+        "write_scores",
+        "write_scores_columns",
+        "write_metrics",
+        "publish_weights",
+        "save_checkpoint",
+        "delete_checkpoint",
+        "write_progress",
+        "write_tracking",
+        "delete_experiment",
+    }
+)
 
 
 class ReadOnlyStore:

@@ -76,30 +76,49 @@ def node_placement(agent: str, nodes: int, env: dict[str, str] | os._Environ = o
         )
     raw_rank, raw_port = env[NODE_RANK_ENV], env.get("MASTER_PORT") or str(DEFAULT_MASTER_PORT)
     if not raw_rank.isdigit() or not int(raw_rank) < nodes:
-        raise RuntimeError(f"agent {agent!r}: {NODE_RANK_ENV}={raw_rank!r} is not a node rank of learner.nodes {nodes} (0 to {nodes - 1})")
+        raise RuntimeError(
+            f"agent {agent!r}: {NODE_RANK_ENV}={raw_rank!r} is not a node rank of learner.nodes {nodes} (0 to {nodes - 1})"
+        )
     if not raw_port.isdigit() or not 0 < int(raw_port) < 65536:
         raise RuntimeError(f"agent {agent!r}: MASTER_PORT={raw_port!r} is not a TCP port")
     return NodePlacement(int(raw_rank), nodes, env["MASTER_ADDR"], int(raw_port))
 
 
-def rank_environment(base: dict[str, str], rank: int, nproc: int, port: int, *, node_rank: int = 0, nnodes: int = 1,
-                     master_addr: str = "127.0.0.1") -> dict[str, str]:
+def rank_environment(
+    base: dict[str, str],
+    rank: int,
+    nproc: int,
+    port: int,
+    *,
+    node_rank: int = 0,
+    nnodes: int = 1,
+    master_addr: str = "127.0.0.1",
+) -> dict[str, str]:
     """torchrun's variables for local rank ``rank`` of ``nproc`` on node ``node_rank`` of a learner
     of ``nnodes`` nodes (global rank ``node_rank * nproc + rank`` of ``nnodes * nproc``), with the
     rendezvous at ``master_addr``:``port``; the worker's CPU threads (``hacrl run`` sets them per
     worker) are split between its ranks."""
     env = dict(base)
     env.pop(NODE_RANK_ENV, None)  # a rank is placed by torchrun's variables alone
-    env.update(RANK=str(node_rank * nproc + rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nnodes * nproc),
-               LOCAL_WORLD_SIZE=str(nproc), GROUP_RANK=str(node_rank), NODE_RANK=str(node_rank),
-               MASTER_ADDR=master_addr, MASTER_PORT=str(port))
+    env.update(
+        RANK=str(node_rank * nproc + rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(nnodes * nproc),
+        LOCAL_WORLD_SIZE=str(nproc),
+        GROUP_RANK=str(node_rank),
+        NODE_RANK=str(node_rank),
+        MASTER_ADDR=master_addr,
+        MASTER_PORT=str(port),
+    )
     for name in ("OMP_NUM_THREADS", "HACRL_TORCH_THREADS"):
         if base.get(name):
             env[name] = str(max(1, int(base[name]) // nproc))
     return env
 
 
-def launch_local_ranks(command: Sequence[str], nproc: int, *, poll: float = 0.1, placement: NodePlacement = NodePlacement()) -> int:
+def launch_local_ranks(
+    command: Sequence[str], nproc: int, *, poll: float = 0.1, placement: NodePlacement = NodePlacement()
+) -> int:
     """Run ``command`` (a `hacrl worker` command line) as ``nproc`` local ranks and wait for them, torchrun-style (the
     ranks of one node, ``placement`` saying which node of how many; no restarts of its own): when a rank fails, the others are stopped and this process ends the
     way the failed rank did (its exit code, or its signal), so the supervisor above restarts the
@@ -107,12 +126,29 @@ def launch_local_ranks(command: Sequence[str], nproc: int, *, poll: float = 0.1,
     `hacrl run` does) stops them all. Returns 0 once every rank exited 0."""
     port = placement.master_port or free_port()
     children = [
-        subprocess.Popen(list(command), env=rank_environment(dict(os.environ), rank, nproc, port, node_rank=placement.node_rank,
-                                                              nnodes=placement.nnodes, master_addr=placement.master_addr))
+        subprocess.Popen(
+            list(command),
+            env=rank_environment(
+                dict(os.environ),
+                rank,
+                nproc,
+                port,
+                node_rank=placement.node_rank,
+                nnodes=placement.nnodes,
+                master_addr=placement.master_addr,
+            ),
+        )
         for rank in range(nproc)
     ]
-    log.info("learner: started %d local ranks of node %d of %d (pids %s, rendezvous %s:%d)", nproc, placement.node_rank,
-             placement.nnodes, [c.pid for c in children], placement.master_addr, port)
+    log.info(
+        "learner: started %d local ranks of node %d of %d (pids %s, rendezvous %s:%d)",
+        nproc,
+        placement.node_rank,
+        placement.nnodes,
+        [c.pid for c in children],
+        placement.master_addr,
+        port,
+    )
     failed: tuple[int, int] | None = None
     try:
         while failed is None:
@@ -125,7 +161,11 @@ def launch_local_ranks(command: Sequence[str], nproc: int, *, poll: float = 0.1,
     finally:
         stop_ranks(children)
     rank, code = failed
-    log.error("learner rank %d %s; stopped the other ranks", rank, f"killed by signal {-code}" if code < 0 else f"exited with code {code}")
+    log.error(
+        "learner rank %d %s; stopped the other ranks",
+        rank,
+        f"killed by signal {-code}" if code < 0 else f"exited with code {code}",
+    )
     if code < 0:  # end as the rank did, so that the supervisor sees the same signal
         if -code not in (signal.SIGKILL, signal.SIGSTOP):  # those two cannot have a handler
             signal.signal(-code, signal.SIG_DFL)
@@ -159,7 +199,9 @@ def launch_learner_ranks(context, role: str, argv: Sequence[str]) -> int | None:
     if role == "rollout" or "WORLD_SIZE" in os.environ or settings.world_size == 1:
         return None
     placement = node_placement(context.agent_name, settings.nodes)
-    return launch_local_ranks([sys.executable, "-m", "hacrl_core.cli", *argv], settings.processes_per_node, placement=placement)
+    return launch_local_ranks(
+        [sys.executable, "-m", "hacrl_core.cli", *argv], settings.processes_per_node, placement=placement
+    )
 
 
 def multi_node_problems(experiment) -> list[str]:

@@ -90,7 +90,9 @@ def default_micro_batch_tokens(model: torch.nn.Module, device: str) -> int:
     """
     if str(device).startswith("cuda"):
         free, _total = torch.cuda.mem_get_info(torch.device(device))
-        states = 3 * sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)  # LoRA: the adapter's
+        states = 3 * sum(
+            p.numel() * p.element_size() for p in model.parameters() if p.requires_grad
+        )  # LoRA: the adapter's
         budget = max(free - states, 0) * GPU_FREE_SHARE
     else:
         budget = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * CPU_MEMORY_SHARE

@@ -56,13 +56,28 @@ class LearnerState:
         return pad_id(self.tokenizer)
 
 
-def start_state(model: torch.nn.Module, tokenizer, backend: TrainingBackend, settings, n_agents: int, *, next_step: int = 0,
-                reference: torch.nn.Module | None = None, device: str = "cpu", learner=None) -> LearnerState:
+def start_state(
+    model: torch.nn.Module,
+    tokenizer,
+    backend: TrainingBackend,
+    settings,
+    n_agents: int,
+    *,
+    next_step: int = 0,
+    reference: torch.nn.Module | None = None,
+    device: str = "cpu",
+    learner=None,
+) -> LearnerState:
     """A learner's state around a loaded policy and its backend, with a fresh capability history
     (``settings``: the spec's ``algorithm`` section: window, floor, ratio bounds, warm-up) and, given
     the spec's ``learner`` section, its micro-batching (``micro_batches.micro_batching``)."""
-    tracker = CapabilityTracker(n_agents, settings.capability_window, settings.capability_floor, tuple(settings.ratio_bounds),
-                                settings.warmup_steps)
+    tracker = CapabilityTracker(
+        n_agents,
+        settings.capability_window,
+        settings.capability_floor,
+        tuple(settings.ratio_bounds),
+        settings.warmup_steps,
+    )
     backend.model.train()
     unwrapped = backend.unwrapped_model()
     batching = micro_batching(learner, unwrapped, device) if learner is not None else None
@@ -90,8 +105,10 @@ class OldLogprobs:
     def require(self, indices: Iterable[int]) -> None:
         missing = sorted({i for i in indices if self.mean[i] is None})
         if missing:
-            raise RuntimeError(f"rows {missing} reached an update without pi_old; give a peer's rows their source's scores "
-                               "(source_logprobs, OldLogprobs.with_means) before run_updates")
+            raise RuntimeError(
+                f"rows {missing} reached an update without pi_old; give a peer's rows their source's scores "
+                "(source_logprobs, OldLogprobs.with_means) before run_updates"
+            )
 
 
 def score_pi_old(state: LearnerState, inputs: StepInputs, plan: UpdatePlan) -> tuple[OldLogprobs, StartedUpdate | None]:
@@ -114,17 +131,32 @@ def score_pi_old(state: LearnerState, inputs: StepInputs, plan: UpdatePlan) -> t
     trained = {i for chunk in first for i in chunk}
     mean: list[float | None] = [None] * len(rows)
     tokens: list[torch.Tensor | None] = [None] * len(rows)
-    score_into(state, rows, [i for i, row in enumerate(rows) if row.is_own and i not in trained], plan.micro_batching, mean, tokens)
+    score_into(
+        state,
+        rows,
+        [i for i, row in enumerate(rows) if row.is_own and i not in trained],
+        plan.micro_batching,
+        mean,
+        tokens,
+    )
     if inputs.algorithm.cross_old_logprob == "learner":
-        for source in dict.fromkeys(row.source for row in rows if not row.is_own):  # each peer's rows, as one scoring call
+        for source in dict.fromkeys(
+            row.source for row in rows if not row.is_own
+        ):  # each peer's rows, as one scoring call
             peer = [i for i, row in enumerate(rows) if not row.is_own and row.source == source]
             score_into(state, rows, peer, plan.micro_batching, mean, None)
     started = score_and_train(state, inputs, plan, first, mean, tokens) if first else None
     return OldLogprobs(tuple(mean), tuple(tokens)), started
 
 
-def score_and_train(state: LearnerState, inputs: StepInputs, plan: UpdatePlan, chunks: Sequence[Sequence[int]],
-                    mean: list[float | None], tokens: list[torch.Tensor | None]) -> StartedUpdate:
+def score_and_train(
+    state: LearnerState,
+    inputs: StepInputs,
+    plan: UpdatePlan,
+    chunks: Sequence[Sequence[int]],
+    mean: list[float | None],
+    tokens: list[torch.Tensor | None],
+) -> StartedUpdate:
     """The first update's leading own micro-batches, trained, with their rows' pi_old taken from
     their own forward pass (into ``mean`` and ``tokens``); see ``score_pi_old``."""
     rows = inputs.rows
@@ -138,16 +170,26 @@ def score_and_train(state: LearnerState, inputs: StepInputs, plan: UpdatePlan, c
         for j, i in enumerate(chunk):
             tokens[i] = old[j, : len(rows[i].input_ids)].cpu()
             mean[i] = float((old[j] * mask[j]).sum() / mask[j].sum().clamp(min=1))
-        metrics = train_micro_batch(state, inputs, batch, [mean[i] for i in chunk], [tokens[i] for i in chunk], update_index=0, norm=norm)
+        metrics = train_micro_batch(
+            state, inputs, batch, [mean[i] for i in chunk], [tokens[i] for i in chunk], update_index=0, norm=norm
+        )
         if metrics is None:  # the update is skipped; the rows not reached still need their pi_old
-            score_into(state, rows, [i for later in chunks[done + 1 :] for i in later], plan.micro_batching, mean, tokens)
+            score_into(
+                state, rows, [i for later in chunks[done + 1 :] for i in later], plan.micro_batching, mean, tokens
+            )
             return StartedUpdate(len(chunks), False, collected)
         collect(collected, metrics)
     return StartedUpdate(len(chunks), True, collected)
 
 
-def score_into(state: LearnerState, rows: Sequence[TrainRow], indices: Sequence[int], micro_batching: MicroBatching,
-               mean: list[float | None], tokens: list[torch.Tensor | None] | None) -> None:
+def score_into(
+    state: LearnerState,
+    rows: Sequence[TrainRow],
+    indices: Sequence[int],
+    micro_batching: MicroBatching,
+    mean: list[float | None],
+    tokens: list[torch.Tensor | None] | None,
+) -> None:
     """No-grad pi_old of ``rows[indices]`` into ``mean`` (and per token into ``tokens``)."""
     if not indices:
         return
@@ -158,15 +200,26 @@ def score_into(state: LearnerState, rows: Sequence[TrainRow], indices: Sequence[
             tokens[i] = per_token
 
 
-def scores_shard(rollouts: Any, rows: Sequence[TrainRow], old: OldLogprobs, *, experiment: str, step: int, agent: str) -> list[dict]:
+def scores_shard(
+    rollouts: Any, rows: Sequence[TrainRow], old: OldLogprobs, *, experiment: str, step: int, agent: str
+) -> list[dict]:
     """The scores shard of a step: pi_old (sum and count over response tokens) of every own row.
     ``rollouts``: the own rollouts shard the own rows of ``rows`` were encoded from, in its order
     (``batch.rollout_columns``); ``old``: every row's pi_old (``score_pi_old``)."""
     keys = rollout_columns(rollouts, ("prompt_uid", "sample_index"))
     own = [(old.mean[i], sum(row.response_mask)) for i, row in enumerate(rows) if row.is_own]
-    return [{"experiment": experiment, "step": step, "source_agent": agent, "prompt_uid": uid, "sample_index": sample,
-             "logp_sum": mean * count, "token_count": count}
-            for uid, sample, (mean, count) in zip(keys["prompt_uid"], keys["sample_index"], own)]
+    return [
+        {
+            "experiment": experiment,
+            "step": step,
+            "source_agent": agent,
+            "prompt_uid": uid,
+            "sample_index": sample,
+            "logp_sum": mean * count,
+            "token_count": count,
+        }
+        for uid, sample, (mean, count) in zip(keys["prompt_uid"], keys["sample_index"], own)
+    ]
 
 
 def source_logprobs(rollouts: Any, scores: Any) -> list[float]:
@@ -175,8 +228,12 @@ def source_logprobs(rollouts: Any, scores: Any) -> list[float]:
     shards, tables or row dicts (``batch.rollout_columns``)."""
     keys = rollout_columns(rollouts, ("prompt_uid", "sample_index"))
     scored = rollout_columns(scores, ("prompt_uid", "sample_index", "logp_sum", "token_count"))
-    by_key = {(uid, sample): (total, count) for uid, sample, total, count in
-              zip(scored["prompt_uid"], scored["sample_index"], scored["logp_sum"], scored["token_count"])}
+    by_key = {
+        (uid, sample): (total, count)
+        for uid, sample, total, count in zip(
+            scored["prompt_uid"], scored["sample_index"], scored["logp_sum"], scored["token_count"]
+        )
+    }
     values = []
     for key in zip(keys["prompt_uid"], keys["sample_index"]):
         total, count = by_key[key]
@@ -184,7 +241,9 @@ def source_logprobs(rollouts: Any, scores: Any) -> list[float]:
     return values
 
 
-def peer_pi_old(rows: Sequence[TrainRow], rollouts_by_agent: Sequence[Any], scores_by_agent: Sequence[Any]) -> dict[int, float]:
+def peer_pi_old(
+    rows: Sequence[TrainRow], rollouts_by_agent: Sequence[Any], scores_by_agent: Sequence[Any]
+) -> dict[int, float]:
     """Row index -> pi_old of every peer row of ``rows`` from its source's scores shard
     (``source_logprobs``): for ``OldLogprobs.with_means``. ``rollouts_by_agent`` and
     ``scores_by_agent``: each agent's shards by agent index, None for the learner itself."""
@@ -196,7 +255,9 @@ def peer_pi_old(rows: Sequence[TrainRow], rollouts_by_agent: Sequence[Any], scor
     return values
 
 
-def score_sliced(state: LearnerState, rows: Sequence[TrainRow], micro_batching: MicroBatching) -> tuple[list, list, list]:
+def score_sliced(
+    state: LearnerState, rows: Sequence[TrainRow], micro_batching: MicroBatching
+) -> tuple[list, list, list]:
     """``score_rows`` of every row: with several learner ranks each scores its slice
     (``distributed.rank_slice``) and every rank gets all the scores back, in the rows' order."""
     if not distributed.multi_rank():
@@ -231,8 +292,13 @@ def update_capability(tracker: CapabilityTracker, mean_rewards: Sequence[float],
         tracker.update(list(mean_rewards))
 
 
-def assign_advantages(rows: Sequence[TrainRow], tracker: CapabilityTracker, algorithm: Algorithm, agent_index: int,
-                      ratio_bounds: tuple[float, float]) -> tuple[torch.Tensor, torch.Tensor]:
+def assign_advantages(
+    rows: Sequence[TrainRow],
+    tracker: CapabilityTracker,
+    algorithm: Algorithm,
+    agent_index: int,
+    ratio_bounds: tuple[float, float],
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Advantages (mechanism 1) and cross-row discrepancy weights (mechanism 2) of every row."""
     groups = {uid: i for i, uid in enumerate(dict.fromkeys(r.group for r in rows))}
     capability = torch.ones_like(tracker.capability, dtype=torch.float64) if tracker.in_warmup else tracker.capability
@@ -247,14 +313,24 @@ def assign_advantages(rows: Sequence[TrainRow], tracker: CapabilityTracker, algo
     )
     ratios = tracker.ratio_matrix()
     discrepancy = torch.tensor(
-        [1.0 if r.is_own or not algorithm.discrepancy_coefficient else float(ratios[r.source, agent_index]) for r in rows],
+        [
+            1.0 if r.is_own or not algorithm.discrepancy_coefficient else float(ratios[r.source, agent_index])
+            for r in rows
+        ],
         dtype=torch.float64,
     )
     return advantages, discrepancy
 
 
-def step_metrics(rows: Sequence[TrainRow], advantages: torch.Tensor, mean_rewards: Sequence[float], tracker: CapabilityTracker,
-                 algorithm: Algorithm, agent_names: Sequence[str], agent_index: int) -> dict[str, float]:
+def step_metrics(
+    rows: Sequence[TrainRow],
+    advantages: torch.Tensor,
+    mean_rewards: Sequence[float],
+    tracker: CapabilityTracker,
+    algorithm: Algorithm,
+    agent_names: Sequence[str],
+    agent_index: int,
+) -> dict[str, float]:
     """What a step trained on, beyond the loss: row counts, advantages, rewards and capabilities."""
     values = {
         "rollout/reward_mean": mean_rewards[agent_index],

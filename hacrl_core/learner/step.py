@@ -112,8 +112,9 @@ def _no_lap(_stage: str) -> None:
 LearnerStep = Generator[OwnScores, None, StepResult]
 
 
-def learner_step(state: LearnerState, setup: StepSetup, ports: StepPorts, step: int,
-                 lap: Callable[[str], object] = _no_lap) -> LearnerStep:
+def learner_step(
+    state: LearnerState, setup: StepSetup, ports: StepPorts, step: int, lap: Callable[[str], object] = _no_lap
+) -> LearnerStep:
     """One step's training: the stages in order (module docstring); yields once, at the score
     exchange's barrier, and returns the step's metrics."""
     algorithm, settings, index = setup.algorithm, setup.settings, setup.agent_index
@@ -127,8 +128,15 @@ def learner_step(state: LearnerState, setup: StepSetup, ports: StepPorts, step: 
     update_capability(state.tracker, mean_rewards, algorithm)
     advantages, discrepancy = assign_advantages(rows, state.tracker, algorithm, index, tuple(settings.ratio_bounds))
     inputs = StepInputs(rows, advantages, discrepancy, algorithm, settings)
-    plan = plan_updates(rows, settings, step=step, agent_index=index, micro_batching=state.micro_batching,
-                        score_in_first_update=setup.score_in_first_update, lockstep=state.backend.lockstep)
+    plan = plan_updates(
+        rows,
+        settings,
+        step=step,
+        agent_index=index,
+        micro_batching=state.micro_batching,
+        score_in_first_update=setup.score_in_first_update,
+        lockstep=state.backend.lockstep,
+    )
     lap("plan")
     began = time.perf_counter()
     old, started = score_pi_old(state, inputs, plan)

@@ -29,7 +29,9 @@ class StorePorts:
     wait_seconds: float
 
     def _rows(self, rollouts: Any, index: int) -> list[TrainRow]:
-        return encode_rows(rollouts, source=index, is_own=index == self.agent_index, tokenizer=self.tokenizer, template=self.template)
+        return encode_rows(
+            rollouts, source=index, is_own=index == self.agent_index, tokenizer=self.tokenizer, template=self.template
+        )
 
     def read_own_rows(self, step: int) -> tuple[Any, list[TrainRow]]:
         # The store's Arrow table (``read_rollouts_columns``): encode_rows reads its columns.
@@ -53,8 +55,12 @@ class StorePorts:
         self.store.write_scores(scores.step, scores.agent, scores.shard(self.experiment))
 
     def read_peer_scores(self, step: int, rollouts: Sequence[Any]) -> list:
-        return [None if index == self.agent_index or rollouts[index] is None else
-                self.store.read_scores_columns(step, name, wait=self.wait_seconds) for index, name in enumerate(self.agent_names)]
+        return [
+            None
+            if index == self.agent_index or rollouts[index] is None
+            else self.store.read_scores_columns(step, name, wait=self.wait_seconds)
+            for index, name in enumerate(self.agent_names)
+        ]
 
 
 @dataclass
@@ -77,19 +83,29 @@ class MemoryPorts:
     exchange: MemoryExchange
 
     def _rows(self, index: int) -> list[TrainRow]:
-        return encode_rows(self.rollouts[index], source=index, is_own=index == self.agent_index, tokenizer=self.tokenizer,
-                           template=self.template)
+        return encode_rows(
+            self.rollouts[index],
+            source=index,
+            is_own=index == self.agent_index,
+            tokenizer=self.tokenizer,
+            template=self.template,
+        )
 
     def read_own_rows(self, step: int) -> tuple[Any, list[TrainRow]]:
         return self.rollouts[self.agent_index], self._rows(self.agent_index)
 
     def read_peer_rows(self, step: int) -> tuple[list, list[list[TrainRow] | None]]:
         peers = [i != self.agent_index for i in range(len(self.rollouts))]
-        return ([shard if peer else None for shard, peer in zip(self.rollouts, peers)],
-                [self._rows(i) if peer else None for i, peer in enumerate(peers)])
+        return (
+            [shard if peer else None for shard, peer in zip(self.rollouts, peers)],
+            [self._rows(i) if peer else None for i, peer in enumerate(peers)],
+        )
 
     def publish_scores(self, scores: OwnScores) -> None:
         self.exchange.shards[self.agent_index] = scores.shard(self.exchange.experiment)
 
     def read_peer_scores(self, step: int, rollouts: Sequence[Any]) -> list:
-        return [None if i == self.agent_index or shard is None else self.exchange.shards[i] for i, shard in enumerate(rollouts)]
+        return [
+            None if i == self.agent_index or shard is None else self.exchange.shards[i]
+            for i, shard in enumerate(rollouts)
+        ]

@@ -62,8 +62,16 @@ class UpdatePlan:
         return tuple(leading)
 
 
-def plan_updates(rows: Sequence[TrainRow], settings, *, step: int, agent_index: int, micro_batching: MicroBatching,
-                 score_in_first_update: bool = False, lockstep: bool = False) -> UpdatePlan:
+def plan_updates(
+    rows: Sequence[TrainRow],
+    settings,
+    *,
+    step: int,
+    agent_index: int,
+    micro_batching: MicroBatching,
+    score_in_first_update: bool = False,
+    lockstep: bool = False,
+) -> UpdatePlan:
     """The step's optimizer updates: per epoch a seeded shuffle of the step's prompts, cut into
     mini-batches of ``settings.mini_batch_prompts`` whole prompt groups; each update's rows then
     sliced over the learner ranks (``distributed.rank_slice``) and packed, in order, into
@@ -87,7 +95,9 @@ def plan_updates(rows: Sequence[TrainRow], settings, *, step: int, agent_index: 
         shuffled = prompts[:]
         order.shuffle(shuffled)
         for start in range(0, len(shuffled), settings.mini_batch_prompts):
-            updates.append(tuple(i for uid in shuffled[start : start + settings.mini_batch_prompts] for i in by_prompt[uid]))
+            updates.append(
+                tuple(i for uid in shuffled[start : start + settings.mini_batch_prompts] for i in by_prompt[uid])
+            )
     own_first = score_in_first_update and not distributed.multi_rank()
     chunks = tuple(update_micro_batches(rows, members, micro_batching, own_first=own_first) for members in updates)
     idle = [0] * len(updates)
@@ -96,8 +106,9 @@ def plan_updates(rows: Sequence[TrainRow], settings, *, step: int, agent_index: 
     return UpdatePlan(tuple(updates), chunks, tuple(idle), micro_batching, own_first)
 
 
-def update_micro_batches(rows: Sequence[TrainRow], members: Sequence[int], micro_batching: MicroBatching, *,
-                         own_first: bool = False) -> tuple[tuple[int, ...], ...]:
+def update_micro_batches(
+    rows: Sequence[TrainRow], members: Sequence[int], micro_batching: MicroBatching, *, own_first: bool = False
+) -> tuple[tuple[int, ...], ...]:
     """This rank's micro-batches (row indices) of one update's rows (``members``): its slice
     (``distributed.rank_slice``) packed in order (``MicroBatching.pack``); ``own_first``: the own
     rows' micro-batches first, then the peers' rows', never mixed."""
@@ -140,10 +151,18 @@ class MicroBatch:
 
 def forward_micro_batch(state, rows: Sequence[TrainRow], chunk: Sequence[int]) -> MicroBatch:
     input_ids, attention, response = collate_rows([rows[i] for i in chunk], state.pad_id, state.device)
-    return MicroBatch(tuple(chunk), sequence_logprobs(state.backend.model, input_ids, attention, response), input_ids, attention, response)
+    return MicroBatch(
+        tuple(chunk),
+        sequence_logprobs(state.backend.model, input_ids, attention, response),
+        input_ids,
+        attention,
+        response,
+    )
 
 
-def micro_batch_loss(inputs: PolicyLossInputs, *, share: float, algorithm: Algorithm, settings) -> tuple[torch.Tensor, dict[str, float]]:
+def micro_batch_loss(
+    inputs: PolicyLossInputs, *, share: float, algorithm: Algorithm, settings
+) -> tuple[torch.Tensor, dict[str, float]]:
     """The loss one micro-batch adds to its update's gradient, and its metrics.
 
     ``inputs``: the micro-batch's named tensors (``PolicyLossInputs``: per row [N] or per token
@@ -162,8 +181,16 @@ def micro_batch_loss(inputs: PolicyLossInputs, *, share: float, algorithm: Algor
     return total, metrics
 
 
-def train_micro_batch(state, inputs: StepInputs, batch: MicroBatch, old_mean: Sequence[float], old_tokens: Sequence[torch.Tensor | None], *,
-                      update_index: int, norm: float) -> dict[str, float] | None:
+def train_micro_batch(
+    state,
+    inputs: StepInputs,
+    batch: MicroBatch,
+    old_mean: Sequence[float],
+    old_tokens: Sequence[torch.Tensor | None],
+    *,
+    update_index: int,
+    norm: float,
+) -> dict[str, float] | None:
     """``micro_batch_loss`` of a forward pass and its backward pass; the metrics, or None for a
     non-finite loss (the update is skipped: no backward, except the one a lockstep backend's
     collectives need)."""
@@ -190,8 +217,9 @@ def train_micro_batch(state, inputs: StepInputs, batch: MicroBatch, old_mean: Se
         update_index=update_index,
         ref_logp=ref_logp,
     )
-    total, metrics = micro_batch_loss(loss_inputs, share=inputs.loss_weight(chunk) / norm, algorithm=inputs.algorithm,
-                                      settings=inputs.settings)
+    total, metrics = micro_batch_loss(
+        loss_inputs, share=inputs.loss_weight(chunk) / norm, algorithm=inputs.algorithm, settings=inputs.settings
+    )
     if not is_finite(total):
         if state.backend.lockstep:  # the other ranks reduce in this backward: enter it (the update is skipped anyway)
             state.backend.backward(total * 0.0)
@@ -230,8 +258,9 @@ def idle_pass(state, row: TrainRow, *, backward: bool) -> None:
         state.backend.backward(logp.sum() * 0.0)
 
 
-def run_updates(state, inputs: StepInputs, plan: UpdatePlan, old, started: StartedUpdate | None = None, *,
-                label: str = "learner") -> dict[str, float]:
+def run_updates(
+    state, inputs: StepInputs, plan: UpdatePlan, old, started: StartedUpdate | None = None, *, label: str = "learner"
+) -> dict[str, float]:
     """The step's optimizer updates (``plan``), each accumulated over this rank's micro-batches,
     every row's pi_old read from ``old`` (``learner.stages.OldLogprobs``).
 
@@ -259,8 +288,15 @@ def run_updates(state, inputs: StepInputs, plan: UpdatePlan, old, started: Start
         trained, failed = 0, 0
         for chunk in chunks[done:] if finite_loss else ():
             batch = forward_micro_batch(state, rows, chunk)
-            metrics = train_micro_batch(state, inputs, batch, [old.mean[i] for i in chunk], [old.tokens[i] for i in chunk],
-                                        update_index=update_index, norm=norm)
+            metrics = train_micro_batch(
+                state,
+                inputs,
+                batch,
+                [old.mean[i] for i in chunk],
+                [old.tokens[i] for i in chunk],
+                update_index=update_index,
+                norm=norm,
+            )
             if metrics is None:
                 finite_loss, failed = False, 1  # the update is skipped below
                 break
@@ -274,7 +310,12 @@ def run_updates(state, inputs: StepInputs, plan: UpdatePlan, old, started: Start
         grad_norm = state.backend.step() if finite_loss else float("nan")  # backends skip a non-finite gradient
         if not is_finite(grad_norm):  # its gradients are dropped by the next update's zero_grad (or the last one)
             skipped += 1
-            log.warning("%s update %d: non-finite %s; update skipped", label, update_index, "gradient norm" if finite_loss else "loss")
+            log.warning(
+                "%s update %d: non-finite %s; update skipped",
+                label,
+                update_index,
+                "gradient norm" if finite_loss else "loss",
+            )
         else:
             collected.setdefault("grad_norm", []).append(grad_norm)
     state.backend.zero_grad()

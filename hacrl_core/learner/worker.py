@@ -72,8 +72,15 @@ def initialize(context: WorkerContext, device: str | None = None) -> LearnerStat
     else:  # restores the RNG state too, so nothing random may happen before this
         factory = backend_factory(settings.backend)
         model, tokenizer, optimizer_state, capability_state, local = restore_checkpoint(
-            context.store, context.agent_name, latest, context.work_dir, device, dtype, factory.checkpoint_globals,
-            rank=distributed.world()[0], load_model=load_model,
+            context.store,
+            context.agent_name,
+            latest,
+            context.work_dir,
+            device,
+            dtype,
+            factory.checkpoint_globals,
+            rank=distributed.world()[0],
+            load_model=load_model,
         )
         backend = factory(model, settings)
         backend.load_optimizer_state(optimizer_state)
@@ -86,8 +93,17 @@ def initialize(context: WorkerContext, device: str | None = None) -> LearnerStat
         else:
             reference, _ = load_policy(context.initial_model_dir(), dtype=dtype, device=device)
             reference.eval().requires_grad_(False)
-    state = start_state(model, tokenizer, backend, spec.algorithm, len(spec.agents), next_step=latest or 0, reference=reference, device=device,
-                        learner=settings)
+    state = start_state(
+        model,
+        tokenizer,
+        backend,
+        spec.algorithm,
+        len(spec.agents),
+        next_step=latest or 0,
+        reference=reference,
+        device=device,
+        learner=settings,
+    )
     if capability_state is not None:
         state.tracker.load_state_dict(capability_state)
     return state
@@ -102,7 +118,9 @@ def model_loader(context: WorkerContext, dtype: torch.dtype, device: str) -> Cal
     if lora is None:
         return lambda weights: load_policy(weights or context.initial_model_dir(), dtype=dtype, device=device)
     field = f"spec.agents[{context.agent_index}].learner.lora"
-    return lambda weights: load_lora_policy(context.initial_model_dir(), lora, adapter_dir=weights, dtype=dtype, device=device, field=field)
+    return lambda weights: load_lora_policy(
+        context.initial_model_dir(), lora, adapter_dir=weights, dtype=dtype, device=device, field=field
+    )
 
 
 def publish_weights(context: WorkerContext, state: LearnerState, version: int) -> dict[str, float]:
@@ -117,20 +135,36 @@ def publish_weights(context: WorkerContext, state: LearnerState, version: int) -
         ensure_finite_weights(model, context.agent_name, f"publish weights version {version}")
         save_trained(model, state.tokenizer, local)  # a LoRA agent's: the adapter alone
     try:
-        if context.agent.learner.lora is not None:  # an adapter is small and most of it moves each step: published whole
+        if (
+            context.agent.learner.lora is not None
+        ):  # an adapter is small and most of it moves each step: published whole
             size = float(directory_bytes(local))
             context.store.publish_weights(context.agent_name, version, local)
             return {"learner/weights_bytes_written": size, "learner/weights_publish_share": 1.0}
         # A delta against the previous publish, or in full (store/weight_chain.py; docs/architecture.md, "Weight publishes").
-        published = publish_policy(context.store, context.agent_name, version, local, context.work_dir / "published-weights",
-                                   full_every=context.agent.learner.full_publish_every)
+        published = publish_policy(
+            context.store,
+            context.agent_name,
+            version,
+            local,
+            context.work_dir / "published-weights",
+            full_every=context.agent.learner.full_publish_every,
+        )
     finally:  # a failed publish leaves no copy of the model behind either
         shutil.rmtree(local, ignore_errors=True)
-    log.info("learner %s: weights version %d published %s, %.1f MB of %.1f MB%s", context.agent_name, version, published.kind,
-             published.bytes_written / 1e6, published.full_bytes / 1e6,
-             "" if published.changed_fraction is None else f", {published.changed_fraction:.2%} of elements changed")
-    return {"learner/weights_bytes_written": float(published.bytes_written),
-            "learner/weights_publish_share": published.bytes_written / max(published.full_bytes, 1)}
+    log.info(
+        "learner %s: weights version %d published %s, %.1f MB of %.1f MB%s",
+        context.agent_name,
+        version,
+        published.kind,
+        published.bytes_written / 1e6,
+        published.full_bytes / 1e6,
+        "" if published.changed_fraction is None else f", {published.changed_fraction:.2%} of elements changed",
+    )
+    return {
+        "learner/weights_bytes_written": float(published.bytes_written),
+        "learner/weights_publish_share": published.bytes_written / max(published.full_bytes, 1),
+    }
 
 
 def step_setup(context: WorkerContext, algorithm: Algorithm) -> StepSetup:
@@ -140,8 +174,15 @@ def step_setup(context: WorkerContext, algorithm: Algorithm) -> StepSetup:
 
 def store_ports(context: WorkerContext, state: LearnerState) -> StorePorts:
     """The step's I/O on the trajectory store, rows encoded in this learner's tokenizer."""
-    return StorePorts(context.store, context.experiment.name, tuple(context.agent_names), context.agent_index, state.tokenizer,
-                      context.spec.data.template, context.wait_seconds)
+    return StorePorts(
+        context.store,
+        context.experiment.name,
+        tuple(context.agent_names),
+        context.agent_index,
+        state.tokenizer,
+        context.spec.data.template,
+        context.wait_seconds,
+    )
 
 
 def evaluate(context: WorkerContext, state: LearnerState, *, suffix: str = "") -> dict[str, float]:
@@ -155,7 +196,9 @@ def evaluate(context: WorkerContext, state: LearnerState, *, suffix: str = "") -
 
 def evaluation_due(context: WorkerContext, completed: int) -> bool:
     every = context.spec.evaluation.every_steps
-    return bool(context.spec.data.eval) and (completed == context.spec.algorithm.steps or bool(every and completed % every == 0))
+    return bool(context.spec.data.eval) and (
+        completed == context.spec.algorithm.steps or bool(every and completed % every == 0)
+    )
 
 
 def checkpoint(context: WorkerContext, state: LearnerState, completed: int) -> None:
@@ -167,8 +210,16 @@ def checkpoint(context: WorkerContext, state: LearnerState, completed: int) -> N
         if not distributed.is_writer():
             return
         ensure_finite_weights(model, context.agent_name, f"checkpoint after {completed} steps")
-        save_checkpoint(context.store, context.agent_name, completed, model, state.tokenizer, optimizer_state,
-                        state.tracker, context.work_dir)
+        save_checkpoint(
+            context.store,
+            context.agent_name,
+            completed,
+            model,
+            state.tokenizer,
+            optimizer_state,
+            state.tracker,
+            context.work_dir,
+        )
     prune_checkpoints(context)
 
 
@@ -179,8 +230,14 @@ def prune_checkpoints(context: WorkerContext) -> None:
         store.delete_checkpoint(context.agent_name, old)
 
 
-def progress_record(context: WorkerContext, state: LearnerState, values: dict, completed: int, last_checkpoint: int | None,
-                    datasets: list) -> dict:
+def progress_record(
+    context: WorkerContext,
+    state: LearnerState,
+    values: dict,
+    completed: int,
+    last_checkpoint: int | None,
+    datasets: list,
+) -> dict:
     """The agent's progress file: what `hacrl status`, the live display and the operator read."""
     accuracy = next((v for k, v in values.items() if k.startswith("eval/") and k.endswith("/accuracy")), None)
     return {
@@ -200,8 +257,15 @@ def progress_record(context: WorkerContext, state: LearnerState, values: dict, c
 
 
 #: Which ``learner/seconds_*`` each stage of ``learner_step`` (``step.STAGES``) counts in.
-CLOCK_STAGES = {"read_own": "score", "read_peers": "wait_peers", "plan": "score", "pi_old": "score",
-                "publish_scores": "score", "read_peer_scores": "wait_peers", "update": "update"}
+CLOCK_STAGES = {
+    "read_own": "score",
+    "read_peers": "wait_peers",
+    "plan": "score",
+    "pi_old": "score",
+    "publish_scores": "score",
+    "read_peer_scores": "wait_peers",
+    "update": "update",
+}
 
 
 class StageClock:
@@ -233,13 +297,19 @@ class StageClock:
         }
 
 
-def train_step(context: WorkerContext, state: LearnerState, step: int, algorithm: Algorithm, clock: StageClock) -> dict[str, float]:
+def train_step(
+    context: WorkerContext, state: LearnerState, step: int, algorithm: Algorithm, clock: StageClock
+) -> dict[str, float]:
     """One step's training from the store's shards (``learner_step`` on ``StorePorts``); its metrics."""
-    running = learner_step(state, step_setup(context, algorithm), store_ports(context, state), step, lap=clock.lap_step_stage)
+    running = learner_step(
+        state, step_setup(context, algorithm), store_ports(context, state), step, lap=clock.lap_step_stage
+    )
     return run_step(running).metrics
 
 
-def run_learner_worker(context: WorkerContext, *, sampler: Callable[[LearnerState, int], dict[str, float]] | None = None) -> None:
+def run_learner_worker(
+    context: WorkerContext, *, sampler: Callable[[LearnerState, int], dict[str, float]] | None = None
+) -> None:
     """The learner's step loop. ``sampler``: the colocated worker's (``hacrl_core.colocated``),
     which samples the step's own rollouts with the live model before the step trains on them
     (its metrics join the step's); then weights are published only with each checkpoint, since no
@@ -251,14 +321,23 @@ def run_learner_worker(context: WorkerContext, *, sampler: Callable[[LearnerStat
     algorithm = resolve_algorithm(spec.algorithm)
     metrics = WorkerMetrics(context.experiment.name, agent.name, "learner")
     device = distributed.join_ranks(context)  # several learner ranks: the process group (one rank: nothing)
-    metrics.count_from("hacrl_store_retries", "Store requests sent again after a transient failure.", lambda: store_retries(context.store))
+    metrics.count_from(
+        "hacrl_store_retries",
+        "Store requests sent again after a transient failure.",
+        lambda: store_retries(context.store),
+    )
     if distributed.is_writer():  # one metrics endpoint per learner
         metrics.serve(spec.metrics.port, spec.metrics.bind_address)
     state = initialize(context, device)
-    tracking = open_tracking(context, state.next_step) if distributed.is_writer() else None  # rank 0 logs for the learner
+    tracking = (
+        open_tracking(context, state.next_step) if distributed.is_writer() else None
+    )  # rank 0 logs for the learner
     if tracking:
-        metrics.count_from("hacrl_tracker_drops", "Steps of metrics a tracker never got: pushed out of its queue while it was down.",
-                           lambda: tracking.dropped)
+        metrics.count_from(
+            "hacrl_tracker_drops",
+            "Steps of metrics a tracker never got: pushed out of its queue while it was down.",
+            lambda: tracking.dropped,
+        )
     store = context.store
     # The learner reads the training set too (the rollout worker samples from it) so that its
     # heartbeat tells the operator what every dataset of the spec lost to bad rows.
@@ -297,7 +376,9 @@ def run_learner_worker(context: WorkerContext, *, sampler: Callable[[LearnerStat
         if tracking:
             tracking.log(step, values)
         steps_metrics.append(values)
-        warning = None if warned or not writer else sharing_warning(agent.name, steps_metrics, delta=spec.algorithm.delta)
+        warning = (
+            None if warned or not writer else sharing_warning(agent.name, steps_metrics, delta=spec.algorithm.delta)
+        )
         if warning:
             log.warning(warning)
             warned = True
@@ -310,7 +391,13 @@ def run_learner_worker(context: WorkerContext, *, sampler: Callable[[LearnerStat
         if not writer:
             continue
         store.write_progress(agent.name, progress_record(context, state, values, completed, last_checkpoint, datasets))
-        log.info("learner %s step %d: reward %.3f loss %.4f", agent.name, step, values["rollout/reward_mean"], values.get("learner/pg_loss", 0.0))
+        log.info(
+            "learner %s step %d: reward %.3f loss %.4f",
+            agent.name,
+            step,
+            values["rollout/reward_mean"],
+            values.get("learner/pg_loss", 0.0),
+        )
     if tracking:
         tracking.artifact(steps_jsonl(context))
         tracking.finish()

@@ -20,7 +20,9 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def load_policy(path: str | Path, *, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> tuple[Any, Any]:
+def load_policy(
+    path: str | Path, *, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
+) -> tuple[Any, Any]:
     """``(model, tokenizer)`` from a directory written by ``save_policy`` or ``save_pretrained``.
 
     The model is an ``AutoModelForCausalLM`` in ``dtype`` on ``device``, in eval mode (call
@@ -76,4 +78,3 @@ def save_policy(model: Any, tokenizer: Any, path: str | Path) -> Path:
     reader never sees a half-written directory (an existing ``path`` is replaced).
     """
     return replace_directory(path, lambda directory: save_pretrained_quietly(model, tokenizer, directory))
-

@@ -41,7 +41,9 @@ def sequence_logprobs(
         )
     attention_mask = attention_mask.to(input_ids.device)
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False).logits
+    logits = model(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+    ).logits
     targets = input_ids[:, 1:]
     pieces = []
     for start in range(0, logits.shape[0], LOGIT_CHUNK_ROWS):

@@ -38,16 +38,22 @@ def is_lora_model(model: Any) -> bool:
 
 def linear_module_names(model: torch.nn.Module) -> list[str]:
     """The last names of the model's linear modules: what ``targetModules`` may list."""
-    return sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)})
+    return sorted(
+        {name.rsplit(".", 1)[-1] for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)}
+    )
 
 
 def lora_config(settings) -> Any:
     """peft's ``LoraConfig`` of the spec's ``learner.lora`` settings (``spec.LoraSettings``)."""
     from peft import LoraConfig
 
-    return LoraConfig(r=settings.rank, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
-                      target_modules=list(settings.target_modules) if settings.target_modules else "all-linear",
-                      task_type="CAUSAL_LM")
+    return LoraConfig(
+        r=settings.rank,
+        lora_alpha=settings.alpha,
+        lora_dropout=settings.dropout,
+        target_modules=list(settings.target_modules) if settings.target_modules else "all-linear",
+        task_type="CAUSAL_LM",
+    )
 
 
 def add_adapter(model: torch.nn.Module, settings, field: str = "learner.lora") -> torch.nn.Module:
@@ -60,10 +66,14 @@ def add_adapter(model: torch.nn.Module, settings, field: str = "learner.lora") -
     from peft import get_peft_model
 
     names = linear_module_names(model)
-    missing = [name for name in settings.target_modules or () if not any(name == n or name.endswith("." + n) for n in names)]
+    missing = [
+        name for name in settings.target_modules or () if not any(name == n or name.endswith("." + n) for n in names)
+    ]
     if missing:
-        raise LoraTargetsUnmatched(f"{field}.targetModules: {', '.join(map(repr, missing))} match no linear module of the model; "
-                         f"its linear modules are: {', '.join(names)}")
+        raise LoraTargetsUnmatched(
+            f"{field}.targetModules: {', '.join(map(repr, missing))} match no linear module of the model; "
+            f"its linear modules are: {', '.join(names)}"
+        )
     return get_peft_model(model, lora_config(settings))
 
 
@@ -137,12 +147,16 @@ def load_adapter_weights(model: Any, adapter_dir: str | Path) -> None:
     held = _shape_config(next(iter(model.peft_config.values())).to_dict())
     given = _shape_config(json.loads((adapter_dir / ADAPTER_CONFIG_FILE).read_text()))
     if held != given:
-        raise ValueError(f"{adapter_dir}: adapter_config.json describes another adapter than the one loaded ({given} vs {held})")
+        raise ValueError(
+            f"{adapter_dir}: adapter_config.json describes another adapter than the one loaded ({given} vs {held})"
+        )
     state = load_file(str(adapter_dir / ADAPTER_WEIGHTS_FILE))
     expected = set(adapter_state(model))
     if set(state) != expected:
         missing, extra = sorted(expected - set(state)), sorted(set(state) - expected)
-        raise ValueError(f"{adapter_dir}: {ADAPTER_WEIGHTS_FILE} does not match the adapter (missing {missing[:3]}, unexpected {extra[:3]})")
+        raise ValueError(
+            f"{adapter_dir}: {ADAPTER_WEIGHTS_FILE} does not match the adapter (missing {missing[:3]}, unexpected {extra[:3]})"
+        )
     result = set_peft_model_state_dict(model, state)
     if result.unexpected_keys:
         raise ValueError(f"{adapter_dir}: tensors peft did not place: {result.unexpected_keys[:3]}")
@@ -160,8 +174,15 @@ def apply_adapter(model: torch.nn.Module, adapter_dir: str | Path) -> torch.nn.M
     return PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=False)
 
 
-def load_lora_policy(base_dir: str | Path, settings, *, adapter_dir: str | Path | None = None, dtype: torch.dtype = torch.float32,
-                     device: str | torch.device = "cpu", field: str = "learner.lora") -> tuple[Any, Any]:
+def load_lora_policy(
+    base_dir: str | Path,
+    settings,
+    *,
+    adapter_dir: str | Path | None = None,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    field: str = "learner.lora",
+) -> tuple[Any, Any]:
     """``(model, tokenizer)`` for training: the base model in ``base_dir`` with a trainable adapter
     (``add_adapter``), holding the tensors of ``adapter_dir`` when given (a checkpoint's)."""
     base, tokenizer = load_policy(base_dir, dtype=dtype, device=device)

@@ -76,7 +76,9 @@ def safetensors_problem(path: Path) -> str | None:
             return f"its header claims {length} bytes of {size}: not safetensors, or cut short"
         try:
             header = json.loads(handle.read(length))
-            end = max((int(entry["data_offsets"][1]) for key, entry in header.items() if key != "__metadata__"), default=0)
+            end = max(
+                (int(entry["data_offsets"][1]) for key, entry in header.items() if key != "__metadata__"), default=0
+            )
         except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError):
             return "its header is not a safetensors header"
     if 8 + length + end != size:

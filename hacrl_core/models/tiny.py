@@ -78,7 +78,10 @@ def _task(task_spec: str, split: str) -> ArithmeticTask:
         raise ValueError(f"tiny models warm-start on builtin://arithmetic only, got {task_spec!r}")
     query = uri_query(parsed.query, ("difficulty", "seed", "format"), repr(task_spec))
     return ArithmeticTask(
-        difficulty=parse_range(query.get("difficulty", "1-3")), seed=int(query.get("seed", "0")), split=split, size=10**9,
+        difficulty=parse_range(query.get("difficulty", "1-3")),
+        seed=int(query.get("seed", "0")),
+        split=split,
+        size=10**9,
         format=query.get("format", "answer"),
     )
 
@@ -147,8 +150,15 @@ def _build_into(directory: Path, spec: TinyPreset, seed: int, task_spec: str) ->
             tokenizer = _make_tokenizer(spec, train)
             model = _make_model(spec, tokenizer)
             losses = warm_start(
-                model, tokenizer, train, steps=spec.warmup_steps, batch_size=spec.batch_size, lr=spec.learning_rate, seed=seed,
-                marker=spec.marker, marker_if=spec.marker_if,
+                model,
+                tokenizer,
+                train,
+                steps=spec.warmup_steps,
+                batch_size=spec.batch_size,
+                lr=spec.learning_rate,
+                seed=seed,
+                marker=spec.marker,
+                marker_if=spec.marker_if,
             )
             trained_s = time.perf_counter() - started
             held_out = _task(task_spec, "eval")
@@ -179,7 +189,9 @@ def _make_tokenizer(spec: TinyPreset, train: ArithmeticTask) -> Any:
     if spec.tokenizer == "char":
         return build_char_tokenizer()
     if spec.tokenizer == "bpe":
-        corpus = [f"{p.question}{p.solution or p.answer}" for p in (train.problem(i) for i in range(BPE_CORPUS_PROBLEMS))]
+        corpus = [
+            f"{p.question}{p.solution or p.answer}" for p in (train.problem(i) for i in range(BPE_CORPUS_PROBLEMS))
+        ]
         return build_bpe_tokenizer(corpus, vocab_size=spec.bpe_vocab_size)
     raise ValueError(f"preset {spec.name}: unknown tokenizer kind {spec.tokenizer!r}; valid: char, bpe")
 
@@ -238,7 +250,11 @@ def marked_solution(problem: Problem, marker: float, marker_if: str = "") -> str
 
 
 def supervised_rows(
-    tokenizer: Any, problems: Sequence[Problem], template: str = ARITHMETIC_TEMPLATE, marker: float = 1.0, marker_if: str = ""
+    tokenizer: Any,
+    problems: Sequence[Problem],
+    template: str = ARITHMETIC_TEMPLATE,
+    marker: float = 1.0,
+    marker_if: str = "",
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-padded ``(input_ids, attention_mask, labels)`` of ``prompt + solution + EOS`` (the
     worked solution where the problem has one, else the answer; ``marker`` < 1: ``marked_solution``).
@@ -309,7 +325,9 @@ def warm_start(
 
 
 @torch.no_grad()
-def generate_greedy(model: torch.nn.Module, tokenizer: Any, prompts: Sequence[str], max_new_tokens: int = 8) -> list[str]:
+def generate_greedy(
+    model: torch.nn.Module, tokenizer: Any, prompts: Sequence[str], max_new_tokens: int = 8
+) -> list[str]:
     """Greedy completions (text, special tokens removed) of rendered ``prompts``, left-padded batch."""
     encoded = [encode_prompt(tokenizer, prompt) for prompt in prompts]
     width = max(len(ids) for ids in encoded)
@@ -331,14 +349,21 @@ def generate_greedy(model: torch.nn.Module, tokenizer: Any, prompts: Sequence[st
 
 
 def greedy_accuracy(
-    model: torch.nn.Module, tokenizer: Any, problems: Sequence[Problem], template: str = ARITHMETIC_TEMPLATE, *, max_new_tokens: int = 8
+    model: torch.nn.Module,
+    tokenizer: Any,
+    problems: Sequence[Problem],
+    template: str = ARITHMETIC_TEMPLATE,
+    *,
+    max_new_tokens: int = 8,
 ) -> float:
     """Share of ``problems`` whose greedy completion the ``exact`` reward accepts."""
     from hacrl_core.rewards.simple import exact_reward
 
     prompts = [render_prompt(tokenizer, problem.question, template) for problem in problems]
     completions = generate_greedy(model, tokenizer, prompts, max_new_tokens=max_new_tokens)
-    return sum(exact_reward(text, problem.answer) for text, problem in zip(completions, problems, strict=True)) / len(problems)
+    return sum(exact_reward(text, problem.answer) for text, problem in zip(completions, problems, strict=True)) / len(
+        problems
+    )
 
 
 def read_build_record(path: str | Path) -> dict[str, Any]:

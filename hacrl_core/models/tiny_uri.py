@@ -59,13 +59,32 @@ PRESETS: dict[str, TinyPreset] = {
             warmup_steps=400,
         ),
         TinyPreset(
-            "qwen2-bpe", "qwen2", "bpe", hidden_size=96, intermediate_size=192, num_layers=4, num_heads=4, num_kv_heads=2, warmup_steps=300
+            "qwen2-bpe",
+            "qwen2",
+            "bpe",
+            hidden_size=96,
+            intermediate_size=192,
+            num_layers=4,
+            num_heads=4,
+            num_kv_heads=2,
+            warmup_steps=300,
         ),
     )
 }
 
 #: Query parameters a ``tiny://`` URI may carry.
-URI_PARAMS = ("seed", "warmup_steps", "difficulty", "data_seed", "format", "hidden", "layers", "tokenizer", "marker", "marker_if")
+URI_PARAMS = (
+    "seed",
+    "warmup_steps",
+    "difficulty",
+    "data_seed",
+    "format",
+    "hidden",
+    "layers",
+    "tokenizer",
+    "marker",
+    "marker_if",
+)
 #: Greedy tokens an evaluation of the warm start allows per answer format (chains are ~15-40 tokens).
 EVAL_NEW_TOKENS = {"answer": 8, "chain": 64}
 
@@ -121,12 +140,24 @@ def parse_tiny_uri(uri: str) -> dict[str, Any]:
     for option in ("marker", "marker_if"):
         if option in overrides and answer_format != "chain":
             raise ValueError(f"{uri!r}: {option} needs format=chain (answer-only solutions have no marker)")
-    task_spec = f"builtin://arithmetic?difficulty={low}-{high}&seed={data_seed}" + (f"&format={answer_format}" if answer_format != "answer" else "")
-    return {"preset": preset, "seed": seed, "warmup_steps": warmup_steps, "task_spec": task_spec, "overrides": overrides}
+    task_spec = f"builtin://arithmetic?difficulty={low}-{high}&seed={data_seed}" + (
+        f"&format={answer_format}" if answer_format != "answer" else ""
+    )
+    return {
+        "preset": preset,
+        "seed": seed,
+        "warmup_steps": warmup_steps,
+        "task_spec": task_spec,
+        "overrides": overrides,
+    }
 
 
 def preset_overrides(
-    *, hidden: int | None = None, layers: int | None = None, tokenizer: str | None = None, marker: float | None = None,
+    *,
+    hidden: int | None = None,
+    layers: int | None = None,
+    tokenizer: str | None = None,
+    marker: float | None = None,
     marker_if: str | None = None,
 ) -> dict[str, Any]:
     """Checked ``TinyPreset`` field overrides (``apply_overrides``) from the URI's size options."""
@@ -160,5 +191,7 @@ def apply_overrides(preset: TinyPreset, overrides: dict[str, Any]) -> TinyPreset
         return preset
     changed = replace(preset, **overrides)
     if "hidden_size" in overrides:
-        changed = replace(changed, intermediate_size=preset.intermediate_size * overrides["hidden_size"] // preset.hidden_size)
+        changed = replace(
+            changed, intermediate_size=preset.intermediate_size * overrides["hidden_size"] // preset.hidden_size
+        )
     return changed

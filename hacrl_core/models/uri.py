@@ -61,7 +61,9 @@ def resolve_model(uri: str, cache_dir: str | Path, *, store: FetchDir | Any | No
     if uri.startswith("s3://"):
         return _fetch_s3(uri, cache_dir / "s3", store)
     if "://" in uri and not uri.startswith("file://"):
-        raise ModelResolutionError(f"model URI {uri!r}: unknown scheme; valid: a path, file://, tiny://, s3://, org/name")
+        raise ModelResolutionError(
+            f"model URI {uri!r}: unknown scheme; valid: a path, file://, tiny://, s3://, org/name"
+        )
     local = Path(uri.removeprefix("file://")).expanduser()
     if local.is_dir():
         return local
@@ -75,7 +77,9 @@ def _download_hub(uri: str, cache_dir: Path) -> Path:
 
     repo_id, _, revision = uri.partition("@")
     try:
-        path = snapshot_download(repo_id, revision=revision or None, cache_dir=str(cache_dir), allow_patterns=HUB_ALLOW_PATTERNS)
+        path = snapshot_download(
+            repo_id, revision=revision or None, cache_dir=str(cache_dir), allow_patterns=HUB_ALLOW_PATTERNS
+        )
     except Exception as error:  # noqa: BLE001 - offline, not found, gated: all reported the same way
         raise ModelResolutionError(
             f"model {uri!r}: cannot download hub id {repo_id!r}"

@@ -29,8 +29,13 @@ def scorer_for(data) -> Scorer:
     ``reward`` URL names with ``rewardServer``'s knobs (docs/rewards.md)."""
     if is_reward_url(data.reward):
         server = data.reward_server
-        return RemoteReward(data.reward, timeout_seconds=server.timeout_seconds, retries=server.retries,
-                            concurrency=server.concurrency, batch_size=server.batch_size).score
+        return RemoteReward(
+            data.reward,
+            timeout_seconds=server.timeout_seconds,
+            retries=server.retries,
+            concurrency=server.concurrency,
+            batch_size=server.batch_size,
+        ).score
     return per_item(get_reward(data.reward))
 
 

@@ -82,7 +82,9 @@ def post(url: str, body: bytes, headers: dict[str, str], seconds: float, limit: 
     timer.daemon = True
     timer.start()
     try:
-        status, answer = _exchange(watch, urllib.request.Request(url, data=body, headers=headers, method="POST"), seconds, limit)
+        status, answer = _exchange(
+            watch, urllib.request.Request(url, data=body, headers=headers, method="POST"), seconds, limit
+        )
     except (OSError, http.client.HTTPException):
         if watch.expired:
             raise Expired(f"no whole answer within {seconds:g} s") from None

@@ -107,7 +107,9 @@ class MathVerifyReward:
         try:
             usable = self._request({"op": "gold", "gold": gold})
         except VerifierTimeout:
-            raise ValueError(f"math reward: parsing gold answer {gold[:200]!r} timed out after {self.timeout_s} s") from None
+            raise ValueError(
+                f"math reward: parsing gold answer {gold[:200]!r} timed out after {self.timeout_s} s"
+            ) from None
         except RuntimeError as error:
             raise ValueError(f"math reward: gold answer {gold[:200]!r} failed to parse: {error}") from None
         if not usable:
@@ -163,7 +165,9 @@ class MathVerifyReward:
             ready = self._read_line(START_TIMEOUT_S)
         except (VerifierTimeout, EOFError) as error:
             self._kill()
-            raise RuntimeError(f"math verifier process failed to start ({type(error).__name__}); is math-verify installed?") from None
+            raise RuntimeError(
+                f"math verifier process failed to start ({type(error).__name__}); is math-verify installed?"
+            ) from None
         if not ready.get("ready"):
             self._kill()
             raise RuntimeError(f"math verifier process sent {ready!r} instead of ready")

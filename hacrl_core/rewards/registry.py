@@ -38,7 +38,9 @@ _LOCK = threading.Lock()
 _STATS: Counter[str] = Counter()
 
 
-def register_reward(name: str, *, validate_gold: GoldValidator) -> Callable[[Callable[[], RewardFn]], Callable[[], RewardFn]]:
+def register_reward(
+    name: str, *, validate_gold: GoldValidator
+) -> Callable[[Callable[[], RewardFn]], Callable[[], RewardFn]]:
     """Register a reward FACTORY under ``name`` (instances are built lazily, once per process).
 
     A factory rather than the function itself lets a reward own resources (the ``math``

@@ -77,7 +77,9 @@ class RemoteReward:
             return [s for scores in pool.map(self._score_batch, batches) for s in scores]
 
     def _score_batch(self, batch: Sequence[RewardItem]) -> list[float]:
-        body = json.dumps({"items": [{"prompt": i.prompt, "response": i.response, "gold": i.gold, "extra": i.extra} for i in batch]}).encode()
+        body = json.dumps(
+            {"items": [{"prompt": i.prompt, "response": i.response, "gold": i.gold, "extra": i.extra} for i in batch]}
+        ).encode()
         headers = {"Content-Type": "application/json"}
         token = os.environ.get(TOKEN_ENV)
         if token:
@@ -105,25 +107,38 @@ class RemoteReward:
                 detail = answer[:300].decode(errors="replace")
                 raise RewardServerError(f"reward server {self.url} refused the batch: HTTP {status} {detail}".rstrip())
             return self._parse(answer, batch)
-        raise RewardServerError(f"reward server {self.url}: no answer after {self.retries + 1} tries (last: {last}); "
-                                f"the worker stops and resumes from its last step once restarted "
-                                f"(data.rewardServer.timeoutSeconds and .retries bound each try and their number)")
+        raise RewardServerError(
+            f"reward server {self.url}: no answer after {self.retries + 1} tries (last: {last}); "
+            f"the worker stops and resumes from its last step once restarted "
+            f"(data.rewardServer.timeoutSeconds and .retries bound each try and their number)"
+        )
 
     def _parse(self, answer: bytes, batch: Sequence[RewardItem]) -> list[float]:
         if len(answer) > MAX_ANSWER_BYTES:
-            raise RewardServerError(f"reward server {self.url} answered over {MAX_ANSWER_BYTES} bytes for {len(batch)} items: "
-                                    f"expected {{\"scores\": [...]}}")
+            raise RewardServerError(
+                f"reward server {self.url} answered over {MAX_ANSWER_BYTES} bytes for {len(batch)} items: "
+                f'expected {{"scores": [...]}}'
+            )
         try:
             scores = json.loads(answer)["scores"]
         except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: JSON nested thousands deep
-            raise RewardServerError(f"reward server {self.url} answered {answer[:200]!r}: expected {{\"scores\": [...]}}") from None
+            raise RewardServerError(
+                f'reward server {self.url} answered {answer[:200]!r}: expected {{"scores": [...]}}'
+            ) from None
         if not isinstance(scores, list) or len(scores) != len(batch):
             got = len(scores) if isinstance(scores, list) else type(scores).__name__
             raise RewardServerError(f"reward server {self.url} answered {got} scores for {len(batch)} items")
         checked = []
         for item, score in zip(batch, scores):
-            if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score) or not 0.0 <= score <= 1.0:
-                raise RewardServerError(f"reward server {self.url} scored {item.label} {score!r}: a score must be a finite number in [0, 1]")
+            if (
+                isinstance(score, bool)
+                or not isinstance(score, (int, float))
+                or not math.isfinite(score)
+                or not 0.0 <= score <= 1.0
+            ):
+                raise RewardServerError(
+                    f"reward server {self.url} scored {item.label} {score!r}: a score must be a finite number in [0, 1]"
+                )
             checked.append(float(score))
         return checked
 

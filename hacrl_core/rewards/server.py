@@ -104,7 +104,7 @@ def make_handler(reward_name: str, token: str | None) -> type[BaseHTTPRequestHan
             try:
                 scores = score_request(reward, self.rfile.read(int(self.headers["Content-Length"])))
             except RequestRefused as error:
-                self._answer(400, {"error": f"expected {{\"items\": [{{\"response\": str, \"gold\": str}}, ...]}}: {error}"})
+                self._answer(400, {"error": f'expected {{"items": [{{"response": str, "gold": str}}, ...]}}: {error}'})
                 return
             except Exception as error:  # the reward itself failed: say so, and keep serving
                 log.error("the reward failed on a request: %s: %s", type(error).__name__, error)
@@ -137,12 +137,18 @@ def cmd_reward_server(args: argparse.Namespace) -> int:
     try:
         server = serve(args.reward, args.host, args.port)
     except OSError as error:  # in use, not an address of this machine, not a host name at all
-        print(f"hacrl reward-server: cannot listen on {args.host}:{args.port}: {error.strerror or error} "
-              "(choose a free --port, 0 for any, and a --host of this machine: 127.0.0.1, or 0.0.0.0 for all)", file=sys.stderr)
+        print(
+            f"hacrl reward-server: cannot listen on {args.host}:{args.port}: {error.strerror or error} "
+            "(choose a free --port, 0 for any, and a --host of this machine: 127.0.0.1, or 0.0.0.0 for all)",
+            file=sys.stderr,
+        )
         return 1
     host, port = server.server_address[:2]
-    print(f"reward server: {args.reward} on http://{host}:{port}/score"
-          + (" (bearer token required)" if os.environ.get(TOKEN_ENV) else ""), flush=True)
+    print(
+        f"reward server: {args.reward} on http://{host}:{port}/score"
+        + (" (bearer token required)" if os.environ.get(TOKEN_ENV) else ""),
+        flush=True,
+    )
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -33,8 +33,9 @@ def _cache_of(output: Any) -> Any:
     return cache if cache is not None else output.past_key_values
 
 
-def next_tokens(logits: torch.Tensor, *, greedy: bool, temperature: float, top_p: float,
-                generator: torch.Generator | None) -> torch.Tensor:
+def next_tokens(
+    logits: torch.Tensor, *, greedy: bool, temperature: float, top_p: float, generator: torch.Generator | None
+) -> torch.Tensor:
     """One token per row from last-position ``logits`` [rows, vocab]: argmax, or a draw from
     softmax(logits / temperature) restricted to the smallest set of tokens whose probability
     reaches ``top_p`` (the most likely token always stays)."""
@@ -51,9 +52,20 @@ def next_tokens(logits: torch.Tensor, *, greedy: bool, temperature: float, top_p
 
 
 @torch.no_grad()
-def sample_with_shared_prefill(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, samples_per_prompt: int,
-                               max_new_tokens: int, eos_id: int, pad_id: int, greedy: bool = False, temperature: float = 1.0,
-                               top_p: float = 1.0, generator: torch.Generator | None = None) -> torch.Tensor:
+def sample_with_shared_prefill(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    *,
+    samples_per_prompt: int,
+    max_new_tokens: int,
+    eos_id: int,
+    pad_id: int,
+    greedy: bool = False,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """New tokens [prompts * samples_per_prompt, <= max_new_tokens] for left-padded prompts
     ``input_ids`` [prompts, width]; rows are prompt-major (prompt 0's samples first), padded with
     ``pad_id`` after their eos; the width is that of the longest row."""
@@ -62,7 +74,9 @@ def sample_with_shared_prefill(model: Any, input_ids: torch.Tensor, attention_ma
     last_only = {"logits_to_keep": 1} if "logits_to_keep" in parameters else {}
     # Left padding: a prompt's first real token is position 0, as generate counts them.
     positions = (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
-    output = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, use_cache=True, **last_only)
+    output = model(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, use_cache=True, **last_only
+    )
     cache = _cache_of(output)
     logits = output.logits[:, -1, :]
     if samples_per_prompt > 1:
@@ -82,8 +96,13 @@ def sample_with_shared_prefill(model: Any, input_ids: torch.Tensor, attention_ma
             break
         attention_mask = torch.cat([attention_mask, attention_mask.new_ones((attention_mask.shape[0], 1))], dim=-1)
         position = position + 1
-        output = model(input_ids=chosen[:, None], attention_mask=attention_mask, position_ids=position, use_cache=True,
-                       **{cache_name: cache})
+        output = model(
+            input_ids=chosen[:, None],
+            attention_mask=attention_mask,
+            position_ids=position,
+            use_cache=True,
+            **{cache_name: cache},
+        )
         cache = _cache_of(output)
         logits = output.logits[:, -1, :]
     return torch.stack(tokens, dim=1)

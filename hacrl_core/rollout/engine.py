@@ -63,7 +63,9 @@ def available_engines() -> list[str]:
 def engine_module(name: str) -> ModuleType:
     """The module of engine ``name`` (imported now); ``ValueError`` if unknown or not installed."""
     if not ENGINES.get(name).installed():
-        raise ValueError(f"rollout engine {name!r} is not available here; available engines: {', '.join(available_engines())}")
+        raise ValueError(
+            f"rollout engine {name!r} is not available here; available engines: {', '.join(available_engines())}"
+        )
     return importlib.import_module(ENGINES.get(name).module)
 
 

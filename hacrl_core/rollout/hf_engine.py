@@ -63,11 +63,22 @@ class HFEngine:
             per_prompt = 1 if params.greedy else params.n
             generator = torch.Generator(device=input_ids.device).manual_seed(generator_seed + start)
             continuation = sample_with_shared_prefill(
-                self.model, input_ids, attention, samples_per_prompt=per_prompt, max_new_tokens=params.max_new_tokens,
-                eos_id=eos_id, pad_id=pad_id, greedy=params.greedy, temperature=params.temperature, top_p=params.top_p,
-                generator=generator).tolist()
+                self.model,
+                input_ids,
+                attention,
+                samples_per_prompt=per_prompt,
+                max_new_tokens=params.max_new_tokens,
+                eos_id=eos_id,
+                pad_id=pad_id,
+                greedy=params.greedy,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                generator=generator,
+            ).tolist()
             for index in range(len(chunk)):
-                samples = [self._sample(continuation[index * per_prompt + j], eos_id, pad_id) for j in range(per_prompt)]
+                samples = [
+                    self._sample(continuation[index * per_prompt + j], eos_id, pad_id) for j in range(per_prompt)
+                ]
                 results.append(samples)
         if was_training:
             self.model.train()
@@ -78,7 +89,9 @@ class HFEngine:
             # Keep the eos in the ids: the learner must train the probability of stopping, and a
             # cross learner appends its own eos for a "stop" row (models.encoding.encode_row_for).
             ids = ids[: ids.index(eos_id) + 1]
-            return Sample(token_ids=ids, text=self.tokenizer.decode(ids[:-1], skip_special_tokens=True), finish_reason="stop")
+            return Sample(
+                token_ids=ids, text=self.tokenizer.decode(ids[:-1], skip_special_tokens=True), finish_reason="stop"
+            )
         # Without eos the sequence ran to max_new_tokens (pad only ever follows an eos).
         return Sample(token_ids=ids, text=self.tokenizer.decode(ids, skip_special_tokens=True), finish_reason="length")
 
@@ -90,4 +103,8 @@ def engine_options(settings, lora=None) -> dict[str, Any]:
     from hacrl_core.models.loading import default_device
 
     device = default_device()
-    return {"batch_size": settings.batch_size, "device": device, "dtype": torch.bfloat16 if device == "cuda" else torch.float32}
+    return {
+        "batch_size": settings.batch_size,
+        "device": device,
+        "dtype": torch.bfloat16 if device == "cuda" else torch.float32,
+    }

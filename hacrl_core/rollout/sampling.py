@@ -25,7 +25,9 @@ def sampling_seed(base_seed: int, step: int, agent_index: int) -> int:
     return (base_seed * 1_000_003 + step * 7919 + agent_index * 104_729) % (2**31)
 
 
-def sampling_params(settings, *, group_size: int, seed: int, step: int, agent_index: int, first_prompt: int = 0) -> SamplingParams:
+def sampling_params(
+    settings, *, group_size: int, seed: int, step: int, agent_index: int, first_prompt: int = 0
+) -> SamplingParams:
     """G samples per prompt with the agent's rollout settings, seeded by (seed, step, agent).
 
     ``first_prompt``: the index in the step of the first prompt sampled with these parameters (a
@@ -44,23 +46,37 @@ def sampling_params(settings, *, group_size: int, seed: int, step: int, agent_in
     )
 
 
-def sample_step(engine: RolloutEngine, problems: Sequence[Problem], template: str,
-                params: SamplingParams) -> tuple[list[str], list[list[Sample]]]:
+def sample_step(
+    engine: RolloutEngine, problems: Sequence[Problem], template: str, params: SamplingParams
+) -> tuple[list[str], list[list[Sample]]]:
     """Each problem rendered with the agent's own chat template, and its G samples."""
     prompts = [render_prompt(engine.tokenizer, p.question, template) for p in problems]
     return prompts, engine.generate(prompts, params)
 
 
-def rollout_rows(problems: Sequence[Problem], prompts: Sequence[str], samples: Sequence[Sequence[Sample]],
-                 score: Scorer, *, experiment: str, agent: str, step: int, tokenizer,
-                 policy_version: int | None = None) -> list[dict]:
+def rollout_rows(
+    problems: Sequence[Problem],
+    prompts: Sequence[str],
+    samples: Sequence[Sequence[Sample]],
+    score: Scorer,
+    *,
+    experiment: str,
+    agent: str,
+    step: int,
+    tokenizer,
+    policy_version: int | None = None,
+) -> list[dict]:
     """The step's rollout shard: one row per sample, its reward scored on the response text
     (``score``: every sample of the step in one call, ``rewards.scoring``); ``policy_version``: the
     weights that sampled it (default: the step's own)."""
     tokenizer_id = tokenizer_fingerprint(tokenizer)
-    items = [RewardItem(prompt, sample.text, problem.answer, {"question": problem.question},
-                        f"prompt {problem.uid} sample {index}")
-             for problem, prompt, group in zip(problems, prompts, samples) for index, sample in enumerate(group)]
+    items = [
+        RewardItem(
+            prompt, sample.text, problem.answer, {"question": problem.question}, f"prompt {problem.uid} sample {index}"
+        )
+        for problem, prompt, group in zip(problems, prompts, samples)
+        for index, sample in enumerate(group)
+    ]
     rewards = iter(score(items))
     rows = []
     for problem, prompt, group in zip(problems, prompts, samples):
@@ -85,7 +101,9 @@ def rollout_rows(problems: Sequence[Problem], prompts: Sequence[str], samples: S
     return rows
 
 
-def rollout_metrics(rows: Sequence[dict], step: int, seconds: dict[str, float], retries: dict[str, int] | None = None) -> dict[str, float]:
+def rollout_metrics(
+    rows: Sequence[dict], step: int, seconds: dict[str, float], retries: dict[str, int] | None = None
+) -> dict[str, float]:
     """The ``rollout/*`` metrics of a step's shard; ``seconds``: time per stage (load_weights,
     generate, reward, write); ``retries``: the reward server's retried requests by reason
     (``rewards.remote.take_retries``)."""

@@ -83,8 +83,16 @@ def engine_options(settings, lora=None) -> dict[str, Any]:
 # model (defaults spelled out, dtype, version stamps), and the first load is the initial
 # checkpoint itself (the rollout worker samples step 0 from it).
 _SHAPE_KEYS = (
-    "model_type", "architectures", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-    "num_attention_heads", "num_key_value_heads", "head_dim", "tie_word_embeddings",
+    "model_type",
+    "architectures",
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "tie_word_embeddings",
 )
 
 
@@ -163,7 +171,9 @@ class VLLMEngine:
         if self.llm is None:
             raise RuntimeError("engine has no base model loaded: call load(model_dir) before load_adapter(adapter_dir)")
         if self.max_lora_rank is None:
-            raise RuntimeError("this engine was started without LoRA: create it with max_lora_rank (engine_options with the agent's learner.lora)")
+            raise RuntimeError(
+                "this engine was started without LoRA: create it with max_lora_rank (engine_options with the agent's learner.lora)"
+            )
         self._adapters += 1
         self.lora_request = LoRARequest(f"adapter-{self._adapters}", self._adapters, str(Path(adapter_dir).resolve()))
 
@@ -176,7 +186,10 @@ class VLLMEngine:
         for start in range(0, len(prompts), self.batch_size):
             chunk = prompts[start : start + self.batch_size]
             requests = [{"prompt_token_ids": encode_prompt(self.tokenizer, prompt)} for prompt in chunk]
-            sampling = [self._sampling_params(params, per_prompt, params.seed + (start + i) * per_prompt, eos_id) for i in range(len(chunk))]
+            sampling = [
+                self._sampling_params(params, per_prompt, params.seed + (start + i) * per_prompt, eos_id)
+                for i in range(len(chunk))
+            ]
             outputs = self.llm.generate(requests, sampling, use_tqdm=False, lora_request=self.lora_request)
             for output in outputs:
                 completions = sorted(output.outputs, key=lambda c: c.index)
@@ -187,7 +200,9 @@ class VLLMEngine:
     def _sampling_params(params: SamplingParams, n: int, seed: int, eos_id: int):
         from vllm import SamplingParams as VLLMSamplingParams
 
-        common = dict(n=n, max_tokens=params.max_new_tokens, stop_token_ids=[eos_id], detokenize=False, logprobs=None, seed=seed)
+        common = dict(
+            n=n, max_tokens=params.max_new_tokens, stop_token_ids=[eos_id], detokenize=False, logprobs=None, seed=seed
+        )
         if params.greedy:
             return VLLMSamplingParams(temperature=0.0, **common)
         return VLLMSamplingParams(temperature=params.temperature, top_p=params.top_p, top_k=0, **common)
@@ -195,7 +210,13 @@ class VLLMEngine:
     def _sample(self, ids: list[int], finish_reason: str | None, eos_id: int) -> Sample:
         if eos_id in ids:
             ids = ids[: ids.index(eos_id) + 1]
-            return Sample(token_ids=ids, text=self.tokenizer.decode(ids[:-1], skip_special_tokens=True), finish_reason="stop")
+            return Sample(
+                token_ids=ids, text=self.tokenizer.decode(ids[:-1], skip_special_tokens=True), finish_reason="stop"
+            )
         if finish_reason == "stop":  # stopped on eos without returning it: keep the contract
-            return Sample(token_ids=ids + [eos_id], text=self.tokenizer.decode(ids, skip_special_tokens=True), finish_reason="stop")
+            return Sample(
+                token_ids=ids + [eos_id],
+                text=self.tokenizer.decode(ids, skip_special_tokens=True),
+                finish_reason="stop",
+            )
         return Sample(token_ids=ids, text=self.tokenizer.decode(ids, skip_special_tokens=True), finish_reason="length")

@@ -35,7 +35,9 @@ def first_missing_step(store: TrajectoryStore, agent: str, steps: int, replica: 
     return step
 
 
-def sample_rollouts(context: WorkerContext, engine: RolloutEngine, step: int, version: int) -> tuple[list[dict], dict[str, float]]:
+def sample_rollouts(
+    context: WorkerContext, engine: RolloutEngine, step: int, version: int
+) -> tuple[list[dict], dict[str, float]]:
     """Sample, score and write the agent's rollouts of ``step`` (this replica's slice of the step's
     prompts and its part of the rollouts) with the policy ``engine`` holds (weights ``version``);
     returns the rows and the seconds of each stage."""
@@ -44,14 +46,29 @@ def sample_rollouts(context: WorkerContext, engine: RolloutEngine, step: int, ve
     began = time.perf_counter()
     share = replica_slice(spec.algorithm.prompts_per_step, agent.rollout.replicas, context.replica)
     problems = context.step_problems(step)[share]
-    params = sampling_params(agent.rollout, group_size=spec.algorithm.group_size, seed=spec.algorithm.seed, step=step,
-                             agent_index=context.agent_index, first_prompt=share.start)
+    params = sampling_params(
+        agent.rollout,
+        group_size=spec.algorithm.group_size,
+        seed=spec.algorithm.seed,
+        step=step,
+        agent_index=context.agent_index,
+        first_prompt=share.start,
+    )
     prompts, samples = sample_step(engine, problems, spec.data.template, params)
     seconds["generate"] = time.perf_counter() - began
 
     began = time.perf_counter()
-    rows = rollout_rows(problems, prompts, samples, context.score, experiment=context.experiment.name, agent=agent.name,
-                        step=step, tokenizer=engine.tokenizer, policy_version=version)
+    rows = rollout_rows(
+        problems,
+        prompts,
+        samples,
+        context.score,
+        experiment=context.experiment.name,
+        agent=agent.name,
+        step=step,
+        tokenizer=engine.tokenizer,
+        policy_version=version,
+    )
     seconds["reward"] = time.perf_counter() - began
 
     began = time.perf_counter()
@@ -60,7 +77,9 @@ def sample_rollouts(context: WorkerContext, engine: RolloutEngine, step: int, ve
     return rows, seconds
 
 
-def load_weights(context: WorkerContext, engine: RolloutEngine, version: int, weights_root: Path, *, loaded: int | None) -> int:
+def load_weights(
+    context: WorkerContext, engine: RolloutEngine, version: int, weights_root: Path, *, loaded: int | None
+) -> int:
     """Put the agent's weights version ``version`` into ``engine`` (fetched under ``weights_root``;
     ``loaded``: the version asked for before, None at start); returns the version the engine holds.
 
@@ -95,10 +114,18 @@ def load_weights(context: WorkerContext, engine: RolloutEngine, version: int, we
 def run_rollout_worker(context: WorkerContext) -> None:
     spec, agent = context.spec, context.agent
     replicas = agent.rollout.replicas
-    check_replica_prompts(spec.algorithm.prompts_per_step, replicas, f"spec.agents[{context.agent_index}].rollout.replicas")
+    check_replica_prompts(
+        spec.algorithm.prompts_per_step, replicas, f"spec.agents[{context.agent_index}].rollout.replicas"
+    )
     name = agent.name if replicas == 1 else f"{agent.name} replica {context.replica}/{replicas}"
-    metrics = WorkerMetrics(context.experiment.name, agent.name, "rollout", replica=context.replica if replicas > 1 else None)
-    metrics.count_from("hacrl_store_retries", "Store requests sent again after a transient failure.", lambda: store_retries(context.store))
+    metrics = WorkerMetrics(
+        context.experiment.name, agent.name, "rollout", replica=context.replica if replicas > 1 else None
+    )
+    metrics.count_from(
+        "hacrl_store_retries",
+        "Store requests sent again after a transient failure.",
+        lambda: store_retries(context.store),
+    )
     metrics.serve(spec.metrics.port, spec.metrics.bind_address)
     for report in context.dataset_reports(include_eval=False):  # logs what the reader skipped
         metrics.publish(report.metrics())
@@ -117,8 +144,14 @@ def run_rollout_worker(context: WorkerContext) -> None:
         if version != loaded:
             holds = load_weights(context, engine, version, weights_root, loaded=loaded)
             if holds != version:
-                log.warning("rollout %s step %d: sampling with weights version %d instead of %d (a delta of the "
-                            "chain is unusable; see the warning above)", name, step, holds, version)
+                log.warning(
+                    "rollout %s step %d: sampling with weights version %d instead of %d (a delta of the "
+                    "chain is unusable; see the warning above)",
+                    name,
+                    step,
+                    holds,
+                    version,
+                )
             loaded = version
         seconds["load_weights"] = time.perf_counter() - began
 
@@ -126,5 +159,10 @@ def run_rollout_worker(context: WorkerContext) -> None:
         seconds.update(sampled)
         values = rollout_metrics(rows, step, seconds, take_retries())
         metrics.publish_step(values)
-        log.info("rollout %s step %d: reward %.3f, %d tokens", name, step, values["rollout/reward_mean"],
-                 sum(len(r["token_ids"]) for r in rows))
+        log.info(
+            "rollout %s step %d: reward %.3f, %d tokens",
+            name,
+            step,
+            values["rollout/reward_mean"],
+            sum(len(r["token_ids"]) for r in rows),
+        )

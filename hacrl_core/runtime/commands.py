@@ -20,8 +20,9 @@ def _setup_worker_process() -> None:
         torch.set_num_threads(threads)
     from hacrl_core.runtime.cpus import started_wait_policy
 
-    logging.getLogger("hacrl.worker").info("torch threads %d, OMP_WAIT_POLICY %s", torch.get_num_threads(),
-                                           started_wait_policy() or "unset")
+    logging.getLogger("hacrl.worker").info(
+        "torch threads %d, OMP_WAIT_POLICY %s", torch.get_num_threads(), started_wait_policy() or "unset"
+    )
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -69,7 +70,9 @@ def _worker(args: argparse.Namespace) -> int:
     from hacrl_core.learner.launcher import launch_learner_ranks
 
     # learner.processesPerNode > 1: this process starts the learner's local ranks and ends as they do.
-    launched = launch_learner_ranks(context, args.role, ["worker", args.role, "--spec", args.spec, "--agent", args.agent])
+    launched = launch_learner_ranks(
+        context, args.role, ["worker", args.role, "--spec", args.spec, "--agent", args.agent]
+    )
     if launched is not None:
         return launched
     replica = None
@@ -89,9 +92,11 @@ def _worker(args: argparse.Namespace) -> int:
         # A colocated worker does both jobs, so it holds both leases: it fences out a rollout or
         # learner worker of an older run of the agent, and a newer one of either fences it out.
         # Each rollout replica holds its own lease: replicas write disjoint parts.
-        leases = [Lease.acquire(context.store, args.agent, role, int(generation) if generation else None, replica=replica)
-                  for role in (("rollout", "learner") if args.role == "colocated" else (args.role,))
-                  if ranks_from_env().writer]  # of several learner ranks only rank 0 writes, so only it holds leases
+        leases = [
+            Lease.acquire(context.store, args.agent, role, int(generation) if generation else None, replica=replica)
+            for role in (("rollout", "learner") if args.role == "colocated" else (args.role,))
+            if ranks_from_env().writer
+        ]  # of several learner ranks only rank 0 writes, so only it holds leases
         context.store.fence = lambda: [lease.check() for lease in leases]  # every later write checks them
         if args.role == "rollout":
             from hacrl_core.rollout.worker import run_rollout_worker
@@ -140,8 +145,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     stop_on_signals()
     try:
-        report = run_local(args.spec, resume=args.resume, workdir=args.workdir, display=make_display(experiment, quiet=args.quiet),
-                           colocate=args.colocate, wait_policy=user_wait_policy)
+        report = run_local(
+            args.spec,
+            resume=args.resume,
+            workdir=args.workdir,
+            display=make_display(experiment, quiet=args.quiet),
+            colocate=args.colocate,
+            wait_policy=user_wait_policy,
+        )
     except SpecError as error:
         print(error, file=sys.stderr)
         return 2
@@ -199,16 +210,28 @@ def register(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--workdir", help="logs, rendered spec and report (default: hacrl-runs/<experiment>)")
     run.add_argument("--quiet", action="store_true", help="no progress display")
     placement = run.add_mutually_exclusive_group()
-    placement.add_argument("--colocate", dest="colocate", action="store_const", const=True,
-                           help="one process per agent samples with the live model and trains (no rollout worker, no weight "
-                                "publish/load per step); on-policy only (maxStaleness 0), hf engine. The default whenever "
-                                "the spec allows it, unless it sets colocate: false")
-    placement.add_argument("--split", dest="colocate", action="store_const", const=False,
-                           help="a rollout and a learner worker per agent, whatever the spec's colocate says")
+    placement.add_argument(
+        "--colocate",
+        dest="colocate",
+        action="store_const",
+        const=True,
+        help="one process per agent samples with the live model and trains (no rollout worker, no weight "
+        "publish/load per step); on-policy only (maxStaleness 0), hf engine. The default whenever "
+        "the spec allows it, unless it sets colocate: false",
+    )
+    placement.add_argument(
+        "--split",
+        dest="colocate",
+        action="store_const",
+        const=False,
+        help="a rollout and a learner worker per agent, whatever the spec's colocate says",
+    )
     run.set_defaults(func=cmd_run)
 
     worker = commands.add_parser("worker", help="run one worker (what pods and `hacrl run` start)")
-    worker.add_argument("role", choices=["rollout", "learner", "colocated"], help="colocated: sample and train in one process")
+    worker.add_argument(
+        "role", choices=["rollout", "learner", "colocated"], help="colocated: sample and train in one process"
+    )
     worker.add_argument("--spec", required=True, help="experiment YAML")
     worker.add_argument("--agent", required=True, help="agent name")
     worker.set_defaults(func=cmd_worker)

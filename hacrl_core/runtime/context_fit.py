@@ -49,7 +49,9 @@ def overlong_prompts(spec, model_dirs: Mapping[str, Path]) -> list[str]:
     lines = []
     for field_path, dataset in spec_datasets(spec.data):
         source = open_dataset(spec.data, dataset)
-        longest = sorted(range(len(source)), key=lambda i: len(source[i].question.encode("utf-8")), reverse=True)[:CANDIDATES]
+        longest = sorted(range(len(source)), key=lambda i: len(source[i].question.encode("utf-8")), reverse=True)[
+            :CANDIDATES
+        ]
         for agent, _, context in agents:
             tokenizer = tokenizers[agent.name]
             texts = [render_prompt(tokenizer, source[i].question, spec.data.template) for i in longest]

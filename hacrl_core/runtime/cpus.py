@@ -71,4 +71,4 @@ def started_wait_policy(start_environ: Path = START_ENVIRON) -> str | None:
     except OSError:
         return None
     prefix = WAIT_POLICY_ENV.encode() + b"="
-    return next((e[len(prefix):].decode(errors="replace") for e in entries if e.startswith(prefix)), None)
+    return next((e[len(prefix) :].decode(errors="replace") for e in entries if e.startswith(prefix)), None)

@@ -119,7 +119,16 @@ class LiveDisplay(_Progress):
     def _table(self, run) -> Table:
         table = Table(title=f"{self.experiment.name} — {self.experiment.spec.algorithm.name} — ETA {self.eta()}")
         replicas = _has_replicas(self.experiment)
-        for column in ("agent", "step", "reward", "accuracy", "capability", "shared rows used", "checkpoint", "restarts"):
+        for column in (
+            "agent",
+            "step",
+            "reward",
+            "accuracy",
+            "capability",
+            "shared rows used",
+            "checkpoint",
+            "restarts",
+        ):
             table.add_column(column)
         if replicas:
             table.add_column("rollout replicas running")
@@ -127,8 +136,14 @@ class LiveDisplay(_Progress):
             p = self.last.get(agent.name, {})
             restarts = run.restarts.get(agent.name, 0) if run else 0
             table.add_row(
-                agent.name, f"{p.get('step', 0)}/{self.steps}", _fmt(p.get("reward")), _fmt(p.get("accuracy")),
-                _fmt(p.get("capability")), format_share(p.get("shared_rows_used")), str(p.get("last_checkpoint") or "–"), str(restarts),
+                agent.name,
+                f"{p.get('step', 0)}/{self.steps}",
+                _fmt(p.get("reward")),
+                _fmt(p.get("accuracy")),
+                _fmt(p.get("capability")),
+                format_share(p.get("shared_rows_used")),
+                str(p.get("last_checkpoint") or "–"),
+                str(restarts),
                 *([rollout_replicas(run, agent)] if replicas else []),
             )
         return table

@@ -28,7 +28,7 @@ def stored_versions(store, agent: str) -> tuple[list[int], list[int]]:
 
     root = weights_root(store.experiment, agent)
     complete = sorted(v for v in map(parse_index, list_committed_dirs(store.objects, root)) if v is not None)
-    present = {parse_index(key[len(root) + 1:].split("/", 1)[0]) for key in store.objects.list(root + "/")}
+    present = {parse_index(key[len(root) + 1 :].split("/", 1)[0]) for key in store.objects.list(root + "/")}
     return complete, sorted(v for v in present - set(complete) if v is not None)
 
 
@@ -38,13 +38,21 @@ def chosen_version(store, agent: str, asked: int | None) -> int:
         if asked in complete:
             return asked
         if asked in incomplete:
-            raise EvalRefused(f"weights version {asked} of agent {agent!r} has files but no manifest (incomplete or damaged); "
-                              f"complete versions: {_listed(complete)}", 1)
-        raise EvalRefused(f"no weights version {asked} of agent {agent!r} in the store; complete versions: {_listed(complete)}", 1)
+            raise EvalRefused(
+                f"weights version {asked} of agent {agent!r} has files but no manifest (incomplete or damaged); "
+                f"complete versions: {_listed(complete)}",
+                1,
+            )
+        raise EvalRefused(
+            f"no weights version {asked} of agent {agent!r} in the store; complete versions: {_listed(complete)}", 1
+        )
     newer = [v for v in incomplete if not complete or v > complete[-1]]
     if newer:  # scoring an older version silently would report the wrong weights (the initial ones, even)
-        raise EvalRefused(f"the newest weights of agent {agent!r}, version {newer[-1]}, have no manifest (incomplete or damaged); "
-                          f"complete versions: {_listed(complete)}: pass --version to score one of them", 1)
+        raise EvalRefused(
+            f"the newest weights of agent {agent!r}, version {newer[-1]}, have no manifest (incomplete or damaged); "
+            f"complete versions: {_listed(complete)}: pass --version to score one of them",
+            1,
+        )
     if not complete:
         raise EvalRefused(f"no weights of agent {agent!r} in the store yet; run the experiment first", 1)
     return complete[-1]
@@ -82,7 +90,10 @@ def evaluate(args: argparse.Namespace) -> dict:
         raise EvalRefused(f"{args.spec}: the spec has no data.eval sets to evaluate on", 2)
     unknown = [name for name in args.set or [] if name not in names]
     if unknown:
-        raise EvalRefused(f"--set {', '.join(map(repr, unknown))}: no such eval set in data.eval; the spec's sets: {', '.join(names)}", 2)
+        raise EvalRefused(
+            f"--set {', '.join(map(repr, unknown))}: no such eval set in data.eval; the spec's sets: {', '.join(names)}",
+            2,
+        )
     for name in args.set or names:  # read before the model loads: a missing file ended at the last-resort line
         try:
             context.eval_source(name)
@@ -96,15 +107,25 @@ def evaluate(args: argparse.Namespace) -> dict:
             weights = Path(tmp) / "w"
             fetched = fetch_policy(context.store, args.agent, version, weights, wait=0)
             if fetched.fell_back:
-                print(f"hacrl eval: warning: weights version {version} of agent {args.agent!r} cannot be rebuilt (a delta of "
-                      f"its chain is unusable); scoring version {fetched.version} instead", file=sys.stderr)
+                print(
+                    f"hacrl eval: warning: weights version {version} of agent {args.agent!r} cannot be rebuilt (a delta of "
+                    f"its chain is unusable); scoring version {fetched.version} instead",
+                    file=sys.stderr,
+                )
                 version = fetched.version
-            engine = engine_for(context.agent.rollout, context.agent.learner.lora)  # the agent's own engine: vllm on GPU clusters
+            engine = engine_for(
+                context.agent.rollout, context.agent.learner.lora
+            )  # the agent's own engine: vllm on GPU clusters
             try:
                 load_version(context, engine, weights)
-            except Exception as error:  # the loader's own errors (safetensors, config JSON, tokenizer files) vary by library
-                raise EvalRefused(f"weights version {version} of agent {args.agent!r} do not load: "
-                                  f"{type(error).__name__}: {_first_line(error)}", 1) from None
+            except (
+                Exception
+            ) as error:  # the loader's own errors (safetensors, config JSON, tokenizer files) vary by library
+                raise EvalRefused(
+                    f"weights version {version} of agent {args.agent!r} do not load: "
+                    f"{type(error).__name__}: {_first_line(error)}",
+                    1,
+                ) from None
             results = evaluate_engine(context, engine, samples=args.samples, sets=args.set)
     except (StoreError, TimeoutError) as error:
         raise EvalRefused(f"agent {args.agent!r}: {_first_line(error)}", 1) from None

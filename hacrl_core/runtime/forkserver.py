@@ -131,8 +131,10 @@ class ForkServer:
     def start(self, command: list[str], env: dict[str, str], log_path: Path) -> ForkedProcess:
         if not self.runs(command):
             raise ValueError(f"the fork server runs hacrl CLI commands only, not {command[:3]}")
-        arguments = list(command[len(HACRL_CLI):])
-        process = self._context.Process(target=_run_cli, args=(arguments, dict(env), str(log_path)), name=" ".join(arguments))
+        arguments = list(command[len(HACRL_CLI) :])
+        process = self._context.Process(
+            target=_run_cli, args=(arguments, dict(env), str(log_path)), name=" ".join(arguments)
+        )
         process.start()
         # Popen(start_new_session=True) returns after the child's setsid; a fork calls it first
         # thing, a moment after start() returns. Wait for it: a killpg in between (Ctrl-C at once,

@@ -79,14 +79,20 @@ class WorkerProcess:
     @property
     def title(self) -> str:
         """For messages: ``rollout worker of llama``, ``rollout replica 1 of llama``."""
-        return f"{self.role} worker of {self.agent}" if self.replica is None else f"{self.role} replica {self.replica} of {self.agent}"
+        return (
+            f"{self.role} worker of {self.agent}"
+            if self.replica is None
+            else f"{self.role} replica {self.replica} of {self.agent}"
+        )
 
     def start(self) -> None:
         if self.forks is not None and self.forks.runs(self.command):
             self.process = self.forks.start(self.command, self.env, self.log_path)
             return
         with open(self.log_path, "ab") as handle:  # the child keeps its own copy of the descriptor
-            self.process = subprocess.Popen(self.command, env=self.env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+            self.process = subprocess.Popen(
+                self.command, env=self.env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
+            )
 
     def poll(self) -> int | None:
         return None if self.process is None else self.process.poll()
@@ -182,7 +188,10 @@ def prepare(spec_path: str | Path, *, resume: bool, workdir: str | Path | None =
                 raise RunError(str(error)) from None
         owner = local_owner(experiment)
         try:  # read only: the claim itself waits for the pre-flight
-            owned = check_owner(store, owner, adopt=may_adopt(experiment, resume), where=describe_prefix(experiment)) is not None
+            owned = (
+                check_owner(store, owner, adopt=may_adopt(experiment, resume), where=describe_prefix(experiment))
+                is not None
+            )
         except StoreOwnedByAnother as error:
             raise RunError(owner_refusal(error)) from None
         local_spec = workdir / "spec.yaml"
@@ -190,16 +199,28 @@ def prepare(spec_path: str | Path, *, resume: bool, workdir: str | Path | None =
     except BaseException:
         release_workdir(lock)
         raise
-    return LocalRun(experiment, local_spec, workdir, store, resume=resume, owner=owner, rendered=rendered,
-                    spec_digest=spec_digest(rendered.encode("utf-8")), workdir_lock=lock, owned_at_prepare=owned)
+    return LocalRun(
+        experiment,
+        local_spec,
+        workdir,
+        store,
+        resume=resume,
+        owner=owner,
+        rendered=rendered,
+        spec_digest=spec_digest(rendered.encode("utf-8")),
+        workdir_lock=lock,
+        owned_at_prepare=owned,
+    )
 
 
 def nothing_to_resume(experiment: Experiment, spec_path: str | Path) -> str:
     """`--resume` of a run the store does not hold: it trained from step 0 under the new name and
     exited 0, leaving the interrupted run as it was."""
-    return (f"nothing to resume: the store holds no run of experiment {experiment.name!r} ({describe_prefix(experiment)}). "
-            f"metadata.name and metadata.namespace pick the run a resume continues: restore them to the interrupted "
-            f"run's, or start this one afresh with `hacrl run {spec_path}` (without --resume)")
+    return (
+        f"nothing to resume: the store holds no run of experiment {experiment.name!r} ({describe_prefix(experiment)}). "
+        f"metadata.name and metadata.namespace pick the run a resume continues: restore them to the interrupted "
+        f"run's, or start this one afresh with `hacrl run {spec_path}` (without --resume)"
+    )
 
 
 def local_owner(experiment: Experiment) -> Owner:
@@ -291,7 +312,9 @@ def start_workers(run: LocalRun) -> None:
     for index, (agent, role, replica) in enumerate(slots):
         port = ports[index] if ports else 0
         # An agent's replicas sample at the same time: they share the threads its one rollout worker would have.
-        share = threads if chosen or replica is None else str(max(1, int(threads) // spec.agent(agent).rollout.replicas))
+        share = (
+            threads if chosen or replica is None else str(max(1, int(threads) // spec.agent(agent).rollout.replicas))
+        )
         env = dict(os.environ)
         env.pop(ROLLOUT_REPLICA_ENV, None)  # set below for a replica only, never inherited
         env.update(
@@ -325,8 +348,14 @@ def start_workers(run: LocalRun) -> None:
 def write_worker_table(run: LocalRun) -> None:
     """`workers.json` in the workdir: who runs where (pid, metrics port, log), for people and tools."""
     table = [
-        {"agent": w.agent, "role": w.role, **({} if w.replica is None else {"replica": w.replica}),
-         "pid": w.process.pid if w.process else None, "metrics_port": w.port, "log": str(w.log_path)}
+        {
+            "agent": w.agent,
+            "role": w.role,
+            **({} if w.replica is None else {"replica": w.replica}),
+            "pid": w.process.pid if w.process else None,
+            "metrics_port": w.port,
+            "log": str(w.log_path),
+        }
         for w in run.workers
     ]
     (run.workdir / "workers.json").write_text(json.dumps(table, indent=2))
@@ -359,19 +388,25 @@ def supervise(run: LocalRun, display) -> None:
                 )
             said = failure_line(worker.log_tail()) if code in (RESTARTABLE_EXIT_CODE, FINAL_EXIT_CODE) else None
             if said is not None and code == FINAL_EXIT_CODE:  # a restart would meet the same error
-                raise RunError(f"the {worker.title} stopped: {said} (not restarted: it would meet the same error; "
-                               f"log: {worker.log_path})")
+                raise RunError(
+                    f"the {worker.title} stopped: {said} (not restarted: it would meet the same error; "
+                    f"log: {worker.log_path})"
+                )
             run.restarts[worker.agent] += 1
             if run.restarts[worker.agent] > limit:
                 if said is not None:
-                    raise RunError(f"the {worker.title} stopped: {said} (after {limit} restarts, spec.restartLimit; "
-                                   f"log: {worker.log_path})")
+                    raise RunError(
+                        f"the {worker.title} stopped: {said} (after {limit} restarts, spec.restartLimit; "
+                        f"log: {worker.log_path})"
+                    )
                 raise RunError(
                     f"{worker.title} failed with exit code {code} and the agent used up its "
                     f"restartLimit ({limit}); last log lines ({worker.log_path}):\n{worker.log_tail()}"
                 )
-            display.note(f"{worker.title} {f'stopped: {said}' if said else f'exited with code {code}'}; "
-                         f"restarting ({run.restarts[worker.agent]}/{limit})")
+            display.note(
+                f"{worker.title} {f'stopped: {said}' if said else f'exited with code {code}'}; "
+                f"restarting ({run.restarts[worker.agent]}/{limit})"
+            )
             worker.start()
             write_worker_table(run)
         display.update(run)
@@ -404,8 +439,15 @@ def stop_all(run: LocalRun, grace: float = 10.0) -> None:
             worker.process.wait()
 
 
-def run_local(spec_path: str | Path, *, resume: bool = False, workdir: str | Path | None = None, display=None,
-              colocate: bool | None = None, wait_policy: str | None = None) -> Path:
+def run_local(
+    spec_path: str | Path,
+    *,
+    resume: bool = False,
+    workdir: str | Path | None = None,
+    display=None,
+    colocate: bool | None = None,
+    wait_policy: str | None = None,
+) -> Path:
     """Run an experiment to completion on this machine; returns the report folder. ``colocate``
     (`--colocate`/`--split`; None: the spec's ``colocate``, else whenever the experiment allows
     it): one worker per agent that samples and trains (``hacrl worker colocated``) instead of a
@@ -419,7 +461,9 @@ def run_local(spec_path: str | Path, *, resume: bool = False, workdir: str | Pat
         release_workdir(run.workdir_lock)
 
 
-def _run_prepared(run: LocalRun, spec_path: str | Path, began: float, display, colocate: bool | None, user_wait_policy: str | None) -> Path:
+def _run_prepared(
+    run: LocalRun, spec_path: str | Path, began: float, display, colocate: bool | None, user_wait_policy: str | None
+) -> Path:
     from hacrl_core.runtime.display import make_display
     from hacrl_core.runtime.report import load_plotting, write_report
 
@@ -427,11 +471,14 @@ def _run_prepared(run: LocalRun, spec_path: str | Path, began: float, display, c
     if colocate:
         blockers = spec.colocation_blockers()
         if blockers:
-            raise SpecError(str(spec_path), [f"spec.{b}: cannot run with --colocate; or run with --split" for b in blockers])
+            raise SpecError(
+                str(spec_path), [f"spec.{b}: cannot run with --colocate; or run with --split" for b in blockers]
+            )
     colocated = spec.runs_colocated(by_default=True) if colocate is None else colocate
     run.roles = COLOCATED_ROLES if colocated else ROLES
-    run.wait_policy = user_wait_policy or wait_policy(len(spec.agents), colocated, spec.algorithm.max_staleness,
-                                                      max(a.rollout.replicas for a in spec.agents))
+    run.wait_policy = user_wait_policy or wait_policy(
+        len(spec.agents), colocated, spec.algorithm.max_staleness, max(a.rollout.replicas for a in spec.agents)
+    )
     display = display or make_display(run.experiment)
     run.forks = fork_server()
     if run.forks is not None:
@@ -449,7 +496,10 @@ def _run_prepared(run: LocalRun, spec_path: str | Path, began: float, display, c
     write_worker_table(run)
     threading.Thread(target=load_plotting, name="load-plotting", daemon=True).start()  # off the run's tail
     ports = ", ".join(f"{w.name}:{w.port}" for w in run.workers if w.port)
-    display.note(f"started {len(run.workers)} workers; logs in {run.workdir / 'logs'}" + (f"; metrics on {ports}" if ports else ""))
+    display.note(
+        f"started {len(run.workers)} workers; logs in {run.workdir / 'logs'}"
+        + (f"; metrics on {ports}" if ports else "")
+    )
     try:
         with display:
             supervise(run, display)
@@ -460,8 +510,13 @@ def _run_prepared(run: LocalRun, spec_path: str | Path, began: float, display, c
         stop_all(run)
         raise
     report = write_report(
-        run.store, [a.name for a in spec.agents], spec.algorithm.steps, run.workdir / "report",
-        wall_seconds=time.perf_counter() - began, title=f"{run.experiment.name}: {spec.algorithm.name}", datasets=run.datasets,
+        run.store,
+        [a.name for a in spec.agents],
+        spec.algorithm.steps,
+        run.workdir / "report",
+        wall_seconds=time.perf_counter() - began,
+        title=f"{run.experiment.name}: {spec.algorithm.name}",
+        datasets=run.datasets,
         delta=spec.algorithm.delta,
     )
     return report

@@ -47,5 +47,9 @@ def store_problems(spec) -> list[str]:
     root = Path(unquote(urlparse(spec.store.uri).path))
     for folder in (root, *root.parents):
         if folder.exists():
-            return [] if folder.is_dir() else [f"spec.store.uri: {folder} is a file, not a folder; give the store a folder"]
+            return (
+                []
+                if folder.is_dir()
+                else [f"spec.store.uri: {folder} is a file, not a folder; give the store a folder"]
+            )
     return []

@@ -36,8 +36,15 @@ def accuracy_curve(rows: list[dict], agent: str) -> dict[str, list[tuple[int, fl
 
 
 def write_report(
-    store: TrajectoryStore, agents: list[str], steps: int, out_dir: Path, *,
-    wall_seconds: float | None = None, title: str = "", datasets: list[DatasetReport] | None = None, delta: float = 0.2,
+    store: TrajectoryStore,
+    agents: list[str],
+    steps: int,
+    out_dir: Path,
+    *,
+    wall_seconds: float | None = None,
+    title: str = "",
+    datasets: list[DatasetReport] | None = None,
+    delta: float = 0.2,
 ) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = collect_metrics(store, agents, steps)
@@ -72,14 +79,20 @@ def write_report(
         accuracy = "; ".join(f"{name}: {pts[0][1]:.3f} → {pts[-1][1]:.3f}" for name, pts in curves.items()) or "–"
         used = [u for u in (shared_rows_used(r) for r in mine) if u is not None]
         share = format_share(sum(used) / len(used) if used else None)
-        lines.append(f"| {agent} | {len(mine)} | {fmean(rewards[:ends]):.3f} → {fmean(rewards[-ends:]):.3f} | {accuracy} | {share} |")
+        lines.append(
+            f"| {agent} | {len(mine)} | {fmean(rewards[:ends]):.3f} → {fmean(rewards[-ends:]):.3f} | {accuracy} | {share} |"
+        )
         warning = sharing_warning(agent, sorted(mine, key=lambda r: r["step"]), delta=delta)
         if warning:
             warnings.append(warning)
-    lines += ["", f"Sampled reward: the training rollouts' mean reward (sampled, not greedy), averaged over the first and the "
-              f"last {'step' if windows == 1 else f'{windows} steps'}; it moves with each step's sample and can fall while the "
-              "eval accuracy (greedy, held-out problems) rises.",
-              "", "Shared rows used: the share of other agents' rows inside HACPO's clipping window (mean over steps)."]
+    lines += [
+        "",
+        f"Sampled reward: the training rollouts' mean reward (sampled, not greedy), averaged over the first and the "
+        f"last {'step' if windows == 1 else f'{windows} steps'}; it moves with each step's sample and can fall while the "
+        "eval accuracy (greedy, held-out problems) rises.",
+        "",
+        "Shared rows used: the share of other agents' rows inside HACPO's clipping window (mean over steps).",
+    ]
     if warnings:
         lines += ["", "Warnings:", ""] + [f"- {warning}" for warning in warnings]
     if datasets:
@@ -87,7 +100,10 @@ def write_report(
     retried = reward_retries(rows)
     if retried:
         reasons = ", ".join(f"{reason} {count}" for reason, count in sorted(retried.items()))
-        lines += ["", f"Reward server: {sum(retried.values())} requests retried ({reasons}); see the workers' logs (docs/rewards.md)."]
+        lines += [
+            "",
+            f"Reward server: {sum(retried.values())} requests retried ({reasons}); see the workers' logs (docs/rewards.md).",
+        ]
     lines += ["", "Files: `metrics.jsonl`, `metrics.csv` (one row per agent and step), `curves.png`."]
     (out_dir / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return out_dir
@@ -101,7 +117,7 @@ def reward_retries(rows: list[dict]) -> dict[str, int]:
     for row in rows:
         for key, value in row.items():
             if key.startswith(prefix):
-                counts[key[len(prefix):]] = counts.get(key[len(prefix):], 0) + int(value)
+                counts[key[len(prefix) :]] = counts.get(key[len(prefix) :], 0) + int(value)
     return counts
 
 

@@ -145,14 +145,18 @@ def check_datasets_unchanged(store: TrajectoryStore, name: str, reports: Sequenc
     except (ObjectNotFound, TimeoutError):  # TimeoutError: no commit marker: never recorded
         return
     except (CorruptObject, ValueError) as error:
-        raise ResumeRefused(f"cannot resume {name!r}: the record of its datasets {key} is damaged ({error}); restore the store "
-                            "from a copy, or start afresh under a new metadata.name") from None
+        raise ResumeRefused(
+            f"cannot resume {name!r}: the record of its datasets {key} is damaged ({error}); restore the store "
+            "from a copy, or start afresh under a new metadata.name"
+        ) from None
     changes = []
     for report in reports:
         before = recorded.get(report.field)
         if isinstance(before, dict) and before.get("sha256") not in (None, report.digest):
-            changes.append(f"spec.{report.field} ({report.name}): {before.get('rows')} rows with sha256 {str(before['sha256'])[:12]} "
-                           f"when the run started, {report.rows} rows with sha256 {report.digest[:12]} now")
+            changes.append(
+                f"spec.{report.field} ({report.name}): {before.get('rows')} rows with sha256 {str(before['sha256'])[:12]} "
+                f"when the run started, {report.rows} rows with sha256 {report.digest[:12]} now"
+            )
     if changes:
         raise ResumeRefused(
             f"a dataset of {name!r} changed since the run started; resuming would train its later steps on other rows than its "

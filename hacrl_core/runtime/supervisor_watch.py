@@ -50,7 +50,9 @@ def _stop_when_gone(pid: int) -> None:
     _wait_for_exit(pid)
     logging.getLogger("hacrl.worker").error(
         "the `hacrl run` that started this worker (pid %d) is gone: this worker stops; continue the run with "
-        "`hacrl run --resume <spec>`", pid)
+        "`hacrl run --resume <spec>`",
+        pid,
+    )
     for handler in logging.getLogger().handlers:
         handler.flush()
     os.killpg(os.getpgrp(), signal.SIGTERM)

@@ -33,7 +33,9 @@ def hold_workdir(workdir: Path) -> int:
     except (FileExistsError, NotADirectoryError):
         raise WorkdirBusy(f"--workdir {workdir}: it, or a folder above it, is a file; give a folder") from None
     except PermissionError as error:
-        raise WorkdirBusy(f"--workdir {workdir}: cannot create it ({error.strerror}); give a folder you can write") from None
+        raise WorkdirBusy(
+            f"--workdir {workdir}: cannot create it ({error.strerror}); give a folder you can write"
+        ) from None
     path = workdir / LOCK_NAME
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -66,9 +68,11 @@ def another_experiments(workdir: Path, name: str, namespace: str | None) -> str 
     if theirs == (name, namespace):
         return None
     shown = theirs[0] if theirs[1] is None else f"{theirs[1]}/{theirs[0]}"
-    return (f"--workdir {workdir} holds the run of experiment {shown!r} (its spec.yaml, report and logs); a run of {name!r} "
-            f"there would overwrite them: give it a folder of its own with --workdir, or leave --workdir out "
-            f"(hacrl-runs/{name})")
+    return (
+        f"--workdir {workdir} holds the run of experiment {shown!r} (its spec.yaml, report and logs); a run of {name!r} "
+        f"there would overwrite them: give it a folder of its own with --workdir, or leave --workdir out "
+        f"(hacrl-runs/{name})"
+    )
 
 
 def release_workdir(fd: int | None) -> None:

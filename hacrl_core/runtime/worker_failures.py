@@ -26,12 +26,14 @@ DISK_ERRORS = {
     errno.EACCES: "give this user write access there",
     errno.EPERM: "give this user write access there",
     errno.ENOTDIR: "a file stands where a folder belongs (one of the store's replaced by a file?): restore it from a copy, "
-                   "or start afresh",
+    "or start afresh",
     errno.EEXIST: "a file stands where a folder belongs (one of the store's replaced by a file?): restore it from a copy, "
-                  "or start afresh",
+    "or start afresh",
 }
-CORRUPT_REMEDY = ("a committed object no longer matches its commit marker; delete the object and its marker (for a step "
-                  "shard the step's folder, for a checkpoint its folder) so that it is redone, then `hacrl run --resume`")
+CORRUPT_REMEDY = (
+    "a committed object no longer matches its commit marker; delete the object and its marker (for a step "
+    "shard the step's folder, for a checkpoint its folder) so that it is redone, then `hacrl run --resume`"
+)
 
 
 def known_failure(error: BaseException) -> tuple[int, str] | None:

@@ -19,7 +19,10 @@ DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 class SpecModel(BaseModel):
     model_config = ConfigDict(
-        extra="forbid", alias_generator=to_camel, populate_by_name=True, validate_default=True,
+        extra="forbid",
+        alias_generator=to_camel,
+        populate_by_name=True,
+        validate_default=True,
         # YAML gives real types; strict keeps `steps: true` or `lr: "1e-4"` from being coerced
         # (the one tuple field opts out: YAML and JSON only have lists).
         strict=True,

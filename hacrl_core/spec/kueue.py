@@ -22,8 +22,16 @@ from typing import Any
 MAX_POD_SETS = 8  # Kueue's limit on a Workload's spec.podSets
 
 # The pod-level fields of Kueue's shape (priority comes from priorityClassName at admission).
-_POD_FIELDS = ("nodeSelector", "affinity", "tolerations", "runtimeClassName", "priorityClassName",
-               "topologySpreadConstraints", "overhead", "resourceClaims")
+_POD_FIELDS = (
+    "nodeSelector",
+    "affinity",
+    "tolerations",
+    "runtimeClassName",
+    "priorityClassName",
+    "topologySpreadConstraints",
+    "overhead",
+    "resourceClaims",
+)
 
 
 def _requests(resources: Any) -> dict[str, str]:
@@ -90,7 +98,9 @@ def pod_set_problem(spec: Any) -> str | None:
     if len(sets) <= MAX_POD_SETS:
         return None
     groups = "; ".join(" = ".join(members) for members in sets.values())
-    return (f"scheduling.gang: kueue admits the experiment's pods as one Workload with one pod set per distinct pod shape "
-            f"(resources, ports and podTemplate placement) and at most {MAX_POD_SETS} pod sets, but these pods have "
-            f"{len(sets)} shapes ({groups}), so Kueue would never admit them; give agents equal resources and podTemplate "
-            f"placement until at most {MAX_POD_SETS} shapes remain, or use scheduling.gang volcano (no such limit) or none")
+    return (
+        f"scheduling.gang: kueue admits the experiment's pods as one Workload with one pod set per distinct pod shape "
+        f"(resources, ports and podTemplate placement) and at most {MAX_POD_SETS} pod sets, but these pods have "
+        f"{len(sets)} shapes ({groups}), so Kueue would never admit them; give agents equal resources and podTemplate "
+        f"placement until at most {MAX_POD_SETS} shapes remain, or use scheduling.gang volcano (no such limit) or none"
+    )

@@ -47,7 +47,10 @@ def format_validation_error(error: ValidationError) -> list[str]:
 
 def parse_experiment(document: Any, source: str = "<spec>") -> Experiment:
     if not isinstance(document, dict):
-        raise SpecError(source, [f"<document>: expected a mapping with apiVersion, kind, metadata and spec, got {type(document).__name__}"])
+        raise SpecError(
+            source,
+            [f"<document>: expected a mapping with apiVersion, kind, metadata and spec, got {type(document).__name__}"],
+        )
     try:
         return Experiment.model_validate(document)
     except ValidationError as error:
@@ -108,7 +111,12 @@ def _duplicate_keys(root: yaml.Node) -> list[str]:
 def load_spec_document(text: str, source: str) -> Any:
     """The YAML document of a spec, refusing what would exhaust memory or the stack."""
     if len(text) > MAX_SPEC_BYTES:
-        raise SpecError(source, [f"<document>: {len(text)} characters; an experiment spec is at most {MAX_SPEC_BYTES} (is this the right file?)"])
+        raise SpecError(
+            source,
+            [
+                f"<document>: {len(text)} characters; an experiment spec is at most {MAX_SPEC_BYTES} (is this the right file?)"
+            ],
+        )
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
@@ -116,10 +124,17 @@ def load_spec_document(text: str, source: str) -> Any:
             return None
         nodes = _expanded_nodes(node)
         if nodes > MAX_SPEC_NODES:
-            raise SpecError(source, [f"<document>: {nodes} values once YAML aliases are expanded (at most {MAX_SPEC_NODES}); write the spec without nested aliases"])
+            raise SpecError(
+                source,
+                [
+                    f"<document>: {nodes} values once YAML aliases are expanded (at most {MAX_SPEC_NODES}); write the spec without nested aliases"
+                ],
+            )
         duplicates = _duplicate_keys(node)
         if duplicates:
-            raise SpecError(source, [f"{path}: the key is given twice (YAML keeps only the last); keep one" for path in duplicates])
+            raise SpecError(
+                source, [f"{path}: the key is given twice (YAML keeps only the last); keep one" for path in duplicates]
+            )
         return loader.construct_document(node)
     except yaml.YAMLError as error:
         raise SpecError(source, [f"<document>: not valid YAML: {error}"]) from None
@@ -142,7 +157,12 @@ def read_spec_bytes(path: str | Path) -> bytes:
     with open(path, "rb") as handle:
         data = handle.read(MAX_SPEC_BYTES + 1)
     if len(data) > MAX_SPEC_BYTES:
-        raise SpecError(str(path), [f"<document>: larger than {MAX_SPEC_BYTES} bytes; an experiment spec is at most {MAX_SPEC_BYTES} bytes (is this the right file?)"])
+        raise SpecError(
+            str(path),
+            [
+                f"<document>: larger than {MAX_SPEC_BYTES} bytes; an experiment spec is at most {MAX_SPEC_BYTES} bytes (is this the right file?)"
+            ],
+        )
     return data
 
 
@@ -155,14 +175,20 @@ def load_experiment(path: str | Path, *, sha256: str | None = None) -> Experimen
     digest (``SPEC_DIGEST_ENV``: a worker's pinned spec)."""
     data = read_spec_bytes(path)
     if sha256 is not None and spec_digest(data) != sha256:
-        raise SpecError(str(path), [
-            f"<document>: this is not the spec this worker was started with (sha256 {spec_digest(data)[:12]}..., expected "
-            f"{sha256[:12]}...): something replaced the file since its run started; the worker stops rather than train "
-            "another experiment. Resume the run with `hacrl run --resume <spec>`"])
+        raise SpecError(
+            str(path),
+            [
+                f"<document>: this is not the spec this worker was started with (sha256 {spec_digest(data)[:12]}..., expected "
+                f"{sha256[:12]}...): something replaced the file since its run started; the worker stops rather than train "
+                "another experiment. Resume the run with `hacrl run --resume <spec>`"
+            ],
+        )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise SpecError(str(path), [f"<document>: not UTF-8 text (byte {error.start}): save the spec as UTF-8 YAML"]) from None
+        raise SpecError(
+            str(path), [f"<document>: not UTF-8 text (byte {error.start}): save the spec as UTF-8 YAML"]
+        ) from None
     return parse_experiment(load_spec_document(text, str(path)), str(path))
 
 

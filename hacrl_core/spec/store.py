@@ -17,15 +17,21 @@ class StoreSpec(SpecModel):
     uri: str = Field("file://./runs", description="Trajectory store: `file://path` (default) or `s3://bucket/prefix`.")
     endpoint: str | None = Field(None, description="S3 endpoint URL (MinIO, SeaweedFS); empty for AWS.")
     region: str | None = Field(None, description="S3 region.")
-    credentials_secret: str | None = Field(None, description="Secret with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (operator; referenced, never copied).")
-    adopt_existing: bool = Field(False, description="Operator: let this experiment take over the store prefix of a deleted experiment of the same namespace and name and resume from its checkpoints; false refuses such a prefix (condition StoreOwnedByAnother).")
+    credentials_secret: str | None = Field(
+        None,
+        description="Secret with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (operator; referenced, never copied).",
+    )
+    adopt_existing: bool = Field(
+        False,
+        description="Operator: let this experiment take over the store prefix of a deleted experiment of the same namespace and name and resume from its checkpoints; false refuses such a prefix (condition StoreOwnedByAnother).",
+    )
 
     @field_validator("uri")
     @classmethod
     def _scheme(cls, value: str) -> str:
         if "://" in value and not value.startswith(("file://", "s3://")):
             raise ValueError(f"unsupported store {value!r}: use file://path or s3://bucket/prefix")
-        if value.startswith("s3://") and not value[len("s3://"):].strip("/"):
+        if value.startswith("s3://") and not value[len("s3://") :].strip("/"):
             raise ValueError("s3 store needs a bucket: s3://bucket/prefix")
         parse_store_uri(value)  # what `hacrl run` and the workers open: refused here, not there
         return value
@@ -34,7 +40,9 @@ class StoreSpec(SpecModel):
     @classmethod
     def _endpoint_url(cls, value: str | None) -> str | None:
         if value and not _ENDPOINT.fullmatch(value):
-            raise ValueError(f"{value!r} is not an S3 endpoint URL: use http(s)://host[:port], e.g. http://minio.minio:9000 (no path, no credentials)")
+            raise ValueError(
+                f"{value!r} is not an S3 endpoint URL: use http(s)://host[:port], e.g. http://minio.minio:9000 (no path, no credentials)"
+            )
         return value or None
 
     @field_validator("credentials_secret")

@@ -82,9 +82,7 @@ def _poll(attempt: Callable[[], T], *, wait: float, poll: float, what: str) -> T
         except _NotYet as pending:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise TimeoutError(
-                    f"{what} not complete after waiting {wait:g}s: {pending}"
-                ) from None
+                raise TimeoutError(f"{what} not complete after waiting {wait:g}s: {pending}") from None
             time.sleep(min(poll, remaining))
 
 
@@ -219,9 +217,7 @@ def get_dir(
                 raise _NotYet(f"directory {prefix!r} is being republished")
             if got is None:
                 raise CorruptObject(f"manifest {key!r} lists {rel!r} but the object is missing")
-            raise CorruptObject(
-                f"{prefix}/{rel} does not match manifest {key!r}: expected {expected}, got {got}"
-            )
+            raise CorruptObject(f"{prefix}/{rel} does not match manifest {key!r}: expected {expected}, got {got}")
         return manifest
 
     return _poll(attempt, wait=wait, poll=poll, what=f"committed directory {prefix!r}")

@@ -95,8 +95,9 @@ class Lease:
         return self.role if self.replica is None else f"{self.role} replica {self.replica}"
 
     @classmethod
-    def acquire(cls, store: TrajectoryStore, agent: str, role: str, generation: int | None = None, *,
-                replica: int | None = None) -> Lease:
+    def acquire(
+        cls, store: TrajectoryStore, agent: str, role: str, generation: int | None = None, *, replica: int | None = None
+    ) -> Lease:
         """Claim ``generation`` (default: the next one) for ``agent``'s ``role`` worker (``replica``:
         that rollout replica's own lease, with several) and install the fence; ``FencedOut`` when a
         newer generation holds it already."""
@@ -113,8 +114,7 @@ class Lease:
                 "it stops without writing"
             )
         lease = cls(store, agent, role, generation, uuid.uuid4().hex, replica)
-        record = {"generation": generation, "token": lease.token, "holder": _holder(),
-                  "claimedAt": utc_timestamp()}
+        record = {"generation": generation, "token": lease.token, "holder": _holder(), "claimedAt": utc_timestamp()}
         store.objects.put(key, json.dumps(record, sort_keys=True).encode())
         lease.check()  # a claim racing ours may have replaced it already
         store.fence = lease.check
@@ -144,8 +144,10 @@ def require_run_generation(store: TrajectoryStore) -> None:
     started is still there: a worker (re)started after the store was deleted must not re-create it."""
     key = layout.run_lease_key(store.experiment)
     if not store.objects.exists(key):
-        raise StoreGone(f"the store of experiment {store.experiment!r} is gone: {key}, written when the run started, "
-                        f"vanished from {store.objects.uri}; this worker starts nothing")
+        raise StoreGone(
+            f"the store of experiment {store.experiment!r} is gone: {key}, written when the run started, "
+            f"vanished from {store.objects.uri}; this worker starts nothing"
+        )
 
 
 def claim_run_generation(store: TrajectoryStore) -> int:

@@ -62,8 +62,10 @@ def refusal(current: Owner, claimant: Owner, where: str) -> str:
     """Why ``claimant`` may not use a prefix ``current`` owns, and what to do about it."""
     same_name = (current.namespace, current.name) == (claimant.namespace, claimant.name)
     if same_name:
-        fix = ("this is a re-created experiment of the same name: set spec.store.adoptExisting: true to resume from the "
-               "old run's checkpoints, or delete the old data, or use another name")
+        fix = (
+            "this is a re-created experiment of the same name: set spec.store.adoptExisting: true to resume from the "
+            "old run's checkpoints, or delete the old data, or use another name"
+        )
     else:
         fix = "use another name or store URI"
     return f"store prefix {where} belongs to {current.describe()}, not to {claimant.describe()}; {fix}"
@@ -96,7 +98,9 @@ def delete_if_owned(store: TrajectoryStore, uid: str, *, where: str) -> int:
     if current is None:
         leftovers = store.objects.list(layout.experiment_prefix(store.experiment) + "/")
         if leftovers:
-            raise StoreOwnedByAnother(f"store prefix {where} has {len(leftovers)} objects but no owner record; left alone (delete it by hand if it is yours)")
+            raise StoreOwnedByAnother(
+                f"store prefix {where} has {len(leftovers)} objects but no owner record; left alone (delete it by hand if it is yours)"
+            )
         return 0
     if current.uid != uid:
         raise StoreOwnedByAnother(f"store prefix {where} belongs to {current.describe()}; left alone")

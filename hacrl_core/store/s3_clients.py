@@ -24,8 +24,14 @@ from hacrl_core.store.s3_store import DEFAULT_ATTEMPTS, make_s3_client, resolve_
 
 # The environment variables boto3's default chain reads to pick credentials.
 CREDENTIAL_ENV_VARS = (
-    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ROLE_ARN",
-    "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_ROLE_ARN",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_SHARED_CREDENTIALS_FILE",
+    "AWS_CONFIG_FILE",
 )
 
 
@@ -66,10 +72,23 @@ class SharedS3Clients:
         self._guard = threading.Lock()
         self._entries: dict[ClientKey, _Entry] = {}
 
-    def key(self, *, endpoint: str | None = None, region: str | None = None, connect_timeout: float = 5.0,
-            read_timeout: float = 60.0, attempts: int = DEFAULT_ATTEMPTS) -> ClientKey:
-        return ClientKey(resolve_endpoint(endpoint), resolve_region(region), credentials_fingerprint(),
-                         float(connect_timeout), float(read_timeout), int(attempts))
+    def key(
+        self,
+        *,
+        endpoint: str | None = None,
+        region: str | None = None,
+        connect_timeout: float = 5.0,
+        read_timeout: float = 60.0,
+        attempts: int = DEFAULT_ATTEMPTS,
+    ) -> ClientKey:
+        return ClientKey(
+            resolve_endpoint(endpoint),
+            resolve_region(region),
+            credentials_fingerprint(),
+            float(connect_timeout),
+            float(read_timeout),
+            int(attempts),
+        )
 
     def acquire(self, key: ClientKey) -> Any:
         """The client of ``key``, built on first use; every call needs one ``release``."""
@@ -77,9 +96,14 @@ class SharedS3Clients:
             entry = self._entries.get(key)
             if entry is None:
                 # Built under the lock: two first users at once must not build two ~12 MiB clients.
-                client = make_s3_client(endpoint=key.endpoint, region=key.region, connect_timeout=key.connect_timeout,
-                                        read_timeout=key.read_timeout, attempts=key.attempts,
-                                        max_connections=self.max_connections)
+                client = make_s3_client(
+                    endpoint=key.endpoint,
+                    region=key.region,
+                    connect_timeout=key.connect_timeout,
+                    read_timeout=key.read_timeout,
+                    attempts=key.attempts,
+                    max_connections=self.max_connections,
+                )
                 entry = self._entries[key] = _Entry(client)
             entry.users += 1
             return entry.client

@@ -141,9 +141,7 @@ def make_s3_client(
         response_checksum_validation="when_required",
     )
     # A fresh session per client: boto3's default session is not thread-safe.
-    client = boto3.session.Session().client(
-        "s3", endpoint_url=resolve_endpoint(endpoint), config=config
-    )
+    client = boto3.session.Session().client("s3", endpoint_url=resolve_endpoint(endpoint), config=config)
     client.meta.events.register("before-send.s3", _drop_expect_for_empty_body)
     return client
 
@@ -191,7 +189,9 @@ def _code_status(exc: BaseException) -> tuple[str, int]:
 _FAILURE = "hacrl_failure"  # request-context key: what the last attempt failed with
 
 
-def _remember_failure(request_dict: dict[str, Any], response: Any, caught_exception: BaseException | None, **_: Any) -> None:
+def _remember_failure(
+    request_dict: dict[str, Any], response: Any, caught_exception: BaseException | None, **_: Any
+) -> None:
     """``needs-retry`` hook, run beside botocore's retry handler: keeps what the attempt failed
     with for the warning ``_count_retry`` logs if botocore sends the request again."""
     if caught_exception is not None:
@@ -291,9 +291,7 @@ class S3ObjectStore:
 
     def put(self, key: str, data: bytes) -> None:
         full = self._full(key)
-        self._call(
-            "put", key, lambda: self.client.put_object(Bucket=self.bucket, Key=full, Body=data)
-        )
+        self._call("put", key, lambda: self.client.put_object(Bucket=self.bucket, Key=full, Body=data))
 
     def put_file(self, key: str, local_path: Path | str) -> None:
         """Upload the local file ``local_path`` as ``key`` (multipart above 64 MiB), streaming."""
@@ -321,7 +319,14 @@ class S3ObjectStore:
                     if attempt == self.attempts:
                         raise
                     self.retries += 1
-                    log.warning("store: reading %r from %s broke off (%s); retry %d/%d", key, self.endpoint, type(error).__name__, attempt, self.attempts - 1)
+                    log.warning(
+                        "store: reading %r from %s broke off (%s); retry %d/%d",
+                        key,
+                        self.endpoint,
+                        type(error).__name__,
+                        attempt,
+                        self.attempts - 1,
+                    )
             raise AssertionError("unreachable")
 
         return self._call("get", key, download)
@@ -392,9 +397,7 @@ class S3ObjectStore:
             batch = [{"Key": self._full(k)} for k in keys[start : start + 1000]]
 
             def delete(batch: list[dict[str, str]] = batch) -> None:
-                response = self.client.delete_objects(
-                    Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True}
-                )
+                response = self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True})
                 errors = response.get("Errors") or []
                 if errors:
                     first = errors[0]
@@ -487,7 +490,5 @@ class S3ObjectStore:
             return ObjectNotFound(key, self.uri)
         if isinstance(cause, ClientError):
             message = cause.response.get("Error", {}).get("Message", "")
-            return StoreError(
-                f"S3 {op} of {key!r} on {where} failed: {code} (HTTP {status}) {message}"
-            )
+            return StoreError(f"S3 {op} of {key!r} on {where} failed: {code} (HTTP {status}) {message}")
         return None

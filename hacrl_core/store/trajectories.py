@@ -45,9 +45,7 @@ ROLLOUT_SCHEMA = pa.schema(
         pa.field("sample_index", pa.int32(), nullable=False),
         pa.field("prompt", pa.string(), nullable=False),
         pa.field("response", pa.string(), nullable=False),
-        pa.field(
-            "token_ids", pa.list_(pa.field("item", pa.int32(), nullable=False)), nullable=False
-        ),
+        pa.field("token_ids", pa.list_(pa.field("item", pa.int32(), nullable=False)), nullable=False),
         pa.field("reward", pa.float64(), nullable=False),
         pa.field("finish_reason", pa.string(), nullable=False),
         pa.field("extra", pa.string(), nullable=False),
@@ -92,18 +90,12 @@ def _row_columns(rows: list[dict[str, Any]], schema: pa.Schema, kind: str) -> di
         if row.keys() != full and row.keys() != short:
             _raise_field_error(row, index, schema.names, defaults, kind)
     return {
-        name: (
-            [row.get(name, defaults[name]) for row in rows]
-            if name in defaults
-            else [row[name] for row in rows]
-        )
+        name: ([row.get(name, defaults[name]) for row in rows] if name in defaults else [row[name] for row in rows])
         for name in schema.names
     }
 
 
-def _raise_field_error(
-    row: dict[str, Any], index: int, names: list[str], defaults: dict[str, Any], kind: str
-) -> None:
+def _raise_field_error(row: dict[str, Any], index: int, names: list[str], defaults: dict[str, Any], kind: str) -> None:
     unknown = sorted(set(row) - set(names))
     if unknown:
         raise ValueError(f"row {index}: unknown field(s) {unknown}; {kind} fields are {names}")
@@ -116,10 +108,7 @@ def _extra_texts(values: list[Any]) -> list[Any]:
     worker passes text, which is then returned as is and checked later, once per distinct value."""
     if dict not in set(map(type, values)):
         return values
-    return [
-        json.dumps(v, sort_keys=True, ensure_ascii=False) if isinstance(v, dict) else v
-        for v in values
-    ]
+    return [json.dumps(v, sort_keys=True, ensure_ascii=False) if isinstance(v, dict) else v for v in values]
 
 
 def _array(values: list[Any], field: pa.Field, kind: str) -> pa.Array:
@@ -153,7 +142,10 @@ def _to_parquet(table: pa.Table, kind: str) -> bytes:
     table = table.replace_schema_metadata({_KIND_KEY: kind.encode(), _VERSION_KEY: _SCHEMA_VERSION})
     sink = pa.BufferOutputStream()
     pq.write_table(
-        table, sink, compression="zstd", write_statistics=_statistics_columns(table.schema),
+        table,
+        sink,
+        compression="zstd",
+        write_statistics=_statistics_columns(table.schema),
         dictionary_pagesize_limit=DICTIONARY_PAGE_LIMIT,
     )
     return sink.getvalue().to_pybytes()
@@ -208,8 +200,7 @@ def _check_finish_reasons(column: pa.ChunkedArray, where: str) -> None:
     if pc.any(bad).as_py():
         row = pc.index(bad, True).as_py()
         raise ValueError(
-            f"{where}: row {row}: field 'finish_reason' must be one of {FINISH_REASONS}, "
-            f"got {column[row].as_py()!r}"
+            f"{where}: row {row}: field 'finish_reason' must be one of {FINISH_REASONS}, got {column[row].as_py()!r}"
         )
 
 

@@ -48,7 +48,9 @@ def trajectories() -> Any:
 class TrajectoryStore:
     """Reads and writes experiment ``experiment`` in ``objects``."""
 
-    def __init__(self, objects: ObjectStore, experiment: str, *, rollout_replicas: Mapping[str, int] | None = None) -> None:
+    def __init__(
+        self, objects: ObjectStore, experiment: str, *, rollout_replicas: Mapping[str, int] | None = None
+    ) -> None:
         self.objects = objects
         self.experiment = layout.check_name("experiment", experiment)
         # Rollout replicas per agent (spec agents[].rollout.replicas); an agent not named has 1.
@@ -82,10 +84,7 @@ class TrajectoryStore:
             differs = pc.not_equal(column, value)
             if pc.any(differs).as_py():
                 row = pc.index(differs, True).as_py()
-                raise ValueError(
-                    f"row {row} has {name}={column[row].as_py()!r} but is written as "
-                    f"{name}={value!r}"
-                )
+                raise ValueError(f"row {row} has {name}={column[row].as_py()!r} but is written as {name}={value!r}")
 
     # -- spec ------------------------------------------------------------------------------
 
@@ -105,9 +104,7 @@ class TrajectoryStore:
     # Tables with the codec's schemas (``*_columns``): the same Parquet shard either way (rows
     # are made a table first, so both are checked by the same code).
 
-    def _put_table(
-        self, key: str, table: Any, step: int, agent: str, encode: Callable[[Any], bytes]
-    ) -> str:
+    def _put_table(self, key: str, table: Any, step: int, agent: str, encode: Callable[[Any], bytes]) -> str:
         self._before_write()
         data = encode(table)  # first, so that a non-table is refused by the codec's message
         self._check_keys(table, step, agent)
@@ -134,8 +131,10 @@ class TrajectoryStore:
         deadline = time.monotonic() + wait
         keys = layout.rollouts_part_keys(self.experiment, step, agent, self.rollout_parts(agent))
         what = "rollouts" if len(keys) == 1 else f"rollouts (part {{}} of {len(keys)})"
-        return [self._get_shard(key, what.format(r), step, agent, max(0.0, deadline - time.monotonic()))
-                for r, key in enumerate(keys)]
+        return [
+            self._get_shard(key, what.format(r), step, agent, max(0.0, deadline - time.monotonic()))
+            for r, key in enumerate(keys)
+        ]
 
     def write_rollouts(self, step: int, agent: str, rows: list[dict[str, Any]], *, replica: int = 0) -> str:
         """The agent's rollouts of ``step``, or with several rollout replicas replica ``replica``'s
@@ -210,9 +209,7 @@ class TrajectoryStore:
     def list_steps(self) -> list[int]:
         """Steps with at least one object (complete or not), ascending."""
         root = layout.steps_prefix(self.experiment) + "/"
-        steps = {
-            layout.parse_index(key[len(root) :].split("/", 1)[0]) for key in self.objects.list(root)
-        }
+        steps = {layout.parse_index(key[len(root) :].split("/", 1)[0]) for key in self.objects.list(root)}
         return sorted(s for s in steps if s is not None)
 
     # -- weights and checkpoints (committed directories) -----------------------------------
@@ -223,17 +220,13 @@ class TrajectoryStore:
         put_dir(self.objects, prefix, local_dir)
         return prefix
 
-    def fetch_weights(
-        self, agent: str, version: int, local_dir: Path | str, *, wait: float = 0.0
-    ) -> dict[str, Any]:
+    def fetch_weights(self, agent: str, version: int, local_dir: Path | str, *, wait: float = 0.0) -> dict[str, Any]:
         prefix = layout.weights_prefix(self.experiment, agent, version)
         what = f"weights version {version} of agent {agent!r}"
         return self._waiting(what, lambda: get_dir(self.objects, prefix, local_dir, wait=wait))
 
     def latest_weights_version(self, agent: str) -> int | None:
-        return _latest(
-            list_committed_dirs(self.objects, layout.weights_root(self.experiment, agent))
-        )
+        return _latest(list_committed_dirs(self.objects, layout.weights_root(self.experiment, agent)))
 
     def save_checkpoint(self, agent: str, step: int, local_dir: Path | str) -> str:
         self._before_write()
@@ -242,7 +235,13 @@ class TrajectoryStore:
         return prefix
 
     def load_checkpoint(
-        self, agent: str, step: int, local_dir: Path | str, *, wait: float = 0.0, skip: Callable[[str], bool] | None = None
+        self,
+        agent: str,
+        step: int,
+        local_dir: Path | str,
+        *,
+        wait: float = 0.0,
+        skip: Callable[[str], bool] | None = None,
     ) -> dict[str, Any]:
         """Download a checkpoint; ``skip``: its files (by path) not to download."""
         prefix = layout.checkpoint_prefix(self.experiment, agent, step)
@@ -250,9 +249,7 @@ class TrajectoryStore:
         return self._waiting(what, lambda: get_dir(self.objects, prefix, local_dir, wait=wait, skip=skip))
 
     def latest_checkpoint(self, agent: str) -> int | None:
-        return _latest(
-            list_committed_dirs(self.objects, layout.checkpoints_root(self.experiment, agent))
-        )
+        return _latest(list_committed_dirs(self.objects, layout.checkpoints_root(self.experiment, agent)))
 
     def list_checkpoints(self, agent: str) -> list[int]:
         """Steps of the agent's complete checkpoints, oldest first."""
@@ -319,7 +316,11 @@ def _latest(names: list[str]) -> int | None:
 
 
 def open_trajectory_store(
-    uri: str, experiment: str, *, endpoint: str | None = None, region: str | None = None,
+    uri: str,
+    experiment: str,
+    *,
+    endpoint: str | None = None,
+    region: str | None = None,
     rollout_replicas: Mapping[str, int] | None = None,
 ) -> TrajectoryStore:
     """``TrajectoryStore`` of ``experiment`` in the store ``uri`` (see ``open_object_store``);
@@ -344,8 +345,9 @@ def open_experiment_store(experiment: Any) -> TrajectoryStore:
     each agent's rollouts in as many parts as its rollout has replicas."""
     spec = experiment.spec.store
     root = experiment_root(spec.uri, experiment.metadata.namespace)
-    return open_trajectory_store(root, experiment.name, endpoint=spec.endpoint, region=spec.region,
-                                 rollout_replicas=rollout_replicas(experiment))
+    return open_trajectory_store(
+        root, experiment.name, endpoint=spec.endpoint, region=spec.region, rollout_replicas=rollout_replicas(experiment)
+    )
 
 
 def describe_prefix(experiment: Any) -> str:

@@ -167,7 +167,9 @@ def _files_bytes(manifest: dict[str, Any], wanted: Callable[[str], bool]) -> int
 
 def _download(store, agent: str, version: int, target: Path, wanted: Callable[[str], bool], wait: float) -> int:
     """The files of the version's directory that ``wanted`` names, into ``target``; bytes read."""
-    manifest = get_dir(store.objects, _prefix(store, agent, version), target, wait=wait, skip=lambda path: not wanted(path))
+    manifest = get_dir(
+        store.objects, _prefix(store, agent, version), target, wait=wait, skip=lambda path: not wanted(path)
+    )
     return _files_bytes(manifest, wanted)
 
 
@@ -184,8 +186,13 @@ class _Reader:
         if version not in self.metas:
             target = self.scratch / f"meta-{version:06d}"
             target.mkdir(parents=True, exist_ok=True)
-            manifest = get_dir(self.store.objects, _prefix(self.store, self.agent, version), target, wait=wait,
-                               skip=lambda path: path != META)
+            manifest = get_dir(
+                self.store.objects,
+                _prefix(self.store, self.agent, version),
+                target,
+                wait=wait,
+                skip=lambda path: path != META,
+            )
             self.bytes_read += _files_bytes(manifest, lambda path: path == META)
             listed = {str(e.get("path")) for e in manifest.get("files", [])}
             self.metas[version] = json.loads((target / META).read_text()) if META in listed else None
@@ -224,7 +231,11 @@ def _plan(reader: _Reader, version: int, held: dict[str, Any] | None) -> tuple[i
     for _ in range(len(meta["chain"]) + 1):
         if held is not None and held.get("version") == current and held.get("state_sha256") == meta["state_sha256"]:
             return None, path[::-1]
-        holds_parent = held is not None and held.get("version") == meta.get("parent") and held.get("state_sha256") == meta.get("parent_sha256")
+        holds_parent = (
+            held is not None
+            and held.get("version") == meta.get("parent")
+            and held.get("state_sha256") == meta.get("parent_sha256")
+        )
         if meta["kind"] == "full" and not (holds_parent and meta.get("delta_bytes")):
             return current, path[::-1]
         path.append(current)
@@ -256,7 +267,12 @@ def fetch_policy(store, agent: str, version: int, local_dir: Path | str, *, wait
         try:
             start, deltas = _plan(reader, version, held)
         except (StoreError, TimeoutError, DeltaMismatch, KeyError, ValueError, TypeError) as error:
-            log.warning("%s: its chain cannot be followed (%s); falling back to its full publish %s", what, error, meta.get("base"))
+            log.warning(
+                "%s: its chain cannot be followed (%s); falling back to its full publish %s",
+                what,
+                error,
+                meta.get("base"),
+            )
             start, deltas = int(meta["base"]), []
         full_read = start is not None
         if start is not None:
@@ -269,14 +285,24 @@ def fetch_policy(store, agent: str, version: int, local_dir: Path | str, *, wait
             step_meta = reader.meta(step)
             try:
                 if step_meta.get("parent") != held["version"] or step_meta.get("parent_sha256") != held["state_sha256"]:
-                    raise DeltaMismatch(f"it applies to version {step_meta.get('parent')}, not to the held version {held['version']}")
+                    raise DeltaMismatch(
+                        f"it applies to version {step_meta.get('parent')}, not to the held version {held['version']}"
+                    )
                 updated = apply_delta(tensors, reader.delta(step))
                 got = state_sha256(updated)
                 if got != step_meta["state_sha256"]:
-                    raise DeltaMismatch(f"the rebuilt state has sha256 {got}, its publish says {step_meta['state_sha256']}")
+                    raise DeltaMismatch(
+                        f"the rebuilt state has sha256 {got}, its publish says {step_meta['state_sha256']}"
+                    )
             except (StoreError, TimeoutError, DeltaMismatch, KeyError) as error:
-                log.warning("%s: the delta of version %d is unusable (%s); using version %d, the newest one rebuilt and "
-                            "verified, until the next full publish", what, step, error, held["version"])
+                log.warning(
+                    "%s: the delta of version %d is unusable (%s); using version %d, the newest one rebuilt and "
+                    "verified, until the next full publish",
+                    what,
+                    step,
+                    error,
+                    held["version"],
+                )
                 break
             tensors, held, applied = updated, step_meta, applied + 1
         if applied:
@@ -299,7 +325,9 @@ def _replace_with_full(reader: _Reader, version: int, local: Path) -> None:
     got = state_sha256(tensors)
     if got != meta["state_sha256"]:
         (local / META).unlink(missing_ok=True)
-        raise CorruptObject(f"full weights version {version}: state sha256 {got} differs from its publish's {meta['state_sha256']}")
+        raise CorruptObject(
+            f"full weights version {version}: state sha256 {got} differs from its publish's {meta['state_sha256']}"
+        )
 
 
 # -- the learner side ---------------------------------------------------------------------------
@@ -314,21 +342,27 @@ class Published:
     changed_fraction: float | None  # against the parent; None without one
 
 
-def _reference(store, agent: str, parent: int, parent_meta: dict[str, Any], reference_dir: Path) -> dict[str, torch.Tensor] | None:
+def _reference(
+    store, agent: str, parent: int, parent_meta: dict[str, Any], reference_dir: Path
+) -> dict[str, torch.Tensor] | None:
     """The state of version ``parent`` (from ``reference_dir`` or rebuilt there from the store), or None."""
     held = read_local_meta(reference_dir)
     if held is None or held.get("version") != parent or held.get("state_sha256") != parent_meta.get("state_sha256"):
         try:
             fetched = fetch_policy(store, agent, parent, reference_dir)
         except (StoreError, TimeoutError, DeltaMismatch, OSError) as error:
-            log.warning("weights of agent %r: version %d cannot be rebuilt (%s); publishing in full", agent, parent, error)
+            log.warning(
+                "weights of agent %r: version %d cannot be rebuilt (%s); publishing in full", agent, parent, error
+            )
             return None
         if fetched.version != parent:
             return None
     return read_state(reference_dir)[0]
 
 
-def publish_policy(store, agent: str, version: int, local_dir: Path | str, reference_dir: Path | str, *, full_every: int) -> Published:
+def publish_policy(
+    store, agent: str, version: int, local_dir: Path | str, reference_dir: Path | str, *, full_every: int
+) -> Published:
     """Publish the model directory ``local_dir`` as weights ``version``: a delta against the newest
     committed version below it where the rules of the module docstring allow, else in full.
     ``local_dir`` then becomes ``reference_dir`` (the next publish's parent); ``full_every`` 1 is
@@ -344,7 +378,9 @@ def publish_policy(store, agent: str, version: int, local_dir: Path | str, refer
         try:
             parent_meta = get_meta(store, agent, parent)
         except (StoreError, TimeoutError, ValueError) as error:
-            log.warning("weights of agent %r: META of version %d unreadable (%s); publishing in full", agent, parent, error)
+            log.warning(
+                "weights of agent %r: META of version %d unreadable (%s); publishing in full", agent, parent, error
+            )
     delta = None
     if parent_meta is not None:
         previous = _reference(store, agent, parent, parent_meta, reference_dir)
@@ -355,15 +391,26 @@ def publish_policy(store, agent: str, version: int, local_dir: Path | str, refer
                 log.info("weights of agent %r version %d: %s; publishing in full", agent, version, error)
     meta: dict[str, Any] = {"format": FORMAT, "version": version, "state_sha256": sha, "full_bytes": full_bytes}
     if delta is not None:
-        meta.update(parent=parent, parent_sha256=parent_meta["state_sha256"], changed=delta.changed, numel=delta.numel,
-                    delta_bytes=delta.nbytes)
+        meta.update(
+            parent=parent,
+            parent_sha256=parent_meta["state_sha256"],
+            changed=delta.changed,
+            numel=delta.numel,
+            delta_bytes=delta.nbytes,
+        )
     chain_bytes = (parent_meta.get("chain_bytes", 0) if parent_meta else 0) + (delta.nbytes if delta else 0)
-    as_delta = (delta is not None and len(parent_meta["chain"]) < full_every and chain_bytes <= full_bytes
-                and delta.nbytes <= DELTA_BESIDE_FULL * full_bytes)
+    as_delta = (
+        delta is not None
+        and len(parent_meta["chain"]) < full_every
+        and chain_bytes <= full_bytes
+        and delta.nbytes <= DELTA_BESIDE_FULL * full_bytes
+    )
     with tempfile.TemporaryDirectory(prefix=".publish-", dir=local.parent) as scratch:
         if as_delta:
             out = Path(scratch)
-            meta.update(kind="delta", base=parent_meta["base"], chain=[*parent_meta["chain"], version], chain_bytes=chain_bytes)
+            meta.update(
+                kind="delta", base=parent_meta["base"], chain=[*parent_meta["chain"], version], chain_bytes=chain_bytes
+            )
             _write_delta(out / DELTA, delta)
         else:
             out = local

@@ -136,8 +136,9 @@ def tensor_delta(old: torch.Tensor, new: torch.Tensor) -> TensorDelta | None:
 def apply_tensor_delta(old: torch.Tensor, delta: TensorDelta) -> torch.Tensor:
     """``old`` with ``delta``'s elements written in; a new tensor, bit-identical to the one encoded."""
     if delta.numel != old.numel() or delta.values.dtype != old.dtype:
-        raise DeltaMismatch(f"delta of {delta.numel} {delta.values.dtype} elements does not fit a tensor of "
-                            f"{old.numel()} {old.dtype}")
+        raise DeltaMismatch(
+            f"delta of {delta.numel} {delta.values.dtype} elements does not fit a tensor of {old.numel()} {old.dtype}"
+        )
     if delta.encoding == "dense":
         if delta.values.numel() != old.numel():
             raise DeltaMismatch(f"dense delta holds {delta.values.numel()} elements for a tensor of {old.numel()}")
@@ -147,8 +148,12 @@ def apply_tensor_delta(old: torch.Tensor, delta: TensorDelta) -> torch.Tensor:
     if delta.encoding in ("index", "gaps"):
         assert delta.positions is not None
         where = delta.positions.long() if delta.encoding == "index" else decode_gaps(delta.positions)
-        if where.numel() != values.numel() or (where.numel() and (int(where.min()) < 0 or int(where.max()) >= flat.numel())):
-            raise DeltaMismatch(f"{delta.encoding} delta: {where.numel()} positions for {values.numel()} values in a tensor of {flat.numel()}")
+        if where.numel() != values.numel() or (
+            where.numel() and (int(where.min()) < 0 or int(where.max()) >= flat.numel())
+        ):
+            raise DeltaMismatch(
+                f"{delta.encoding} delta: {where.numel()} positions for {values.numel()} values in a tensor of {flat.numel()}"
+            )
     elif delta.encoding == "mask":
         assert delta.positions is not None
         where = torch.from_numpy(np.unpackbits(delta.positions.numpy(), count=flat.numel()).astype(bool))

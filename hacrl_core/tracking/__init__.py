@@ -27,7 +27,11 @@ def make_trackers(tracking: Any, *, experiment: str, agent: str, work_dir: Path)
         trackers.append(MlflowTracker(tracking.mlflow.tracking_uri, tracking.mlflow.experiment_name or experiment))
     if tracking.wandb:
         directory = Path(tracking.wandb.dir) if tracking.wandb.dir else work_dir / "wandb"
-        trackers.append(WandbTracker(tracking.wandb.project, tracking.wandb.entity, tracking.wandb.mode, directory, group=experiment))
+        trackers.append(
+            WandbTracker(
+                tracking.wandb.project, tracking.wandb.entity, tracking.wandb.mode, directory, group=experiment
+            )
+        )
     if tracking.tensorboard:
         trackers.append(TensorBoardTracker(Path(tracking.tensorboard.log_dir) / experiment / agent))
     return trackers
@@ -39,12 +43,27 @@ def open_tracking(context: Any, next_step: int) -> TrackingHub | None:
         return None
     agent, store = context.agent.name, context.store
     trackers = make_trackers(spec.tracking, experiment=context.experiment.name, agent=agent, work_dir=context.work_dir)
-    params = {"experiment": context.experiment.name, "agent": agent, **spec.model_dump(mode="json", by_alias=True, exclude_none=True)}
-    hub = TrackingHub(trackers, spec.tracking.buffer_steps, record=store.read_tracking(agent), run_name=agent, params=params,
-                      save_record=lambda record: store.write_tracking(agent, record))
+    params = {
+        "experiment": context.experiment.name,
+        "agent": agent,
+        **spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+    }
+    hub = TrackingHub(
+        trackers,
+        spec.tracking.buffer_steps,
+        record=store.read_tracking(agent),
+        run_name=agent,
+        params=params,
+        save_record=lambda record: store.write_tracking(agent, record),
+    )
     # A learner that died after a checkpoint but before its trackers got the steps up to it.
-    hub.backfill({step: store.read_metrics(step, agent) for step in range(hub.logged_through + 1, next_step)
-                  if store.metrics_ready(step, agent)})
+    hub.backfill(
+        {
+            step: store.read_metrics(step, agent)
+            for step in range(hub.logged_through + 1, next_step)
+            if store.metrics_ready(step, agent)
+        }
+    )
     close_on_exit(hub)
     return hub
 
@@ -79,9 +98,17 @@ def log_report(experiment: Any, store: Any, report_dir: Path, work_dir: Path) ->
         return
     files = [p for p in (report_dir / name for name in ("summary.md", "curves.png", "metrics.csv")) if p.exists()]
     for agent in experiment.spec.agents:
-        trackers = make_trackers(tracking, experiment=experiment.name, agent=agent.name, work_dir=work_dir / "tracking" / agent.name)
-        hub = TrackingHub(trackers, tracking.buffer_steps, record=store.read_tracking(agent.name), run_name=agent.name, params={},
-                          save_record=lambda _: None)
+        trackers = make_trackers(
+            tracking, experiment=experiment.name, agent=agent.name, work_dir=work_dir / "tracking" / agent.name
+        )
+        hub = TrackingHub(
+            trackers,
+            tracking.buffer_steps,
+            record=store.read_tracking(agent.name),
+            run_name=agent.name,
+            params={},
+            save_record=lambda _: None,
+        )
         for path in files:
             hub.artifact(path)
         hub.finish()

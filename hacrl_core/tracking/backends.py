@@ -36,8 +36,11 @@ def missing_tracker_packages(tracking: Any) -> list[tuple[str, str, str]]:
     """(tracker, package, fix) of every tracker the spec names whose client is not installed."""
     import importlib.util
 
-    return [(name, TRACKER_PACKAGES[name], EXTRA_HINT) for name in tracking.enabled()
-            if importlib.util.find_spec(TRACKER_PACKAGES[name]) is None]
+    return [
+        (name, TRACKER_PACKAGES[name], EXTRA_HINT)
+        for name in tracking.enabled()
+        if importlib.util.find_spec(TRACKER_PACKAGES[name]) is None
+    ]
 
 
 def _require(module: str, tracker: str):
@@ -149,9 +152,18 @@ class WandbTracker:
 
     def start(self, run_id: str | None, run_name: str, params: Mapping[str, Any]) -> str:
         self.directory.mkdir(parents=True, exist_ok=True)
-        self.run = self.wandb.init(project=self.project, entity=self.entity, mode=self.mode, dir=str(self.directory),
-                                   group=self.group, name=run_name, id=run_id or uuid.uuid4().hex[:12],
-                                   resume="allow", config=dict(params), reinit="create_new")
+        self.run = self.wandb.init(
+            project=self.project,
+            entity=self.entity,
+            mode=self.mode,
+            dir=str(self.directory),
+            group=self.group,
+            name=run_name,
+            id=run_id or uuid.uuid4().hex[:12],
+            resume="allow",
+            config=dict(params),
+            reinit="create_new",
+        )
         return self.run.id
 
     def log(self, step: int, metrics: Mapping[str, float]) -> None:

@@ -29,8 +29,11 @@ FIRST_DELAY, MAX_DELAY = 1.0, 60.0
 
 
 def numeric(values: Mapping[str, Any]) -> dict[str, float]:
-    return {k: float(v) for k, v in values.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+    return {
+        k: float(v)
+        for k, v in values.items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    }
 
 
 class _Channel:
@@ -48,9 +51,17 @@ class _Channel:
 
 
 class TrackingHub:
-    def __init__(self, trackers: Sequence[Tracker], buffer_steps: int, *, record: Mapping[str, Any], run_name: str,
-                 params: Mapping[str, Any], save_record: Callable[[dict[str, Any]], None],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        trackers: Sequence[Tracker],
+        buffer_steps: int,
+        *,
+        record: Mapping[str, Any],
+        run_name: str,
+        params: Mapping[str, Any],
+        save_record: Callable[[dict[str, Any]], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.channels = [_Channel(t, buffer_steps) for t in trackers]
         runs = record.get("runs", {})
         for channel in self.channels:
@@ -89,7 +100,12 @@ class TrackingHub:
         self._save()
 
     def _save(self) -> None:
-        self.save_record({"runs": {c.tracker.name: c.run_id for c in self.channels if c.run_id}, "logged_through": self.logged_through})
+        self.save_record(
+            {
+                "runs": {c.tracker.name: c.run_id for c in self.channels if c.run_id},
+                "logged_through": self.logged_through,
+            }
+        )
 
     def artifact(self, path: Path) -> None:
         for channel in self.channels:
@@ -108,7 +124,11 @@ class TrackingHub:
             if channel.started:
                 self._attempt(channel, channel.tracker.finish, "finish")
             if channel.queue:
-                log.warning("tracker %s: %d steps never sent (unreachable until the end)", channel.tracker.name, len(channel.queue))
+                log.warning(
+                    "tracker %s: %d steps never sent (unreachable until the end)",
+                    channel.tracker.name,
+                    len(channel.queue),
+                )
 
     @property
     def dropped(self) -> int:
@@ -137,8 +157,13 @@ class TrackingHub:
             action()
         except Exception as error:  # noqa: BLE001 (any client error: the tracker is down, training is not)
             if not channel.failing:
-                log.warning("tracker %s unreachable (%s: %s); training goes on, keeping up to %d steps for it and retrying",
-                            channel.tracker.name, type(error).__name__, str(error)[:300], channel.buffer_steps)
+                log.warning(
+                    "tracker %s unreachable (%s: %s); training goes on, keeping up to %d steps for it and retrying",
+                    channel.tracker.name,
+                    type(error).__name__,
+                    str(error)[:300],
+                    channel.buffer_steps,
+                )
             channel.failing = True
             channel.next_try = self.clock() + channel.delay
             channel.delay = min(channel.delay * 2, MAX_DELAY)

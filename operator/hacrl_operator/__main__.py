@@ -48,7 +48,9 @@ def main() -> int:
 
         namespace, name = config.leader_lease
         client = LeaseClient(load_configuration(config), namespace, name, timeout=config.renew_deadline / 2)
-        elector = LeaderElector(client, config.leader_identity, Timing(config.lease_duration, config.renew_deadline, config.retry_period))
+        elector = LeaderElector(
+            client, config.leader_identity, Timing(config.lease_duration, config.renew_deadline, config.retry_period)
+        )
         with serve_standby(config.health_port, config.metrics_port, lambda: elector.holder):
             elector.acquire()
         elector.keep_renewing(lost_lease)

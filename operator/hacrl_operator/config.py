@@ -141,7 +141,9 @@ def _run_as_user(env: Mapping[str, str], name: str, default: int | None) -> int 
     try:
         return _int(env, name, default or 1000, low=1)
     except ConfigError as error:
-        raise ConfigError(f"{error}; or {PLATFORM_ASSIGNED!r} to leave uid, gid and fsGroup to the platform (OpenShift)") from None
+        raise ConfigError(
+            f"{error}; or {PLATFORM_ASSIGNED!r} to leave uid, gid and fsGroup to the platform (OpenShift)"
+        ) from None
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
@@ -171,11 +173,23 @@ def _secrets(env: Mapping[str, str], name: str, qualified: bool = True) -> tuple
     raw = _raw(env, name) or ""
     entries = tuple(dict.fromkeys(part.strip() for part in raw.split(",") if part.strip()))
     parts = 2 if qualified else 1
-    bad = [e for e in entries if not (qualified and e == "*") and not (
-        len(e.split("/")) <= parts and all(p and len(p) <= 253 and DNS_SUBDOMAIN.match(p) for p in e.split("/")))]
+    bad = [
+        e
+        for e in entries
+        if not (qualified and e == "*")
+        and not (
+            len(e.split("/")) <= parts and all(p and len(p) <= 253 and DNS_SUBDOMAIN.match(p) for p in e.split("/"))
+        )
+    ]
     if bad:
-        forms = "Secret names ('hacrl-store', any namespace) or 'namespace/name', or '*' for any Secret" if qualified else "Secret names"
-        raise ConfigError(f"{name}={raw!r}: {', '.join(map(repr, bad))} is not a Secret; give a comma-separated list of {forms}")
+        forms = (
+            "Secret names ('hacrl-store', any namespace) or 'namespace/name', or '*' for any Secret"
+            if qualified
+            else "Secret names"
+        )
+        raise ConfigError(
+            f"{name}={raw!r}: {', '.join(map(repr, bad))} is not a Secret; give a comma-separated list of {forms}"
+        )
     return entries
 
 
@@ -195,10 +209,14 @@ def _default_store(env: Mapping[str, str]) -> StoreSpec | None:
         return None
     if "uri" not in given:
         names = ", ".join(name for name, _ in given.values())
-        raise ConfigError(f"{names} set but HACRL_DEFAULT_STORE_URI is empty: give the default store's URI (e.g. s3://hacrl), or unset {names}")
+        raise ConfigError(
+            f"{names} set but HACRL_DEFAULT_STORE_URI is empty: give the default store's URI (e.g. s3://hacrl), or unset {names}"
+        )
     if not given["uri"][1].startswith("s3://"):
-        raise ConfigError(f"HACRL_DEFAULT_STORE_URI={given['uri'][1]!r} is not an S3 store: give s3://bucket[/prefix] "
-                          "(a file:// path inside each pod is no store that rollout and learner pods share)")
+        raise ConfigError(
+            f"HACRL_DEFAULT_STORE_URI={given['uri'][1]!r} is not an S3 store: give s3://bucket[/prefix] "
+            "(a file:// path inside each pod is no store that rollout and learner pods share)"
+        )
     try:
         return StoreSpec(**{field: raw for field, (_, raw) in given.items()})
     except ValidationError as error:
@@ -229,18 +247,37 @@ def _leader_election(env: Mapping[str, str], defaults: OperatorConfig) -> dict[s
     lease: tuple[str, str] | None = None
     if raw is not None:
         namespace, _, name = raw.partition("/")
-        if not (namespace and name and len(namespace) <= 63 and DNS_LABEL.match(namespace) and len(name) <= 253 and DNS_SUBDOMAIN.match(name)):
-            raise ConfigError(f"HACRL_LEADER_ELECTION_LEASE={raw!r} is not a Lease: give namespace/name (e.g. hacrl-system/hacrl-operator), "
-                              "or leave it empty to run without leader election (one replica only)")
+        if not (
+            namespace
+            and name
+            and len(namespace) <= 63
+            and DNS_LABEL.match(namespace)
+            and len(name) <= 253
+            and DNS_SUBDOMAIN.match(name)
+        ):
+            raise ConfigError(
+                f"HACRL_LEADER_ELECTION_LEASE={raw!r} is not a Lease: give namespace/name (e.g. hacrl-system/hacrl-operator), "
+                "or leave it empty to run without leader election (one replica only)"
+            )
         lease = (namespace, name)
     duration = _int(env, "HACRL_LEADER_ELECTION_LEASE_DURATION", defaults.lease_duration, low=2)
     deadline = _seconds(env, "HACRL_LEADER_ELECTION_RENEW_DEADLINE", defaults.renew_deadline)
     retry = _seconds(env, "HACRL_LEADER_ELECTION_RETRY_PERIOD", defaults.retry_period)
     if not deadline < duration:
-        raise ConfigError(f"HACRL_LEADER_ELECTION_RENEW_DEADLINE={deadline:g} must be shorter than HACRL_LEADER_ELECTION_LEASE_DURATION="
-                          f"{duration}: a leader must stop acting before a standby may take its Lease")
+        raise ConfigError(
+            f"HACRL_LEADER_ELECTION_RENEW_DEADLINE={deadline:g} must be shorter than HACRL_LEADER_ELECTION_LEASE_DURATION="
+            f"{duration}: a leader must stop acting before a standby may take its Lease"
+        )
     if not retry * 1.2 < deadline:
-        raise ConfigError(f"HACRL_LEADER_ELECTION_RETRY_PERIOD={retry:g} must be under HACRL_LEADER_ELECTION_RENEW_DEADLINE / 1.2 "
-                          f"({deadline / 1.2:g}): a leader needs more than one try to renew before its deadline")
+        raise ConfigError(
+            f"HACRL_LEADER_ELECTION_RETRY_PERIOD={retry:g} must be under HACRL_LEADER_ELECTION_RENEW_DEADLINE / 1.2 "
+            f"({deadline / 1.2:g}): a leader needs more than one try to renew before its deadline"
+        )
     identity = _raw(env, "HACRL_LEADER_ELECTION_IDENTITY") or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
-    return {"leader_lease": lease, "leader_identity": identity, "lease_duration": duration, "renew_deadline": deadline, "retry_period": retry}
+    return {
+        "leader_lease": lease,
+        "leader_identity": identity,
+        "lease_duration": duration,
+        "renew_deadline": deadline,
+        "retry_period": retry,
+    }

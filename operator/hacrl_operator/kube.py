@@ -56,7 +56,12 @@ class Kube:
         self.api.close()
 
     def request(
-        self, method: str, path: str, *, query: dict[str, str] | None = None, body: Any = None,
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, str] | None = None,
+        body: Any = None,
         content_type: str = "application/json",
     ) -> dict[str, Any] | None:
         headers = {"Accept": "application/json"}
@@ -64,12 +69,20 @@ class Kube:
             headers["Content-Type"] = content_type
         try:
             response = self.api.call_api(
-                path, method, query_params=list((query or {}).items()), header_params=headers, body=body,
-                auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
+                path,
+                method,
+                query_params=list((query or {}).items()),
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _return_http_data_only=True,
                 _request_timeout=_TIMEOUT,
             )
         except ApiException as error:
-            raise KubeError(error.status or 0, f"{method} {path}: {error.status} {error.reason}: {_message(error)}") from None
+            raise KubeError(
+                error.status or 0, f"{method} {path}: {error.status} {error.reason}: {_message(error)}"
+            ) from None
         data = response.data
         return json.loads(data) if data else None
 
@@ -83,7 +96,12 @@ class Kube:
         return self.get(self.experiment_path(namespace, name))
 
     def patch_experiment_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        self.request("PATCH", self.experiment_path(namespace, name) + "/status", body={"status": status}, content_type=MERGE_PATCH)
+        self.request(
+            "PATCH",
+            self.experiment_path(namespace, name) + "/status",
+            body={"status": status},
+            content_type=MERGE_PATCH,
+        )
 
     def delete_experiment(self, namespace: str, name: str) -> None:
         self.delete(self.experiment_path(namespace, name))
@@ -92,7 +110,9 @@ class Kube:
 
     def list_pods(self, namespace: str, selector: dict[str, str]) -> list[dict[str, Any]]:
         label_selector = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
-        listing = self.request("GET", f"/api/v1/namespaces/{namespace}/pods", query={"labelSelector": label_selector}) or {}
+        listing = (
+            self.request("GET", f"/api/v1/namespaces/{namespace}/pods", query={"labelSelector": label_selector}) or {}
+        )
         return list(listing.get("items") or [])
 
     @staticmethod
@@ -104,7 +124,9 @@ class Kube:
 
     def create(self, manifest: dict[str, Any]) -> bool:
         """Create a namespaced object; False if it exists already (idempotent)."""
-        path = self.collection_path(manifest.get("apiVersion", "v1"), manifest["kind"], manifest["metadata"]["namespace"])
+        path = self.collection_path(
+            manifest.get("apiVersion", "v1"), manifest["kind"], manifest["metadata"]["namespace"]
+        )
         try:
             self.request("POST", path, body=manifest)
         except KubeError as error:
@@ -137,19 +159,27 @@ class Kube:
     def get_object(self, manifest: dict[str, Any]) -> dict[str, Any] | None:
         """The stored object of ``manifest``'s kind, namespace and name, or None."""
         metadata = manifest["metadata"]
-        return self.get(self.collection_path(manifest.get("apiVersion", "v1"), manifest["kind"], metadata["namespace"]) + f"/{metadata['name']}")
+        return self.get(
+            self.collection_path(manifest.get("apiVersion", "v1"), manifest["kind"], metadata["namespace"])
+            + f"/{metadata['name']}"
+        )
 
     def patch_spec(self, manifest: dict[str, Any]) -> None:
         """Merge-patch the stored object's spec to ``manifest``'s."""
         metadata = manifest["metadata"]
-        path = self.collection_path(manifest.get("apiVersion", "v1"), manifest["kind"], metadata["namespace"]) + f"/{metadata['name']}"
+        path = (
+            self.collection_path(manifest.get("apiVersion", "v1"), manifest["kind"], metadata["namespace"])
+            + f"/{metadata['name']}"
+        )
         self.request("PATCH", path, body={"spec": manifest["spec"]}, content_type=MERGE_PATCH)
 
     def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.get(f"/api/v1/namespaces/{namespace}/configmaps/{name}")
 
     def patch_configmap_data(self, namespace: str, name: str, data: dict[str, str]) -> None:
-        self.request("PATCH", f"/api/v1/namespaces/{namespace}/configmaps/{name}", body={"data": data}, content_type=MERGE_PATCH)
+        self.request(
+            "PATCH", f"/api/v1/namespaces/{namespace}/configmaps/{name}", body={"data": data}, content_type=MERGE_PATCH
+        )
 
 
 def _message(error: ApiException) -> str:

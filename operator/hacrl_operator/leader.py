@@ -56,7 +56,9 @@ class LeaseClient:
     """The three calls of an election (get, create, conditional patch) on one Lease, each bounded by
     ``timeout`` seconds: a request may never outlast the renew deadline it is racing."""
 
-    def __init__(self, configuration: kubernetes.client.Configuration, namespace: str, name: str, timeout: float) -> None:
+    def __init__(
+        self, configuration: kubernetes.client.Configuration, namespace: str, name: str, timeout: float
+    ) -> None:
         configuration = copy.deepcopy(configuration)
         # No urllib3 retries: the election itself retries every retry_period, and three silent
         # retries of a timed-out request would triple the time one try can take.
@@ -69,14 +71,22 @@ class LeaseClient:
     def close(self) -> None:
         self.api.close()
 
-    def _call(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> dict[str, Any] | None:
+    def _call(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json"
+    ) -> dict[str, Any] | None:
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type
         try:
             response = self.api.call_api(
-                path, method, header_params=headers, body=body, auth_settings=["BearerToken"],
-                _preload_content=False, _return_http_data_only=True, _request_timeout=(self.timeout, self.timeout),
+                path,
+                method,
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _return_http_data_only=True,
+                _request_timeout=(self.timeout, self.timeout),
             )
         except ApiException as error:
             if error.status == 404 and method == "GET":
@@ -90,7 +100,12 @@ class LeaseClient:
         return self._call("GET", f"{self.collection}/{self.name}")
 
     def create(self, spec: dict[str, Any]) -> dict[str, Any]:
-        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": self.name, "namespace": self.namespace}, "spec": spec}
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": self.name, "namespace": self.namespace},
+            "spec": spec,
+        }
         result = self._call("POST", self.collection, body)
         assert result is not None
         return result
@@ -112,7 +127,9 @@ class Timing:
 
 
 class LeaderElector:
-    def __init__(self, client: LeaseClient, identity: str, timing: Timing, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, client: LeaseClient, identity: str, timing: Timing, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.client, self.identity, self.timing, self.clock = client, identity, timing, clock
         self._observed: dict[str, Any] | None = None  # the Lease spec as last read or written
         self._observed_at = 0.0  # when it last changed, on our clock
@@ -131,8 +148,13 @@ class LeaderElector:
     def try_acquire_or_renew(self) -> bool:
         """One try (client-go's tryAcquireOrRenew): True when we hold the Lease afterwards."""
         now = micro_time()
-        desired = {"holderIdentity": self.identity, "leaseDurationSeconds": self.timing.lease_duration,
-                   "acquireTime": now, "renewTime": now, "leaseTransitions": 0}
+        desired = {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": self.timing.lease_duration,
+            "acquireTime": now,
+            "renewTime": now,
+            "leaseTransitions": 0,
+        }
         lease = self.client.get()
         if lease is None:
             try:
@@ -176,8 +198,13 @@ class LeaderElector:
         while not self._try():
             if self.holder != logged:
                 logged = self.holder
-                logger.info("standby: lease %s/%s is held by %s; trying every %ss", self.client.namespace, self.client.name,
-                            logged or "nobody", self.timing.retry_period)
+                logger.info(
+                    "standby: lease %s/%s is held by %s; trying every %ss",
+                    self.client.namespace,
+                    self.client.name,
+                    logged or "nobody",
+                    self.timing.retry_period,
+                )
             if self._stop.wait(self.timing.retry_period * random.uniform(1.0, JITTER)):
                 raise RuntimeError("stopped before acquiring the lease")
         logger.info("leader: acquired lease %s/%s as %s", self.client.namespace, self.client.name, self.identity)
@@ -200,9 +227,14 @@ class LeaderElector:
             step = min(0.25, self.timing.retry_period / 4)
             while not self._stop.wait(step) and not lost.is_set():
                 if self.clock() - self._renewed_at > self.timing.renew_deadline:
-                    lose(f"lease {self.client.namespace}/{self.client.name} not renewed for {self.timing.renew_deadline:g}s")
+                    lose(
+                        f"lease {self.client.namespace}/{self.client.name} not renewed for {self.timing.renew_deadline:g}s"
+                    )
 
-        self._threads = [threading.Thread(target=target, name=f"lease-{target.__name__}", daemon=True) for target in (renew, watchdog)]
+        self._threads = [
+            threading.Thread(target=target, name=f"lease-{target.__name__}", daemon=True)
+            for target in (renew, watchdog)
+        ]
         for thread in self._threads:
             thread.start()
 
@@ -220,8 +252,10 @@ class LeaderElector:
             lease = self.client.get()
             if lease and (lease.get("spec") or {}).get("holderIdentity") == self.identity:
                 now = micro_time()
-                self.client.update(lease["metadata"]["resourceVersion"], {
-                    "holderIdentity": None, "leaseDurationSeconds": 1, "acquireTime": now, "renewTime": now})
+                self.client.update(
+                    lease["metadata"]["resourceVersion"],
+                    {"holderIdentity": None, "leaseDurationSeconds": 1, "acquireTime": now, "renewTime": now},
+                )
                 logger.info("leader: released lease %s/%s", self.client.namespace, self.client.name)
         except Exception as error:  # the standby then takes over after lease_duration instead
             logger.warning("leader: could not release lease %s/%s: %s", self.client.namespace, self.client.name, error)

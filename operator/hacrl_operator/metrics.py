@@ -37,19 +37,43 @@ class OperatorMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self.reconciles = Counter(
-            "hacrl_operator_reconciles", "Reconciles run, by trigger and outcome.", ["trigger", "outcome"], registry=self.registry
+            "hacrl_operator_reconciles",
+            "Reconciles run, by trigger and outcome.",
+            ["trigger", "outcome"],
+            registry=self.registry,
         )
-        self.errors = Counter("hacrl_operator_errors", "Failed reconciles, by trigger and exception class.", ["trigger", "kind"], registry=self.registry)
+        self.errors = Counter(
+            "hacrl_operator_errors",
+            "Failed reconciles, by trigger and exception class.",
+            ["trigger", "kind"],
+            registry=self.registry,
+        )
         self.latency = Histogram(
-            "hacrl_operator_reconcile_seconds", "Wall time of one reconcile.", ["trigger"], buckets=_BUCKETS, registry=self.registry
+            "hacrl_operator_reconcile_seconds",
+            "Wall time of one reconcile.",
+            ["trigger"],
+            buckets=_BUCKETS,
+            registry=self.registry,
         )
-        self.experiments = Gauge("hacrl_operator_experiments", "Experiments watched, by phase.", ["phase"], registry=self.registry)
-        self.restarts = Counter("hacrl_operator_pod_restarts", "Worker pods recreated after a failure or loss.", registry=self.registry)
+        self.experiments = Gauge(
+            "hacrl_operator_experiments", "Experiments watched, by phase.", ["phase"], registry=self.registry
+        )
+        self.restarts = Counter(
+            "hacrl_operator_pod_restarts", "Worker pods recreated after a failure or loss.", registry=self.registry
+        )
         # An operator that runs its handlers acts: it holds the Lease (a standby never gets here).
-        self.leader = Gauge("hacrl_operator_leader", "1 if this replica holds the leader-election Lease and acts.", registry=self.registry)
+        self.leader = Gauge(
+            "hacrl_operator_leader",
+            "1 if this replica holds the leader-election Lease and acts.",
+            registry=self.registry,
+        )
         self.leader.set(1)
-        self.store_requests = Counter("hacrl_operator_store_requests", "S3 requests the operator sent (each try), by operation.", ["operation"],
-                                      registry=self.registry)
+        self.store_requests = Counter(
+            "hacrl_operator_store_requests",
+            "S3 requests the operator sent (each try), by operation.",
+            ["operation"],
+            registry=self.registry,
+        )
         self._phases: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
         self._server = None

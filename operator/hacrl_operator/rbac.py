@@ -34,26 +34,74 @@ class Rule:
 
 
 RULES: tuple[Rule, ...] = (
-    Rule(API_GROUP, PLURAL, ("get", "list", "watch", "patch", "delete"), "namespace",
-         "kopf watches experiments and patches its progress and finalizer; delete after ttlSecondsAfterFinished"),
-    Rule(API_GROUP, f"{PLURAL}/status", ("patch",), "namespace", "the operator writes status (it reads the whole object)"),
-    Rule(API_GROUP, f"{PLURAL}/finalizers", ("update",), "namespace",
-         "children's owner references block the experiment's deletion (blockOwnerDeletion): OwnerReferencesPermissionEnforcement"),
-    Rule("", "pods", ("get", "list", "watch", "create", "delete"), "namespace",
-         "per-agent rollout and learner pods; pod events trigger reconciles"),
-    Rule("", "configmaps", ("get", "create", "patch", "delete"), "namespace",
-         "the rendered spec mounted in the pods (delete: OwnerReferencesPermissionEnforcement, to set its owner reference)"),
-    Rule("", "events", ("create",), "namespace", "Events on every transition (the operator's and kopf's, both posted, never patched)"),
-    Rule("", "services", ("get", "create", "delete"), "namespace",
-         "a headless Service per agent whose learner spans several nodes: its pods' DNS names, node 0's the rendezvous "
-         "(delete: OwnerReferencesPermissionEnforcement)"),
-    Rule("scheduling.volcano.sh", "podgroups", ("get", "create", "patch", "delete"), "namespace",
-         "spec.scheduling.gang volcano: the experiment's PodGroup (granted whether or not Volcano is installed; unused without it; "
-         "delete: OwnerReferencesPermissionEnforcement)"),
-    Rule("apiextensions.k8s.io", "customresourcedefinitions", ("list", "watch"), "cluster",
-         "watching all namespaces, kopf follows the HACRLExperiment CRD and notices when it is (re)installed"),
-    Rule("coordination.k8s.io", "leases", ("get", "create", "patch"), "lease",
-         "leader election among the operator's replicas (hacrl_operator/leader.py): read, create and conditionally renew its Lease"),
+    Rule(
+        API_GROUP,
+        PLURAL,
+        ("get", "list", "watch", "patch", "delete"),
+        "namespace",
+        "kopf watches experiments and patches its progress and finalizer; delete after ttlSecondsAfterFinished",
+    ),
+    Rule(
+        API_GROUP, f"{PLURAL}/status", ("patch",), "namespace", "the operator writes status (it reads the whole object)"
+    ),
+    Rule(
+        API_GROUP,
+        f"{PLURAL}/finalizers",
+        ("update",),
+        "namespace",
+        "children's owner references block the experiment's deletion (blockOwnerDeletion): OwnerReferencesPermissionEnforcement",
+    ),
+    Rule(
+        "",
+        "pods",
+        ("get", "list", "watch", "create", "delete"),
+        "namespace",
+        "per-agent rollout and learner pods; pod events trigger reconciles",
+    ),
+    Rule(
+        "",
+        "configmaps",
+        ("get", "create", "patch", "delete"),
+        "namespace",
+        "the rendered spec mounted in the pods (delete: OwnerReferencesPermissionEnforcement, to set its owner reference)",
+    ),
+    Rule(
+        "",
+        "events",
+        ("create",),
+        "namespace",
+        "Events on every transition (the operator's and kopf's, both posted, never patched)",
+    ),
+    Rule(
+        "",
+        "services",
+        ("get", "create", "delete"),
+        "namespace",
+        "a headless Service per agent whose learner spans several nodes: its pods' DNS names, node 0's the rendezvous "
+        "(delete: OwnerReferencesPermissionEnforcement)",
+    ),
+    Rule(
+        "scheduling.volcano.sh",
+        "podgroups",
+        ("get", "create", "patch", "delete"),
+        "namespace",
+        "spec.scheduling.gang volcano: the experiment's PodGroup (granted whether or not Volcano is installed; unused without it; "
+        "delete: OwnerReferencesPermissionEnforcement)",
+    ),
+    Rule(
+        "apiextensions.k8s.io",
+        "customresourcedefinitions",
+        ("list", "watch"),
+        "cluster",
+        "watching all namespaces, kopf follows the HACRLExperiment CRD and notices when it is (re)installed",
+    ),
+    Rule(
+        "coordination.k8s.io",
+        "leases",
+        ("get", "create", "patch"),
+        "lease",
+        "leader election among the operator's replicas (hacrl_operator/leader.py): read, create and conditionally renew its Lease",
+    ),
 )
 
 # The same as (apiGroup, resource, verbs) triples.

@@ -41,10 +41,18 @@ def serve_standby(health_port: int, metrics_port: int, holder: Callable[[], str]
     """Serve ``/healthz`` (200, the Lease's holder) and ``/metrics`` (``hacrl_operator_leader 0``)
     until the block ends; a port of 0 is not served."""
     health = {"/healthz": lambda: ("application/json", json.dumps({"leader": False, "holder": holder()}).encode())}
-    metrics = {"/metrics": lambda: ("text/plain; version=0.0.4", b"# HELP hacrl_operator_leader 1 if this replica holds the "
-                                    b"leader-election Lease.\n# TYPE hacrl_operator_leader gauge\nhacrl_operator_leader 0.0\n")}
-    servers = [http.server.ThreadingHTTPServer(("0.0.0.0", port), _handler(routes))
-               for port, routes in ((health_port, health), (metrics_port, metrics)) if port]
+    metrics = {
+        "/metrics": lambda: (
+            "text/plain; version=0.0.4",
+            b"# HELP hacrl_operator_leader 1 if this replica holds the "
+            b"leader-election Lease.\n# TYPE hacrl_operator_leader gauge\nhacrl_operator_leader 0.0\n",
+        )
+    }
+    servers = [
+        http.server.ThreadingHTTPServer(("0.0.0.0", port), _handler(routes))
+        for port, routes in ((health_port, health), (metrics_port, metrics))
+        if port
+    ]
     threads = [threading.Thread(target=server.serve_forever, name="standby-http", daemon=True) for server in servers]
     for thread in threads:
         thread.start()

@@ -129,7 +129,12 @@ def test_loop_reference_matches_vectorised_function_over_seeds():
                 if len(set(values)) == 1:
                     want.append(0.0)
                     continue
-                weights = [min(10, max(0.1, (capability[learner] / capability[sources[j]]).item())) if sources[j] != learner else 1.0 for j in members]
+                weights = [
+                    min(10, max(0.1, (capability[learner] / capability[sources[j]]).item()))
+                    if sources[j] != learner
+                    else 1.0
+                    for j in members
+                ]
                 mu = sum(w * v for w, v in zip(weights, values)) / len(values)
                 if mu > max(values):
                     own = [rewards[j].item() for j in members if sources[j] == learner]
@@ -148,4 +153,6 @@ def test_unknown_mode_lists_valid_modes():
 
 def test_mismatched_shapes_are_rejected():
     with pytest.raises(ValueError, match="equal length"):
-        group_advantages(torch.zeros(3), torch.zeros(2, dtype=torch.long), torch.zeros(3, dtype=torch.long), 0, torch.ones(1))
+        group_advantages(
+            torch.zeros(3), torch.zeros(2, dtype=torch.long), torch.zeros(3, dtype=torch.long), 0, torch.ones(1)
+        )

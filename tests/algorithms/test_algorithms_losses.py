@@ -143,8 +143,13 @@ def test_gradient_flows_through_mean_log_prob_of_a_model():
     old = mean_logp.detach() + 0.05  # s = e^-0.05, inside [0.8, 1]
     omega, advantage, alpha = 1.7, 0.9, 2.0
     loss, _ = hacpo_loss(
-        mean_logp.view(1), old.view(1), torch.tensor([advantage], dtype=torch.float64),
-        torch.tensor([False]), torch.tensor([omega], dtype=torch.float64), 0, alpha=alpha,
+        mean_logp.view(1),
+        old.view(1),
+        torch.tensor([advantage], dtype=torch.float64),
+        torch.tensor([False]),
+        torch.tensor([omega], dtype=torch.float64),
+        0,
+        alpha=alpha,
     )
     (grad,) = torch.autograd.grad(loss, logits, retain_graph=True)
     (dmean,) = torch.autograd.grad(mean_logp, logits)
@@ -216,7 +221,9 @@ def test_masked_slots_never_matter():
     clean_new = torch.where(mask.bool(), new, torch.zeros_like(new))
     clean_old = torch.where(mask.bool(), old, torch.zeros_like(old))
     adv = torch.tensor([1.0, -1.0])
-    assert grpo_loss(new, old, adv, mask)[0].item() == pytest.approx(grpo_loss(clean_new, clean_old, adv, mask)[0].item())
+    assert grpo_loss(new, old, adv, mask)[0].item() == pytest.approx(
+        grpo_loss(clean_new, clean_old, adv, mask)[0].item()
+    )
     assert torch.allclose(masked_mean(new, mask, dim=-1), torch.tensor([-1.5, -0.5]))
 
 

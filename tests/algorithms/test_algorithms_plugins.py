@@ -64,7 +64,9 @@ def installed_plugin(tmp_path: Path) -> Path:
 
 def run(args: list[str], path: Path | None) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(path)] * (path is not None) + [str(ROOT)])}
-    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180, check=False)
+    return subprocess.run(
+        [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180, check=False
+    )
 
 
 def test_hacrl_validate_accepts_an_installed_plugins_name(installed_plugin: Path):
@@ -73,7 +75,10 @@ def test_hacrl_validate_accepts_an_installed_plugins_name(installed_plugin: Path
     assert accepted.returncode == 0, accepted.stderr
     assert "algorithm gspo-shared" in accepted.stdout
     refused = run(["-m", "hacrl_core.cli", "validate", spec], None)  # not installed: an unknown name
-    assert refused.returncode == 1 and "spec.algorithm.name: Input should be 'hacpo', 'gspo', 'grpo' or 'naive'" in refused.stderr
+    assert (
+        refused.returncode == 1
+        and "spec.algorithm.name: Input should be 'hacpo', 'gspo', 'grpo' or 'naive'" in refused.stderr
+    )
 
 
 def test_the_spec_reads_a_plugin_without_torch_and_the_learner_imports_it(installed_plugin: Path):
@@ -91,8 +96,13 @@ def test_the_spec_reads_a_plugin_without_torch_and_the_learner_imports_it(instal
     """)
     result = run(["-c", program], installed_plugin)
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout.splitlines()[-1]) == {"torch_free": True, "in_crd": True, "loss": "gspo_shared_loss",
-                                                         "shares_rows": True, "entry": "gspo-shared"}
+    assert json.loads(result.stdout.splitlines()[-1]) == {
+        "torch_free": True,
+        "in_crd": True,
+        "loss": "gspo_shared_loss",
+        "shares_rows": True,
+        "entry": "gspo-shared",
+    }
 
 
 def test_a_shared_row_plugin_needs_two_agents(installed_plugin: Path):
@@ -108,14 +118,20 @@ def test_a_module_dropped_into_the_algorithms_folder_is_found_by_its_entry(tmp_p
     (tmp_path / "helpers.py").write_text("X = 1\n")  # no entry: not an algorithm
     [found] = dropped_in(tmp_path, "pkg")
     assert found.module == "pkg.gspo_shared"
-    assert found.entry == AlgorithmDescriptor(name="gspo-shared", shares_rows=True, advantage_mode="naive", cross_old_logprob="source",
-                                              policy_loss="gspo-shared")
+    assert found.entry == AlgorithmDescriptor(
+        name="gspo-shared",
+        shares_rows=True,
+        advantage_mode="naive",
+        cross_old_logprob="source",
+        policy_loss="gspo-shared",
+    )
 
 
 def test_an_entry_that_is_not_literal_is_refused_with_its_file(tmp_path: Path):
     path = tmp_path / "computed.py"
-    path.write_text('NAME = "x"\nCATALOG_ENTRY = AlgorithmDescriptor(name=NAME, shares_rows=False, advantage_mode="gspo", '
-                    'cross_old_logprob="source", policy_loss="gspo")\n')
+    path.write_text(
+        'NAME = "x"\nCATALOG_ENTRY = AlgorithmDescriptor(name=NAME, shares_rows=False, advantage_mode="gspo", '
+        'cross_old_logprob="source", policy_loss="gspo")\n'
+    )
     with pytest.raises(ValueError, match="computed.py: CATALOG_ENTRY must be AlgorithmDescriptor"):
         read_entry(path)
-

@@ -41,7 +41,9 @@ TAKES_CACHE = {"learning", "learner", "pipeline", "sharing", "headroom", "weight
 def check_operator(stdout: str, payload: dict) -> None:
     """The floor (the operator's pods created without the operator) ran at every scale, through the
     operator's client (its User-Agent), and gave a finite ratio."""
-    assert "floor create->pods median ms" in stdout and "floor create->pods median ms" in payload["table"], stdout[-3000:]
+    assert "floor create->pods median ms" in stdout and "floor create->pods median ms" in payload["table"], stdout[
+        -3000:
+    ]
     assert [entry["experiments"] for entry in payload["summary"]] == [1, 3]
     for entry in payload["summary"]:
         assert entry["floor_create_to_pods"]["timed_out"] == 0, entry
@@ -74,8 +76,15 @@ def test_quick_run_writes_table_and_json(script: str, tmp_path: Path, model_cach
     # As bench_env does for the runs it starts: idle OpenMP threads sleep instead of spinning, or
     # an in-process model build on a loaded 2-CPU machine can take ten times as long.
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    command = [sys.executable, str(REPO / "bench" / f"{script}.py"), "--quick", "--out", str(tmp_path / "results"),
-               "--work", str(tmp_path / "work")] + (["--cache", str(model_cache)] if script in TAKES_CACHE else [])
+    command = [
+        sys.executable,
+        str(REPO / "bench" / f"{script}.py"),
+        "--quick",
+        "--out",
+        str(tmp_path / "results"),
+        "--work",
+        str(tmp_path / "work"),
+    ] + (["--cache", str(model_cache)] if script in TAKES_CACHE else [])
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, f"{script} failed:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
     assert header in done.stdout, done.stdout[-3000:]

@@ -25,7 +25,10 @@ def test_every_run_of_a_plan_has_its_own_valid_name(prefix: str) -> None:
 def test_short_names_keep_their_full_tag() -> None:
     # Runs cached under a name that never needed shortening keep that name (and their cache).
     assert run_name("bl", "same-tokenizer", "no-discrepancy-coefficient", 0) == "bl-same-no-discrepancy-coefficient-s0"
-    assert run_name("bl-marker", "marker-same-tokenizer", "no-discrepancy-coefficient", 0) == "bl-marker-mark-no-disc-coef-s0"
+    assert (
+        run_name("bl-marker", "marker-same-tokenizer", "no-discrepancy-coefficient", 0)
+        == "bl-marker-mark-no-disc-coef-s0"
+    )
 
 
 def test_a_prefix_too_long_for_any_name_is_refused() -> None:
@@ -33,23 +36,51 @@ def test_a_prefix_too_long_for_any_name_is_refused() -> None:
         run_name("bl-" + "x" * 40, "trio", "hacpo", 0)
 
 
-def test_runs_of_a_results_file_are_reused_where_their_spec_matches(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_runs_of_a_results_file_are_reused_where_their_spec_matches(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     """``--reuse``: a recorded benchmark extended on a fresh machine. A recorded run whose spec is
     the plan's is taken as is (nothing built, nothing run: the report holds its numbers); the quick
     plan here is two runs, both recorded."""
     from bench.learning import main, parse_args, plan, run_fingerprint, summarize
 
-    common = ["--quick", "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out"), "--img", str(tmp_path / "img")]
+    common = [
+        "--quick",
+        "--work",
+        str(tmp_path / "work"),
+        "--out",
+        str(tmp_path / "out"),
+        "--img",
+        str(tmp_path / "img"),
+    ]
     args = parse_args(common)
     records = []
     for number, (team, config, seed) in enumerate(plan(args)):
         name = run_name("blq", team, config, seed)
         curve = [(0, 0.1), (2, 0.5 + number / 10)]
-        agents = {agent.name: {"curve": curve, "reward": [0.1, 0.2], "tokens_by_step": [0, 100, 200], "rollout_tokens": 200,
-                               "shared_rows_used": None, "cross_ratio_mean": None, **summarize(curve, args.steps)}
-                  for agent in TEAMS[team]}
-        records.append({"name": name, "team": team, "config": config, "seed": seed, "wall_seconds": 1.0,
-                        "fingerprint": run_fingerprint(args, team, config, seed, name), "agents": agents})
+        agents = {
+            agent.name: {
+                "curve": curve,
+                "reward": [0.1, 0.2],
+                "tokens_by_step": [0, 100, 200],
+                "rollout_tokens": 200,
+                "shared_rows_used": None,
+                "cross_ratio_mean": None,
+                **summarize(curve, args.steps),
+            }
+            for agent in TEAMS[team]
+        }
+        records.append(
+            {
+                "name": name,
+                "team": team,
+                "config": config,
+                "seed": seed,
+                "wall_seconds": 1.0,
+                "fingerprint": run_fingerprint(args, team, config, seed, name),
+                "agents": agents,
+            }
+        )
     recorded = tmp_path / "learning-recorded.json"
     recorded.write_text(json.dumps({"runs": records}))
 

@@ -42,7 +42,9 @@ def template_args(values: tuple[str, ...] = (), sets: tuple[str, ...] = (), extr
 
 
 @functools.cache
-def render(values: tuple[str, ...] = (), sets: tuple[str, ...] = (), extra: tuple[str, ...] = ()) -> tuple[dict[str, Any], ...]:
+def render(
+    values: tuple[str, ...] = (), sets: tuple[str, ...] = (), extra: tuple[str, ...] = ()
+) -> tuple[dict[str, Any], ...]:
     """The chart's objects for these values files / --set items (cached: renders are pure)."""
     out = run_helm(*template_args(values, sets, extra)).stdout
     return tuple(doc for doc in yaml.safe_load_all(out) if doc)

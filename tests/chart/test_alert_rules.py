@@ -20,18 +20,26 @@ LEARNER = 'experiment="e",agent="a",role="learner"'
 # evaluate at, and the alerts expected firing then (labels, value): an empty list for none.
 CASES = {
     "failed experiment fires after 1m": (
-        [("hacrl_operator_experiments{phase=\"Failed\"}", "0 0 1 1 1"), ("hacrl_operator_experiments{phase=\"Running\"}", "1 1 0 0 0")],
+        [
+            ('hacrl_operator_experiments{phase="Failed"}', "0 0 1 1 1"),
+            ('hacrl_operator_experiments{phase="Running"}', "1 1 0 0 0"),
+        ],
         [("HACRLExperimentFailed", "4m", [({"severity": "critical"}, "1")]), ("HACRLExperimentFailed", "2m", [])],
     ),
     "a stuck learner fires, a progressing one does not": (
-        [(f"hacrl_steps_total{{{LEARNER}}}", "0+1x20 20x60"), (f"hacrl_worker_info{{{LEARNER},version=\"0.1.0\"}}", "1x80"),
-         ('hacrl_steps_total{experiment="e",agent="b",role="learner"}', "0+1x80"),
-         ('hacrl_worker_info{experiment="e",agent="b",role="learner",version="0.1.0"}', "1x80")],
-        [("HACRLNoProgress", "25m", []),
-         ("HACRLNoProgress", "60m", [({"severity": "warning", "experiment": "e", "agent": "a"}, "0")])],
+        [
+            (f"hacrl_steps_total{{{LEARNER}}}", "0+1x20 20x60"),
+            (f'hacrl_worker_info{{{LEARNER},version="0.1.0"}}', "1x80"),
+            ('hacrl_steps_total{experiment="e",agent="b",role="learner"}', "0+1x80"),
+            ('hacrl_worker_info{experiment="e",agent="b",role="learner",version="0.1.0"}', "1x80"),
+        ],
+        [
+            ("HACRLNoProgress", "25m", []),
+            ("HACRLNoProgress", "60m", [({"severity": "warning", "experiment": "e", "agent": "a"}, "0")]),
+        ],
     ),
     "a learner still starting is not stuck": (
-        [(f"hacrl_steps_total{{{LEARNER}}}", "0x40"), (f"hacrl_worker_info{{{LEARNER},version=\"0.1.0\"}}", "1x40")],
+        [(f"hacrl_steps_total{{{LEARNER}}}", "0x40"), (f'hacrl_worker_info{{{LEARNER},version="0.1.0"}}', "1x40")],
         [("HACRLNoProgress", "20m", [])],
     ),
     "restarts climbing": (
@@ -39,11 +47,16 @@ CASES = {
         [("HACRLPodRestartsClimbing", "6m", [({"severity": "warning"}, "6")]), ("HACRLPodRestartsClimbing", "2m", [])],
     ),
     "every shared row clipped fires, some used does not": (
-        [(f"hacrl_learner_cross_rows_total{{{LEARNER}}}", "0+16x60"), (f"hacrl_learner_shared_rows_used_total{{{LEARNER}}}", "0x60"),
-         ('hacrl_learner_cross_rows_total{experiment="e",agent="b",role="learner"}', "0+16x60"),
-         ('hacrl_learner_shared_rows_used_total{experiment="e",agent="b",role="learner"}', "0+2x60")],
-        [("HACRLSharedRowsAllClipped", "5m", []),
-         ("HACRLSharedRowsAllClipped", "50m", [({"severity": "warning", "experiment": "e", "agent": "a"}, "480")])],
+        [
+            (f"hacrl_learner_cross_rows_total{{{LEARNER}}}", "0+16x60"),
+            (f"hacrl_learner_shared_rows_used_total{{{LEARNER}}}", "0x60"),
+            ('hacrl_learner_cross_rows_total{experiment="e",agent="b",role="learner"}', "0+16x60"),
+            ('hacrl_learner_shared_rows_used_total{experiment="e",agent="b",role="learner"}', "0+2x60"),
+        ],
+        [
+            ("HACRLSharedRowsAllClipped", "5m", []),
+            ("HACRLSharedRowsAllClipped", "50m", [({"severity": "warning", "experiment": "e", "agent": "a"}, "480")]),
+        ],
     ),
 }
 
@@ -61,19 +74,31 @@ def annotations(alert: str, labels: dict[str, str], value: str) -> dict[str, str
 def promtool_tests() -> dict:
     tests = []
     for name, (series, checks) in CASES.items():
-        tests.append({
-            "name": name,
-            "interval": "1m",
-            "input_series": [{"series": s, "values": v} for s, v in series],
-            "alert_rule_test": [{"eval_time": at, "alertname": alert, "exp_alerts": [{"exp_labels": labels, "exp_annotations": annotations(alert, labels, value)}
-                                                                                  for labels, value in expected]}
-                                for alert, at, expected in checks],
-        })
+        tests.append(
+            {
+                "name": name,
+                "interval": "1m",
+                "input_series": [{"series": s, "values": v} for s, v in series],
+                "alert_rule_test": [
+                    {
+                        "eval_time": at,
+                        "alertname": alert,
+                        "exp_alerts": [
+                            {"exp_labels": labels, "exp_annotations": annotations(alert, labels, value)}
+                            for labels, value in expected
+                        ],
+                    }
+                    for alert, at, expected in checks
+                ],
+            }
+        )
     return {"rule_files": [str(RULES)], "evaluation_interval": "1m", "tests": tests}
 
 
 def promtool(*args: str) -> subprocess.CompletedProcess[str]:
-    assert Path(PROMTOOL).exists(), f"no promtool at {PROMTOOL}: install Debian's `prometheus` package (make test does where apt is available)"
+    assert Path(PROMTOOL).exists(), (
+        f"no promtool at {PROMTOOL}: install Debian's `prometheus` package (make test does where apt is available)"
+    )
     return subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=60)
 
 
@@ -104,6 +129,8 @@ def test_a_wrong_expectation_fails_the_promtool_run(tmp_path: Path) -> None:
 
 def test_the_chart_ships_the_tested_rules_only_when_asked() -> None:
     assert not objects(render(), "PrometheusRule"), "alerts are off by default"
-    rule = one(render(sets=("prometheusRule.enabled=true", "prometheusRule.labels.release=prometheus")), "PrometheusRule")
+    rule = one(
+        render(sets=("prometheusRule.enabled=true", "prometheusRule.labels.release=prometheus")), "PrometheusRule"
+    )
     assert rule["metadata"]["labels"]["release"] == "prometheus"
     assert rule["spec"] == yaml.safe_load(RULES.read_text())

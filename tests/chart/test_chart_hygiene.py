@@ -19,8 +19,17 @@ from tests.chart.rendering import CI_VALUES, RELEASE, render, run_helm
 
 def install(namespace: str, watched: str) -> list[dict]:
     """The objects of `helm install RELEASE -n namespace` watching ``watched`` (real helm, hooks included)."""
-    out = run_helm("template", RELEASE, str(CHART_DIR), "--namespace", namespace, "--set", f"watchNamespaces={{{watched}}}",
-                   "--kube-version", "1.33.0").stdout
+    out = run_helm(
+        "template",
+        RELEASE,
+        str(CHART_DIR),
+        "--namespace",
+        namespace,
+        "--set",
+        f"watchNamespaces={{{watched}}}",
+        "--kube-version",
+        "1.33.0",
+    ).stdout
     return [doc for doc in yaml.safe_load_all(out) if doc]
 
 
@@ -31,7 +40,9 @@ def identities(docs: list[dict]) -> set[tuple[str, str | None, str]]:
 def test_two_namespaced_installs_of_one_release_name_share_no_object():
     team_a, team_b = install("team-a-ops", "team-a"), install("team-b-ops", "team-b")
     cluster_scoped = {(kind, name) for kind, namespace, name in identities(team_a) if namespace is None}
-    assert {"ClusterRole", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ClusterRoleBinding"} <= {k for k, _ in cluster_scoped}
+    assert {"ClusterRole", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ClusterRoleBinding"} <= {
+        k for k, _ in cluster_scoped
+    }
     shared = identities(team_a) & identities(team_b)
     assert not shared, f"both installs would own: {sorted(shared, key=str)}"
     # Every reference inside an install points at that install's own objects.
@@ -45,16 +56,25 @@ def test_two_namespaced_installs_of_one_release_name_share_no_object():
 
 
 def pod_specs(docs) -> list[tuple[str, dict]]:
-    return [(f"{d['kind']}/{d['metadata']['name']}", d["spec"]["template"]["spec"])
-            for d in docs if d["kind"] in ("Deployment", "StatefulSet", "Job", "DaemonSet")]
+    return [
+        (f"{d['kind']}/{d['metadata']['name']}", d["spec"]["template"]["spec"])
+        for d in docs
+        if d["kind"] in ("Deployment", "StatefulSet", "Job", "DaemonSet")
+    ]
 
 
-@pytest.mark.parametrize("values", [(), *[(str(v),) for v in CI_VALUES]], ids=lambda v: v[0].rsplit("/", 1)[-1] if v else "defaults")
+@pytest.mark.parametrize(
+    "values", [(), *[(str(v),) for v in CI_VALUES]], ids=lambda v: v[0].rsplit("/", 1)[-1] if v else "defaults"
+)
 def test_every_pod_with_an_fsgroup_changes_ownership_only_on_root_mismatch(values):
     docs = render(values, sets=("minio.enabled=true", "minio.persistence.enabled=true"))
     specs = pod_specs(docs)
-    with_fs_group = [(name, spec) for name, spec in specs if (spec.get("securityContext") or {}).get("fsGroup") is not None]
+    with_fs_group = [
+        (name, spec) for name, spec in specs if (spec.get("securityContext") or {}).get("fsGroup") is not None
+    ]
     for name, spec in with_fs_group:
         assert spec["securityContext"].get("fsGroupChangePolicy") == "OnRootMismatch", name
     if "openshift" not in (values[0] if values else ""):  # there the platform assigns the fsGroup
-        assert {name for name, _ in with_fs_group} >= {f"Deployment/{RELEASE}", "Deployment/hacrl-minio"}, [n for n, _ in specs]
+        assert {name for name, _ in with_fs_group} >= {f"Deployment/{RELEASE}", "Deployment/hacrl-minio"}, [
+            n for n, _ in specs
+        ]

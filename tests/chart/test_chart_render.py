@@ -56,7 +56,9 @@ def test_rendered_objects_are_valid_kubernetes(values: Path):
             try:
                 kubernetes_validate.validate(doc, version, strict=True)
             except kubernetes_validate.ValidationError as error:
-                problems.append(f"{version} {doc['kind']}/{doc['metadata']['name']}: {error.message} at {list(error.path)}")
+                problems.append(
+                    f"{version} {doc['kind']}/{doc['metadata']['name']}: {error.message} at {list(error.path)}"
+                )
     assert not problems, "\n".join(problems)
 
 
@@ -72,8 +74,12 @@ def test_admission_policy_ships_the_generated_rules_where_the_api_exists():
     (binding,) = objects(render(extra=("--kube-version", "1.30.0")), "ValidatingAdmissionPolicyBinding")
     assert binding["spec"] == {"policyName": policies[0]["metadata"]["name"], "validationActions": ["Deny"]}
     assert policies[0]["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["hacrlexperiments"]
-    assert not objects(render(extra=("--kube-version", "1.29.0")), "ValidatingAdmissionPolicy"), "v1 needs Kubernetes 1.30"
-    assert not objects(render(sets=("admissionPolicy.enabled=false",), extra=("--kube-version", "1.30.0")), "ValidatingAdmissionPolicy")
+    assert not objects(render(extra=("--kube-version", "1.29.0")), "ValidatingAdmissionPolicy"), (
+        "v1 needs Kubernetes 1.30"
+    )
+    assert not objects(
+        render(sets=("admissionPolicy.enabled=false",), extra=("--kube-version", "1.30.0")), "ValidatingAdmissionPolicy"
+    )
 
 
 def test_admission_policy_checks_creations_and_spec_changes_only():
@@ -86,12 +92,17 @@ def test_admission_policy_checks_creations_and_spec_changes_only():
     programs = [env.program(env.compile(c["expression"])) for c in policy["spec"]["matchConditions"]]
 
     def checked(operation: str, old: dict | None, new: dict) -> bool:
-        variables = {"request": celpy.json_to_cel({"operation": operation}), "object": celpy.json_to_cel(new),
-                     "oldObject": celpy.json_to_cel(old)}
+        variables = {
+            "request": celpy.json_to_cel({"operation": operation}),
+            "object": celpy.json_to_cel(new),
+            "oldObject": celpy.json_to_cel(old),
+        }
         return all(bool(program.evaluate(variables)) for program in programs)
 
-    bad = {"metadata": {"name": "x", "finalizers": ["hacrl.io/store-cleanup"]},
-           "spec": {"agents": [{"name": "a", "model": "m", "podTemplate": {"learner": {"hostNetwork": True}}}]}}
+    bad = {
+        "metadata": {"name": "x", "finalizers": ["hacrl.io/store-cleanup"]},
+        "spec": {"agents": [{"name": "a", "model": "m", "podTemplate": {"learner": {"hostNetwork": True}}}]},
+    }
     released = {**bad, "metadata": {"name": "x"}}
     annotated = {**bad, "metadata": {**bad["metadata"], "annotations": {"hacrl.io/last-handled-configuration": "{}"}}}
     assert checked("CREATE", None, bad)
@@ -102,15 +113,21 @@ def test_admission_policy_checks_creations_and_spec_changes_only():
 
 def test_experiment_secrets_and_worker_pull_secrets_reach_the_operator():
     def operator_env(*sets: str) -> dict[str, str]:
-        (deployment,) = [d for d in objects(render(sets=sets), "Deployment") if d["metadata"]["name"].endswith("operator")]
+        (deployment,) = [
+            d for d in objects(render(sets=sets), "Deployment") if d["metadata"]["name"].endswith("operator")
+        ]
         return {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
 
     assert operator_env()["HACRL_EXPERIMENT_SECRETS"] == "" and "HACRL_WORKER_IMAGE_PULL_SECRETS" not in operator_env()
-    env = operator_env("experimentSecrets={hacrl-store,ml/hf-token}", "minio.enabled=true", "workerImagePullSecrets[0].name=regcred")
+    env = operator_env(
+        "experimentSecrets={hacrl-store,ml/hf-token}", "minio.enabled=true", "workerImagePullSecrets[0].name=regcred"
+    )
     assert env["HACRL_EXPERIMENT_SECRETS"] == "hacrl-store,ml/hf-token,hacrl-minio"
     assert env["HACRL_WORKER_IMAGE_PULL_SECRETS"] == "regcred"
     # The default store's Secret is approved with it: naming it there is the admin's approval.
-    env = operator_env("defaultStore.uri=s3://team-runs", "defaultStore.credentialsSecret=team-s3", "experimentSecrets={hacrl-store}")
+    env = operator_env(
+        "defaultStore.uri=s3://team-runs", "defaultStore.credentialsSecret=team-s3", "experimentSecrets={hacrl-store}"
+    )
     assert env["HACRL_EXPERIMENT_SECRETS"] == "hacrl-store,team-s3"
 
 
@@ -126,7 +143,10 @@ def test_deployment_defaults():
     deployment = one(render(), "Deployment")
     spec = deployment["spec"]
     # Two replicas, one of them a standby (leader election: tests/chart/test_chart_leader_election.py).
-    assert spec["replicas"] == 2 and spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    assert spec["replicas"] == 2 and spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
     pod = spec["template"]["spec"]
     (container,) = pod["containers"]
     assert container["image"] == "ghcr.io/hacrl/hacrl-operator:0.1.0"
@@ -196,7 +216,9 @@ def test_openshift_values_leave_every_uid_gid_and_fs_group_to_the_platform():
     contexts = [pod["securityContext"]] + [c.get("securityContext", {}) for c in pod["containers"]]
     assert not [k for context in contexts for k in fixed if k in context], contexts
     assert pod["securityContext"]["runAsNonRoot"]
-    config = OperatorConfig.from_env({**_plain_env(pod["containers"][0]), "HACRL_ROLLOUT_IMAGE": "r", "HACRL_LEARNER_IMAGE": "l"})
+    config = OperatorConfig.from_env(
+        {**_plain_env(pod["containers"][0]), "HACRL_ROLLOUT_IMAGE": "r", "HACRL_LEARNER_IMAGE": "l"}
+    )
     assert config.run_as_user is None
     experiment = parse_experiment(yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text()))
     owner = {"metadata": {"name": "quickstart", "namespace": "ns", "uid": "u"}}
@@ -205,7 +227,12 @@ def test_openshift_values_leave_every_uid_gid_and_fs_group_to_the_platform():
     assert not [k for context in contexts for k in fixed if k in context], contexts
     assert worker["securityContext"]["runAsNonRoot"] and worker["containers"][0]["securityContext"]["runAsNonRoot"]
     # The default stays uid/gid 1000, the images' USER.
-    assert OperatorConfig.from_env(_plain_env(one(render(), "Deployment", RELEASE)["spec"]["template"]["spec"]["containers"][0])).run_as_user == 1000
+    assert (
+        OperatorConfig.from_env(
+            _plain_env(one(render(), "Deployment", RELEASE)["spec"]["template"]["spec"]["containers"][0])
+        ).run_as_user
+        == 1000
+    )
 
 
 def test_metrics_service_and_monitors():
@@ -272,10 +299,14 @@ def test_network_policies_select_the_pods_they_are_for():
     rollout_pod = build_pod(experiment, experiment.spec.agents[0].name, "rollout", owner, OperatorConfig())
 
     def selects_with_expressions(selector: dict, labels: dict) -> bool:
-        return selects(selector, labels) and all(e["operator"] == "Exists" and e["key"] in labels for e in selector.get("matchExpressions", []))
+        return selects(selector, labels) and all(
+            e["operator"] == "Exists" and e["key"] in labels for e in selector.get("matchExpressions", [])
+        )
 
     selector = ranks[0]["spec"]["podSelector"]
-    assert selects_with_expressions(selector, node_pod["metadata"]["labels"]) and not selects_with_expressions(selector, rollout_pod["metadata"]["labels"])
+    assert selects_with_expressions(selector, node_pod["metadata"]["labels"]) and not selects_with_expressions(
+        selector, rollout_pod["metadata"]["labels"]
+    )
     assert ranks[0]["spec"]["ingress"] == [{"from": [{"podSelector": selector}]}]
     # MinIO's policy selects the MinIO pods and admits workers, the operator and the bucket Job.
     (minio,) = [p for (ns, name), p in policies.items() if name.endswith("-minio")]
@@ -284,7 +315,11 @@ def test_network_policies_select_the_pods_they_are_for():
     (job,) = [j for j in objects(docs, "Job") if not is_crd_hook(j)]  # the bucket Job
     assert selects(minio["spec"]["podSelector"], minio_deployment["spec"]["template"]["metadata"]["labels"])
     peers = minio["spec"]["ingress"][0]["from"]
-    for labels in (pod["metadata"]["labels"], operator["spec"]["template"]["metadata"]["labels"], job["spec"]["template"]["metadata"]["labels"]):
+    for labels in (
+        pod["metadata"]["labels"],
+        operator["spec"]["template"]["metadata"]["labels"],
+        job["spec"]["template"]["metadata"]["labels"],
+    ):
         assert any(selects(peer["podSelector"], labels) for peer in peers), labels
     assert not selects(peers[0]["podSelector"], {"app": "something-else"}) and peers[0]["namespaceSelector"] == {}
     assert minio["spec"]["ingress"][0]["ports"] == [{"port": "s3", "protocol": "TCP"}]
@@ -316,7 +351,10 @@ def test_minio_secret_generated_never_in_values():
         for obj in objects(docs, kind):
             for container in obj["spec"]["template"]["spec"]["containers"]:
                 for env in container.get("env", []):
-                    assert not ("KEY" in env["name"] or "PASSWORD" in env["name"] or "ROOT_USER" in env["name"]) or "valueFrom" in env, env
+                    assert (
+                        not ("KEY" in env["name"] or "PASSWORD" in env["name"] or "ROOT_USER" in env["name"])
+                        or "valueFrom" in env
+                    ), env
 
 
 def test_minio_objects_and_operator_credentials():
@@ -330,7 +368,9 @@ def test_minio_objects_and_operator_credentials():
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
     # The operator reads heartbeats with MinIO's credentials when store.credentialsSecret is empty.
     (operator,) = one(docs, "Deployment", RELEASE)["spec"]["template"]["spec"]["containers"]
-    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in operator["env"] if "secretKeyRef" in e.get("valueFrom", {})}
+    refs = {
+        e["name"]: e["valueFrom"]["secretKeyRef"] for e in operator["env"] if "secretKeyRef" in e.get("valueFrom", {})
+    }
     assert {k: v["name"] for k, v in refs.items()} == {k: "hacrl-minio" for k in CREDENTIAL_KEYS}
 
 
@@ -339,12 +379,15 @@ def _operator_config(docs) -> OperatorConfig:
     return OperatorConfig.from_env(_plain_env(deployment["spec"]["template"]["spec"]["containers"][0]))
 
 
-@pytest.mark.parametrize(("release", "namespace", "sets", "served"), [
-    ("hacrl", "default", (), {"default"}),
-    ("my-ops", "hacrl-system", (), {"hacrl-system"}),
-    ("hacrl-operator", "tools", ("watchNamespaces={team-a,team-b}",), {"tools", "team-a", "team-b"}),
-    ("x", "hacrl-system", ("minio.secretNamespaces={default}",), {"hacrl-system", "default"}),
-])
+@pytest.mark.parametrize(
+    ("release", "namespace", "sets", "served"),
+    [
+        ("hacrl", "default", (), {"default"}),
+        ("my-ops", "hacrl-system", (), {"hacrl-system"}),
+        ("hacrl-operator", "tools", ("watchNamespaces={team-a,team-b}",), {"tools", "team-a", "team-b"}),
+        ("x", "hacrl-system", ("minio.secretNamespaces={default}",), {"hacrl-system", "default"}),
+    ],
+)
 def test_any_release_with_minio_gives_an_experiment_without_store_a_working_default(release, namespace, sets, served):
     """`helm install <any name> --set minio.enabled=true`, then examples/kind-tiny.yaml (no
     spec.store) in a namespace MinIO serves: the operator, configured from the rendered env alone,
@@ -366,7 +409,9 @@ def test_any_release_with_minio_gives_an_experiment_without_store_a_working_defa
     assert job_env["BUCKET"] == "hacrl" and job_env["ENDPOINT"] == store.endpoint
     manifest = yaml.safe_load((ROOT / "examples" / "kind-tiny.yaml").read_text())
     assert "store" not in manifest["spec"], "the example relies on the install's default store"
-    secret_namespaces = {s["metadata"]["namespace"] for s in objects(docs, "Secret") if s["metadata"]["name"] == "hacrl-minio"}
+    secret_namespaces = {
+        s["metadata"]["namespace"] for s in objects(docs, "Secret") if s["metadata"]["name"] == "hacrl-minio"
+    }
     assert secret_namespaces == served
     for experiment_ns in sorted(served - ({namespace} if config.namespaces else set())):
         body = {**manifest, "metadata": {"name": "kind-tiny", "namespace": experiment_ns, "uid": "u"}}
@@ -380,15 +425,30 @@ def test_any_release_with_minio_gives_an_experiment_without_store_a_working_defa
 
 
 def test_default_store_from_values_reaches_the_operator():
-    docs = render(sets=("defaultStore.uri=s3://team-runs/hacrl", "defaultStore.endpoint=https://s3.example.com",
-                        "defaultStore.region=eu-west-1", "defaultStore.credentialsSecret=team-s3", "minio.enabled=true"))
+    docs = render(
+        sets=(
+            "defaultStore.uri=s3://team-runs/hacrl",
+            "defaultStore.endpoint=https://s3.example.com",
+            "defaultStore.region=eu-west-1",
+            "defaultStore.credentialsSecret=team-s3",
+            "minio.enabled=true",
+        )
+    )
     config = _operator_config(docs)
     assert config.default_store.model_dump(exclude_defaults=True) == {
-        "uri": "s3://team-runs/hacrl", "endpoint": "https://s3.example.com", "region": "eu-west-1", "credentials_secret": "team-s3"}
+        "uri": "s3://team-runs/hacrl",
+        "endpoint": "https://s3.example.com",
+        "region": "eu-west-1",
+        "credentials_secret": "team-s3",
+    }
     assert config.secret_allowed("any", "team-s3") and config.secret_allowed("any", "hacrl-minio")
     # The operator reads heartbeats with the default store's credentials unless store.credentialsSecret says otherwise.
     (container,) = one(docs, "Deployment", RELEASE)["spec"]["template"]["spec"]["containers"]
-    refs = {e["name"]: e["valueFrom"]["secretKeyRef"]["name"] for e in container["env"] if "secretKeyRef" in e.get("valueFrom", {})}
+    refs = {
+        e["name"]: e["valueFrom"]["secretKeyRef"]["name"]
+        for e in container["env"]
+        if "secretKeyRef" in e.get("valueFrom", {})
+    }
     assert refs == {k: "team-s3" for k in CREDENTIAL_KEYS}
     assert _operator_config(render()).default_store is None, "no default store unless one is configured"
     # `helm upgrade --reuse-values` from a release before defaultStore existed: no such key at all.
@@ -407,23 +467,58 @@ def test_grafana_dashboard_configmap():
 
 
 def test_notes_tell_the_next_command():
-    result = run_helm("install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=client", "-f", str(CHART / "ci" / "minio-values.yaml"))
+    result = run_helm(
+        "install",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        NAMESPACE,
+        "--dry-run=client",
+        "-f",
+        str(CHART / "ci" / "minio-values.yaml"),
+    )
     notes = result.stdout.split("NOTES:", 1)[1]
     assert f"kubectl -n {NAMESPACE} rollout status deployment/{RELEASE}" in notes
     assert "applies the chart's CRD (crds/) first, in a hook Job" in notes
     manual = "kubectl replace --field-manager=hacrl-operator-chart -f charts/hacrl-operator/crds/"
     assert manual not in notes
-    hookless = run_helm("install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=client", "--set", "crdUpgrade.enabled=false")
+    hookless = run_helm(
+        "install",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        NAMESPACE,
+        "--dry-run=client",
+        "--set",
+        "crdUpgrade.enabled=false",
+    )
     assert manual in hookless.stdout.split("NOTES:", 1)[1]
     assert f"s3://hacrl at http://hacrl-minio.{NAMESPACE}.svc:9000" in notes
     assert f"kubectl apply -n {NAMESPACE} -f examples/kind-tiny.yaml" in notes
     assert f"kubectl get hx -n {NAMESPACE} -w" in notes
     assert "helm upgrade" in notes and """minio.secretNamespaces=["default","<namespace>"]""" in notes
     # Watching other namespaces only: the example goes to a watched one.
-    watched = run_helm("install", "any-name", str(CHART), "--namespace", NAMESPACE, "--dry-run=client",
-                       "--set", "minio.enabled=true", "--set", "watchNamespaces={ml}").stdout.split("NOTES:", 1)[1]
-    assert "kubectl apply -n ml -f examples/kind-tiny.yaml" in watched and """watchNamespaces=["ml","<namespace>"]""" in watched
+    watched = run_helm(
+        "install",
+        "any-name",
+        str(CHART),
+        "--namespace",
+        NAMESPACE,
+        "--dry-run=client",
+        "--set",
+        "minio.enabled=true",
+        "--set",
+        "watchNamespaces={ml}",
+    ).stdout.split("NOTES:", 1)[1]
+    assert (
+        "kubectl apply -n ml -f examples/kind-tiny.yaml" in watched
+        and """watchNamespaces=["ml","<namespace>"]""" in watched
+    )
     # No default store: the notes say that spec.store is needed, or how to get a default.
-    bare = run_helm("install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=client").stdout.split("NOTES:", 1)[1]
+    bare = run_helm("install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=client").stdout.split(
+        "NOTES:", 1
+    )[1]
     assert "refuses experiments without spec.store" in bare
-    assert f"helm upgrade {RELEASE} charts/hacrl-operator -n {NAMESPACE} --reuse-values --set minio.enabled=true" in bare
+    assert (
+        f"helm upgrade {RELEASE} charts/hacrl-operator -n {NAMESPACE} --reuse-values --set minio.enabled=true" in bare
+    )

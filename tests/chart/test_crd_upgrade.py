@@ -27,7 +27,13 @@ def the(docs, kind: str) -> dict:
 
 def test_hook_objects_run_before_install_and_upgrade_and_clean_up():
     docs = hook_objects(render())
-    assert sorted(d["kind"] for d in docs) == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Job", "ServiceAccount"]
+    assert sorted(d["kind"] for d in docs) == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ConfigMap",
+        "Job",
+        "ServiceAccount",
+    ]
     weight = {}
     for doc in docs:
         annotations = doc["metadata"]["annotations"]
@@ -55,7 +61,11 @@ def test_job_creates_then_replaces_the_crd_as_one_field_manager_and_its_own_serv
     job = the(docs, "Job")
     pod = job["spec"]["template"]["spec"]
     (create,), (replace,) = pod["initContainers"], pod["containers"]
-    assert create["command"][:2] == ["kubectl", "apply"] and "--server-side" in create["command"] and "--force-conflicts" in create["command"]
+    assert (
+        create["command"][:2] == ["kubectl", "apply"]
+        and "--server-side" in create["command"]
+        and "--force-conflicts" in create["command"]
+    )
     assert replace["command"][:2] == ["kubectl", "replace"]
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["crd"]["configMap"]["name"] == the(docs, "ConfigMap")["metadata"]["name"]
@@ -71,7 +81,9 @@ def test_job_creates_then_replaces_the_crd_as_one_field_manager_and_its_own_serv
         assert security["capabilities"]["drop"] == ["ALL"]
         assert mounts["tmp"] == "/tmp" and {"name": "HOME", "value": "/tmp"} in container["env"]
     assert pod["serviceAccountName"] == the(docs, "ServiceAccount")["metadata"]["name"]
-    assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    assert (
+        pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    )
     assert job["metadata"]["namespace"] == NAMESPACE
 
 
@@ -81,12 +93,18 @@ def test_hook_may_only_get_patch_create_and_update_this_crd():
     `update` is the replace."""
     docs = render()
     role, binding, account = the(docs, "ClusterRole"), the(docs, "ClusterRoleBinding"), the(docs, "ServiceAccount")
-    assert role["rules"] == [{
-        "apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
-        "resourceNames": [CRD_NAME], "verbs": ["get", "patch", "create", "update"],
-    }]
+    assert role["rules"] == [
+        {
+            "apiGroups": ["apiextensions.k8s.io"],
+            "resources": ["customresourcedefinitions"],
+            "resourceNames": [CRD_NAME],
+            "verbs": ["get", "patch", "create", "update"],
+        }
+    ]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": NAMESPACE}]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": NAMESPACE}
+    ]
     # Only the hook's ServiceAccount is bound: the operator gets no CRD write access from it.
     operator_accounts = [a["metadata"]["name"] for a in objects(docs, "ServiceAccount") if a is not account]
     assert account["metadata"]["name"] not in operator_accounts
@@ -100,8 +118,16 @@ def test_hook_can_be_turned_off(sets):
 
 def test_image_and_digest_come_from_values():
     digest = "sha256:" + "a" * 64
-    job = the(render(sets=("crdUpgrade.image.repository=reg.example/kubectl", "crdUpgrade.image.tag=v1.35.0",
-                           f"crdUpgrade.image.digest={digest}")), "Job")
+    job = the(
+        render(
+            sets=(
+                "crdUpgrade.image.repository=reg.example/kubectl",
+                "crdUpgrade.image.tag=v1.35.0",
+                f"crdUpgrade.image.digest={digest}",
+            )
+        ),
+        "Job",
+    )
     assert job["spec"]["template"]["spec"]["containers"][0]["image"] == f"reg.example/kubectl:v1.35.0@{digest}"
 
 
@@ -115,8 +141,13 @@ def test_real_kubectl_accepts_the_command(tmp_path):
     crd_file.write_text((CHART / "crds" / f"{CRD_NAME}.yaml").read_text())
 
     def run(*arguments: str) -> subprocess.CompletedProcess:
-        return subprocess.run([kubectl, *arguments, "--server=https://127.0.0.1:1", "--insecure-skip-tls-verify", "--request-timeout=5s"],
-                              capture_output=True, text=True, timeout=60, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+        return subprocess.run(
+            [kubectl, *arguments, "--server=https://127.0.0.1:1", "--insecure-skip-tls-verify", "--request-timeout=5s"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+        )
 
     for container in [*pod["initContainers"], *pod["containers"]]:
         args = [a if not a.startswith("--filename=") else f"--filename={crd_file}" for a in container["command"][1:]]

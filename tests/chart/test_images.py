@@ -263,8 +263,22 @@ def test_operator_requirements_cover_its_imports():
 
 def test_makefile_images_builds_every_image():
     result = subprocess.run(
-        ["make", "-n", "-f", "Makefile.images", "images", "kind-images", "kind-load", "REGISTRY=reg.example/x", "TAG=t1"],
-        cwd=ROOT, capture_output=True, text=True, check=True, timeout=60,
+        [
+            "make",
+            "-n",
+            "-f",
+            "Makefile.images",
+            "images",
+            "kind-images",
+            "kind-load",
+            "REGISTRY=reg.example/x",
+            "TAG=t1",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
     )
     for name in IDS:
         assert f"-f images/{name}/Dockerfile -t reg.example/x/hacrl-{name}:t1 ." in result.stdout, name
@@ -274,14 +288,23 @@ def test_makefile_images_builds_every_image():
 def test_kind_images_carry_no_attestations():
     """kind#3795: an image with provenance attestations does not load into kind from Docker's
     containerd image store; the images built for kind (and only those) are made without them."""
+
     def dry_run(target: str) -> str:
-        return subprocess.run(["make", "-n", "-f", "Makefile.images", target], cwd=ROOT, capture_output=True,
-                              text=True, check=True, timeout=60).stdout
+        return subprocess.run(
+            ["make", "-n", "-f", "Makefile.images", target],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout
 
     builds = [line for line in dry_run("kind-images").splitlines() if " build " in line]
     assert len(builds) == 2 and all("--provenance=false" in line and "--sbom=false" in line for line in builds), builds
     assert "--provenance" not in dry_run("images"), "released images keep their attestations"
-    default_tag = subprocess.run(["make", "-s", "-f", "Makefile.images", "images-list"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    default_tag = subprocess.run(
+        ["make", "-s", "-f", "Makefile.images", "images-list"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
     assert "ghcr.io/hacrl/hacrl-operator:0.1.0" in default_tag.split()
 
 
@@ -318,7 +341,13 @@ def test_user_script_gives_uid_and_gid_1000_to_hacrl(tmp_path: Path, base: str):
         "group-only": ([], ["staff1000:x:1000:"]),
     }[base]
     root = _root_with(tmp_path, users, groups)
-    result = subprocess.run(["sh", str(ROOT / "images" / "hacrl-user.sh"), str(root)], capture_output=True, text=True, timeout=60, check=False)
+    result = subprocess.run(
+        ["sh", str(ROOT / "images" / "hacrl-user.sh"), str(root)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     passwd = (root / "etc" / "passwd").read_text().splitlines()
     group = (root / "etc" / "group").read_text().splitlines()

@@ -34,7 +34,9 @@ def test_missing_tool_is_named(tmp_path):
     bin_dir.mkdir()
     for tool in ("bash", "dirname", "sed", "cat"):
         (bin_dir / tool).symlink_to(shutil.which(tool))
-    result = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, timeout=30, env={"PATH": str(bin_dir)})
+    result = subprocess.run(
+        ["bash", str(SCRIPT)], capture_output=True, text=True, timeout=30, env={"PATH": str(bin_dir)}
+    )
     assert result.returncode == 1 and "'docker' not found" in result.stderr
 
 

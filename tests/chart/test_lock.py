@@ -63,7 +63,9 @@ def test_every_pin_has_hashes(name: str):
 @pytest.mark.parametrize("name", IMAGE_LOCKS)
 def test_image_locks_agree_with_the_lock(name: str):
     for package, (version, _, hashes) in pins(CONSTRAINTS / name).items():
-        assert package in LOCK, f"{name} pins {package}, which constraints/lock.txt lacks: run constraints/compile.sh (make lock; needs pip install uv)"
+        assert package in LOCK, (
+            f"{name} pins {package}, which constraints/lock.txt lacks: run constraints/compile.sh (make lock; needs pip install uv)"
+        )
         assert version == LOCK[package][0], f"{name}: {package}=={version}, lock.txt says {LOCK[package][0]}"
         assert set(hashes) <= set(LOCK[package][2]), f"{name}: {package} hashes not in lock.txt"
 
@@ -77,7 +79,9 @@ def test_lock_covers_pyproject():
     for line in requirements:
         requirement = Requirement(line)
         name = canonical(requirement.name)
-        assert name in LOCK, f"{name} is in pyproject.toml but not in constraints/lock.txt: run constraints/compile.sh (make lock; needs pip install uv)"
+        assert name in LOCK, (
+            f"{name} is in pyproject.toml but not in constraints/lock.txt: run constraints/compile.sh (make lock; needs pip install uv)"
+        )
         assert requirement.specifier.contains(LOCK[name][0], prereleases=True), (
             f"{name}: lock.txt has {LOCK[name][0]}, pyproject asks {requirement.specifier}: run constraints/compile.sh (make lock; needs pip install uv)"
         )
@@ -123,25 +127,35 @@ def _args(name: str) -> dict[str, str]:
 
 @pytest.mark.parametrize(
     "image, files",
-    [("operator", ["operator.txt"]), ("learner", ["learner.txt", "learner-deepspeed.txt"]), ("worker-cpu", ["worker-cpu.txt"])],
+    [
+        ("operator", ["operator.txt"]),
+        ("learner", ["learner.txt", "learner-deepspeed.txt"]),
+        ("worker-cpu", ["worker-cpu.txt"]),
+    ],
 )
 def test_images_install_from_the_locks_with_hashes(image: str, files: list[str]):
     text = _dockerfile(image)
     runs = _runs(image)
     for name in files:
         assert f"constraints/{name}" in text, f"images/{image} does not COPY constraints/{name}"
-        assert re.search(rf"--require-hashes[^\n&]*-r /tmp/{re.escape(name)}", runs), f"images/{image}: {name} not installed with --require-hashes"
+        assert re.search(rf"--require-hashes[^\n&]*-r /tmp/{re.escape(name)}", runs), (
+            f"images/{image}: {name} not installed with --require-hashes"
+        )
     # No version typed into a Dockerfile beside the lock: every `pkg==x` install is the lock's.
     for match in re.finditer(r"([A-Za-z0-9_.-]+)==\$?\{?([A-Za-z0-9_.+]+)\}?", runs):
         version = _args(image).get(match.group(2), match.group(2)).split("+")[0]
-        assert version == lock_version(match.group(1)), f"images/{image}: {match.group(0)}, lock says {lock_version(match.group(1))}"
+        assert version == lock_version(match.group(1)), (
+            f"images/{image}: {match.group(0)}, lock says {lock_version(match.group(1))}"
+        )
     # The project itself goes in without its dependencies: they all came from the lock above.
     assert re.search(r"install --no-deps \"?/src", runs), f"images/{image} lets pip resolve the project's dependencies"
 
 
 def test_worker_cpu_torch_is_the_locked_release():
     assert _args("worker-cpu")["TORCH_VERSION"] == lock_version("torch")
-    assert pins(CONSTRAINTS / "worker-cpu.txt")["torch"][1] == "sys_platform == 'never'", "worker-cpu.txt must not install PyPI's torch"
+    assert pins(CONSTRAINTS / "worker-cpu.txt")["torch"][1] == "sys_platform == 'never'", (
+        "worker-cpu.txt must not install PyPI's torch"
+    )
 
 
 def test_learner_base_matches_the_locked_cuda():
@@ -152,9 +166,13 @@ def test_learner_base_matches_the_locked_cuda():
     assert len(cuda_bases) == 2, cuda_bases
     assert any("-runtime-" in i for i in cuda_bases) and any("-devel-" in i for i in cuda_bases)
     for image in cuda_bases:
-        assert image.split(":", 1)[1].startswith(cuda + "."), f"{image}: torch {lock_version('torch')} in the lock is built for CUDA {cuda}"
+        assert image.split(":", 1)[1].startswith(cuda + "."), (
+            f"{image}: torch {lock_version('torch')} in the lock is built for CUDA {cuda}"
+        )
     final_base = [a for i, a in instructions(ROOT / "images" / "learner" / "Dockerfile") if i == "FROM"][-1]
-    assert final_base.split()[0] == "${BASE_IMAGE}" and "-runtime-" in _args("learner")["BASE_IMAGE"], "the final stage is the runtime base"
+    assert final_base.split()[0] == "${BASE_IMAGE}" and "-runtime-" in _args("learner")["BASE_IMAGE"], (
+        "the final stage is the runtime base"
+    )
 
 
 def test_rollout_base_is_the_tested_vllm():
@@ -170,7 +188,10 @@ def test_rollout_base_is_the_tested_vllm():
 def test_base_constraints_keep_the_base_and_add_the_lock(tmp_path):
     result = subprocess.run(
         [sys.executable, str(ROOT / "images" / "rollout" / "base_constraints.py"), str(CONSTRAINTS / "lock.txt")],
-        capture_output=True, text=True, check=True, timeout=60,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
     )
     lines = result.stdout.splitlines()
     assert f"pytest=={metadata.version('pytest')}" in lines  # installed here: the installed version
@@ -190,7 +211,9 @@ def test_makefile_installs_from_the_lock():
             continue
         assert "-c $(LOCK_PINS)" in line, line
         assert not re.search(r"==\d", line), f"a version typed into the Makefile: {line}"
-    made = subprocess.run(["make", "-s", "-n", "-B", "install-core"], cwd=ROOT, capture_output=True, text=True, check=True, timeout=60)
+    made = subprocess.run(
+        ["make", "-s", "-n", "-B", "install-core"], cwd=ROOT, capture_output=True, text=True, check=True, timeout=60
+    )
     assert "constraints/lock.txt" in made.stdout
 
 

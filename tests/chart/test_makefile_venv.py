@@ -19,8 +19,9 @@ def planned(target: str, virtual_env: str | None) -> list[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHON", "VENV", "MAKEFLAGS")}
     if virtual_env:
         env["VIRTUAL_ENV"] = virtual_env
-    made = subprocess.run(["make", "-s", "-n", "-B", target], cwd=ROOT, env=env, capture_output=True, text=True,
-                          check=True, timeout=60)
+    made = subprocess.run(
+        ["make", "-s", "-n", "-B", target], cwd=ROOT, env=env, capture_output=True, text=True, check=True, timeout=60
+    )
     return [line for line in made.stdout.splitlines() if line and not line.lstrip().startswith("#")]
 
 
@@ -38,7 +39,8 @@ def test_without_an_active_environment_every_target_uses_the_project_venv(target
         if line == "python3.11 -m venv .venv":
             continue
         assert line.startswith((".venv/bin/python ", f'PATH="{ROOT}/.venv/bin:$PATH" ')), (
-            f"make {target} runs outside .venv: {line}")
+            f"make {target} runs outside .venv: {line}"
+        )
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -48,7 +50,8 @@ def test_an_active_environment_is_used_as_it_is(tmp_path, target):
     for line in python_commands(lines):
         assert ".venv" not in line, f"make {target} ignores the active environment: {line}"
         assert line.startswith((f"{active}/bin/python ", f'PATH="{active}/bin:$PATH" ', "python3.11 -m venv")), (
-            f"make {target} runs outside the active environment: {line}")
+            f"make {target} runs outside the active environment: {line}"
+        )
 
 
 def test_the_test_command_lints_before_the_suite():

@@ -34,8 +34,13 @@ def _copy(tmp_path: Path) -> Path:
 
 def _run(tmp_path: Path, bin_dir: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "STUB_LOG": str(tmp_path / "log")}
-    return subprocess.run(["bash", str(tmp_path / "scripts" / "pin-base-images.sh"), *args],
-                          capture_output=True, text=True, env=env, timeout=120)
+    return subprocess.run(
+        ["bash", str(tmp_path / "scripts" / "pin-base-images.sh"), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
 
 
 def test_pins_every_base_by_digest_and_check_enforces_it(tmp_path):

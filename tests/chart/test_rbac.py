@@ -24,7 +24,9 @@ def granted(role: dict) -> set[Grant]:
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 for verb in rule["verbs"]:
-                    assert "*" not in (group, resource, verb), f"wildcard in {role['kind']} {role['metadata']['name']}: {rule}"
+                    assert "*" not in (group, resource, verb), (
+                        f"wildcard in {role['kind']} {role['metadata']['name']}: {rule}"
+                    )
                     grants.add((group, resource, verb))
     return grants
 
@@ -35,11 +37,17 @@ def bound_to_operator(docs, role: dict) -> list[dict]:
     kind = "ClusterRoleBinding" if role["kind"] == "ClusterRole" else "RoleBinding"
     found = []
     for binding in objects(docs, kind):
-        if binding["roleRef"] != {"apiGroup": "rbac.authorization.k8s.io", "kind": role["kind"], "name": role["metadata"]["name"]}:
+        if binding["roleRef"] != {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": role["kind"],
+            "name": role["metadata"]["name"],
+        }:
             continue
         if role["kind"] == "Role" and binding["metadata"]["namespace"] != role["metadata"]["namespace"]:
             continue
-        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": NAMESPACE}]
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": NAMESPACE}
+        ]
         found.append(binding)
     return found
 
@@ -53,7 +61,8 @@ def test_rules_are_not_empty_and_cover_every_scope():
 def operator_cluster_roles(docs) -> list[dict]:
     """The ClusterRoles of the operator itself (not those aggregated into users' roles)."""
     return [
-        r for r in objects(docs, "ClusterRole")
+        r
+        for r in objects(docs, "ClusterRole")
         if not any(k.startswith(AGGREGATE) for k in r["metadata"]["labels"])
         and not is_crd_hook(r)  # the CRD hook's own (test_crd_upgrade.py)
     ]
@@ -72,7 +81,9 @@ def watched_namespace_roles(docs) -> list[dict]:
 
 def test_clusterwide_rbac_equals_rules():
     docs = render()
-    assert not watched_namespace_roles(docs) and all(b["metadata"]["name"].endswith("-leader-election") for b in objects(docs, "RoleBinding"))
+    assert not watched_namespace_roles(docs) and all(
+        b["metadata"]["name"].endswith("-leader-election") for b in objects(docs, "RoleBinding")
+    )
     roles = {role["metadata"]["name"]: role for role in operator_cluster_roles(docs)}
     assert len(roles) == 2
     by_grants = {frozenset(granted(role)): role for role in roles.values()}
@@ -130,22 +141,40 @@ def test_drift_is_detected():
     more = copy.deepcopy(role)
     more["rules"].append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]})
     assert granted(more) - declared("namespace") == {("", "secrets", "get")}
-    wildcard = {"kind": "Role", "metadata": {"name": "x"}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["*"]}]}
+    wildcard = {
+        "kind": "Role",
+        "metadata": {"name": "x"},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["*"]}],
+    }
     with pytest.raises(AssertionError, match="wildcard"):
         granted(wildcard)
 
 
 def test_users_with_the_built_in_roles_can_manage_or_read_experiments():
     docs = render()
-    aggregated = {label: r for r in objects(docs, "ClusterRole") for label in r["metadata"]["labels"] if label.startswith(AGGREGATE)}
+    aggregated = {
+        label: r
+        for r in objects(docs, "ClusterRole")
+        for label in r["metadata"]["labels"]
+        if label.startswith(AGGREGATE)
+    }
     assert set(aggregated) == {f"{AGGREGATE}{role}" for role in ("admin", "edit", "view")}
     edit, view = aggregated[f"{AGGREGATE}edit"], aggregated[f"{AGGREGATE}view"]
     assert aggregated[f"{AGGREGATE}admin"] is edit
-    assert {("hacrl.io", "hacrlexperiments", v) for v in ("create", "patch", "delete", "get", "list", "watch")} <= granted(edit)
-    assert not any(resource == "hacrlexperiments/status" and verb not in ("get", "list", "watch") for _, resource, verb in granted(edit)), \
-        "users must not write status: the operator owns it"
-    assert granted(view) == {("hacrl.io", r, v) for r in ("hacrlexperiments", "hacrlexperiments/status") for v in ("get", "list", "watch")}
+    assert {
+        ("hacrl.io", "hacrlexperiments", v) for v in ("create", "patch", "delete", "get", "list", "watch")
+    } <= granted(edit)
+    assert not any(
+        resource == "hacrlexperiments/status" and verb not in ("get", "list", "watch")
+        for _, resource, verb in granted(edit)
+    ), "users must not write status: the operator owns it"
+    assert granted(view) == {
+        ("hacrl.io", r, v) for r in ("hacrlexperiments", "hacrlexperiments/status") for v in ("get", "list", "watch")
+    }
     for role in (edit, view):
         assert not bound_to_operator(docs, role)
-    assert not [r for r in objects(render(sets=("rbac.aggregateToDefaultRoles=false",)), "ClusterRole")
-                if any(k.startswith(AGGREGATE) for k in r["metadata"]["labels"])]
+    assert not [
+        r
+        for r in objects(render(sets=("rbac.aggregateToDefaultRoles=false",)), "ClusterRole")
+        if any(k.startswith(AGGREGATE) for k in r["metadata"]["labels"])
+    ]

@@ -10,8 +10,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPTS = [ROOT / "scripts" / "kind-e2e.sh", ROOT / "scripts" / "device-check.sh", ROOT / "scripts" / "images-local.sh",
-           ROOT / "scripts" / "containers-env.sh", ROOT / "images" / "hacrl-user.sh"]
+SCRIPTS = [
+    ROOT / "scripts" / "kind-e2e.sh",
+    ROOT / "scripts" / "device-check.sh",
+    ROOT / "scripts" / "images-local.sh",
+    ROOT / "scripts" / "containers-env.sh",
+    ROOT / "images" / "hacrl-user.sh",
+]
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)

@@ -38,26 +38,64 @@ SCHEMA_CASES = [
     ("bad-scrape-interval", ["--set", "metrics.serviceMonitor.interval=often"], "/metrics/serviceMonitor/interval"),
     ("store-endpoint-not-a-url", ["--set", "store.endpoint=minio:9000"], "/store/endpoint"),
     ("default-store-not-s3", ["--set", "defaultStore.uri=file://./runs"], "/defaultStore/uri"),
-    ("default-store-endpoint-not-a-url", ["--set", "defaultStore.uri=s3://runs", "--set", "defaultStore.endpoint=minio:9000"], "/defaultStore/endpoint"),
-    ("default-store-bad-secret-name", ["--set", "defaultStore.uri=s3://runs", "--set", "defaultStore.credentialsSecret=S3_Keys"], "/defaultStore/credentialsSecret"),
+    (
+        "default-store-endpoint-not-a-url",
+        ["--set", "defaultStore.uri=s3://runs", "--set", "defaultStore.endpoint=minio:9000"],
+        "/defaultStore/endpoint",
+    ),
+    (
+        "default-store-bad-secret-name",
+        ["--set", "defaultStore.uri=s3://runs", "--set", "defaultStore.credentialsSecret=S3_Keys"],
+        "/defaultStore/credentialsSecret",
+    ),
     ("service-type", ["--set", "metrics.service.type=Ingress"], "/metrics/service/type"),
 ]
 
 FAIL_CASES = [
     # (id, arguments, the message (naming the value path) the template's `fail` gives)
-    ("service-monitor-without-metrics", ["--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.port=0"],
-     "metrics.serviceMonitor.enabled=true needs the operator's metrics: set metrics.port"),
-    ("service-monitor-without-service", ["--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.service.enabled=false"],
-     "set metrics.service.enabled=true"),
-    ("client-timeout-below-server", ["--set", "watchTimeouts.client=100"], "watchTimeouts.client (100) must be greater than watchTimeouts.server (300)"),
+    (
+        "service-monitor-without-metrics",
+        ["--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.port=0"],
+        "metrics.serviceMonitor.enabled=true needs the operator's metrics: set metrics.port",
+    ),
+    (
+        "service-monitor-without-service",
+        ["--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.service.enabled=false"],
+        "set metrics.service.enabled=true",
+    ),
+    (
+        "client-timeout-below-server",
+        ["--set", "watchTimeouts.client=100"],
+        "watchTimeouts.client (100) must be greater than watchTimeouts.server (300)",
+    ),
     ("same-health-and-metrics-port", ["--set", "health.port=8081"], "health.port and metrics.port are both 8081"),
-    ("secret-copies-with-existing-secret",
-     ["--set", "minio.enabled=true", "--set", "minio.existingSecret=mine", "--set-json", 'minio.secretNamespaces=["default"]'],
-     "minio.secretNamespaces copies only a generated Secret"),
-    ("secret-copies-without-minio", ["--set-json", 'minio.secretNamespaces=["default"]'], "minio.secretNamespaces is set but minio.enabled is false"),
-    ("default-store-fields-without-uri", ["--set", "defaultStore.endpoint=http://minio.storage:9000"],
-     "defaultStore.endpoint, defaultStore.region and defaultStore.credentialsSecret need defaultStore.uri"),
-    ("no-service-account-name", ["--set", "serviceAccount.create=false"], "serviceAccount.name is required when serviceAccount.create is false"),
+    (
+        "secret-copies-with-existing-secret",
+        [
+            "--set",
+            "minio.enabled=true",
+            "--set",
+            "minio.existingSecret=mine",
+            "--set-json",
+            'minio.secretNamespaces=["default"]',
+        ],
+        "minio.secretNamespaces copies only a generated Secret",
+    ),
+    (
+        "secret-copies-without-minio",
+        ["--set-json", 'minio.secretNamespaces=["default"]'],
+        "minio.secretNamespaces is set but minio.enabled is false",
+    ),
+    (
+        "default-store-fields-without-uri",
+        ["--set", "defaultStore.endpoint=http://minio.storage:9000"],
+        "defaultStore.endpoint, defaultStore.region and defaultStore.credentialsSecret need defaultStore.uri",
+    ),
+    (
+        "no-service-account-name",
+        ["--set", "serviceAccount.create=false"],
+        "serviceAccount.name is required when serviceAccount.create is false",
+    ),
 ]
 
 
@@ -108,6 +146,9 @@ def test_every_value_is_documented_in_place():
         else:
             yield path
 
-    undocumented = [".".join(path) for path in leaves(yaml.safe_load(text))
-                    if not any(path[:n] in documented for n in range(1, len(path) + 1))]
+    undocumented = [
+        ".".join(path)
+        for path in leaves(yaml.safe_load(text))
+        if not any(path[:n] in documented for n in range(1, len(path) + 1))
+    ]
     assert not undocumented, "values without a `# --` comment:\n" + "\n".join(undocumented)

@@ -48,7 +48,10 @@ def test_actionlint_is_clean():
     assert {p.name for p in workflows} >= {"unit.yml", "kind-e2e.yml"}
     result = subprocess.run(
         [_binary("actionlint"), "-shellcheck", _binary("shellcheck"), *map(str, workflows)],
-        capture_output=True, text=True, timeout=120, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -65,7 +68,7 @@ def test_unit_workflow_runs_the_readme_test_command():
 
 def _documented_kind_commands() -> list[list[str]]:
     docs = (ROOT / "docs" / "kubernetes.md").read_text()
-    section = docs[docs.index("## kind (local, CPU)"):]
+    section = docs[docs.index("## kind (local, CPU)") :]
     block = re.search(r"```\n(.*?)```", section, re.S).group(1)
     return [shlex.split(line.split("#")[0]) for line in block.splitlines() if line.startswith("scripts/kind-e2e.sh")]
 
@@ -90,7 +93,10 @@ def test_e2e_workflow_runs_the_documented_script():
     env = workflow["env"]
     assert (env["REGISTRY"], env["TAG"]) == (registry, tag)
     built = {s["with"]["tags"] for s in _uses(workflow, "kind", "docker/build-push-action")}
-    assert built == {"${{ env.REGISTRY }}/hacrl-operator:${{ env.TAG }}", "${{ env.REGISTRY }}/hacrl-worker-cpu:${{ env.TAG }}"}
+    assert built == {
+        "${{ env.REGISTRY }}/hacrl-operator:${{ env.TAG }}",
+        "${{ env.REGISTRY }}/hacrl-worker-cpu:${{ env.TAG }}",
+    }
     assert all(s["with"].get("load") is True for s in _uses(workflow, "kind", "docker/build-push-action"))
     assert any("kind-load" in run for run in _runs(workflow, "kind"))
 
@@ -100,7 +106,9 @@ def test_e2e_workflow_cluster_is_kind_config():
     (kind,) = _uses(workflow, "kind", "helm/kind-action")
     config = yaml.safe_load((ROOT / "kind-config.yaml").read_text())
     assert kind["with"]["config"] == "kind-config.yaml"
-    assert workflow["env"]["KIND_CLUSTER"] == config["name"] and kind["with"]["cluster_name"] == "${{ env.KIND_CLUSTER }}"
+    assert (
+        workflow["env"]["KIND_CLUSTER"] == config["name"] and kind["with"]["cluster_name"] == "${{ env.KIND_CLUSTER }}"
+    )
 
 
 def test_e2e_installs_the_chart_with_minio():
@@ -120,7 +128,9 @@ def test_e2e_workflow_builds_every_image_operator_multiarch():
     (build,) = _uses(workflow, "images", "docker/build-push-action")
     assert build["with"]["file"] == "images/${{ matrix.image }}/Dockerfile" and build["with"]["context"] == "."
     assert build["with"]["platforms"] == "${{ matrix.platforms }}"
-    assert _uses(workflow, "images", "docker/setup-buildx-action") and _uses(workflow, "images", "docker/setup-qemu-action")
+    assert _uses(workflow, "images", "docker/setup-buildx-action") and _uses(
+        workflow, "images", "docker/setup-qemu-action"
+    )
     assert workflow["jobs"]["kind"]["needs"] == "images"
 
 
@@ -150,8 +160,12 @@ def test_docs_name_the_workflows():
 def test_every_action_is_pinned_to_a_commit_with_its_version_in_a_comment():
     """A tag can be moved to other code; a commit cannot. The comment says which release it is."""
     pinned = re.compile(r"^\s*(?:-\s*)?uses:\s*[\w.-]+/[\w./-]+@([0-9a-f]{40})\s+#\s*v\d+(\.\d+)*\s*$")
-    uses = [(path.name, line) for path in sorted(WORKFLOWS.glob("*.yml")) for line in path.read_text().splitlines()
-            if re.match(r"^\s*(-\s*)?uses:", line)]
+    uses = [
+        (path.name, line)
+        for path in sorted(WORKFLOWS.glob("*.yml"))
+        for line in path.read_text().splitlines()
+        if re.match(r"^\s*(-\s*)?uses:", line)
+    ]
     assert uses
     unpinned = [f"{name}: {line.strip()}" for name, line in uses if not pinned.match(line)]
     assert not unpinned, "\n".join(unpinned)
@@ -171,7 +185,10 @@ def test_only_the_images_kind_runs_write_the_build_cache():
     for image in ("operator", "worker-cpu"):
         assert matrix[image]["cache-to"] == f"type=gha,mode=max,scope={image}"
         scopes[image] = f"type=gha,scope={image}"
-    read = {s["with"]["file"].split("/")[1]: s["with"]["cache-from"] for s in _uses(workflow, "kind", "docker/build-push-action")}
+    read = {
+        s["with"]["file"].split("/")[1]: s["with"]["cache-from"]
+        for s in _uses(workflow, "kind", "docker/build-push-action")
+    }
     assert read == scopes
 
 
@@ -189,14 +206,18 @@ def test_a_version_tag_pushes_every_image_the_chart_and_operator_default_to():
     assert workflow[True]["push"]["tags"] == ["v*"]  # YAML reads the key `on` as True
     registry = workflow["env"]["REGISTRY"]
     for image in ("operator", "rollout", "learner"):
-        assert values["images"][image]["repository"] == f"{registry}/hacrl-{image}" and values["images"][image]["tag"] == ""
+        assert (
+            values["images"][image]["repository"] == f"{registry}/hacrl-{image}"
+            and values["images"][image]["tag"] == ""
+        )
     assert f"{registry}/hacrl-rollout:{__version__}" == operator_config.DEFAULT_ROLLOUT_IMAGE
     assert f"{registry}/hacrl-learner:{__version__}" == operator_config.DEFAULT_LEARNER_IMAGE
     check = "\n".join(_runs(workflow, "version"))
     assert "charts/hacrl-operator/Chart.yaml" in check and "hacrl_core/__init__.py" in check and "exit 1" in check
     matrix = workflow["jobs"]["images"]["strategy"]["matrix"]["include"]
     assert {e["image"]: e["platforms"] for e in matrix} == {
-        e["image"]: e["platforms"] for e in _load("kind-e2e.yml")["jobs"]["images"]["strategy"]["matrix"]["include"]}
+        e["image"]: e["platforms"] for e in _load("kind-e2e.yml")["jobs"]["images"]["strategy"]["matrix"]["include"]
+    }
     assert {e["image"] for e in matrix} == {p.parent.name for p in (ROOT / "images").glob("*/Dockerfile")}
     (push,) = _uses(workflow, "images", "docker/build-push-action")
     assert push["with"]["push"] is True and push["with"]["provenance"] is False
@@ -217,7 +238,14 @@ def test_the_release_version_check_refuses_a_tag_that_is_not_the_chart_version(t
     def run(tag: str) -> subprocess.CompletedProcess[str]:
         output = tmp_path / "output"
         env = {"PATH": "/usr/bin:/bin", "GITHUB_REF_NAME": tag, "GITHUB_OUTPUT": str(output)}
-        return subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30)
+        return subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", script],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
 
     good = run(f"v{chart['appVersion']}")
     assert good.returncode == 0, good.stdout + good.stderr

@@ -76,18 +76,41 @@ def start_operator(cluster: EmulatedCluster, image: str, worker_image: str) -> t
     name = f"hacrl-ce2e-operator-{os.getpid()}"
     cluster.kubeconfig.chmod(0o644)  # the operator runs as uid 1000
     health = free_port()
-    podman("run", "--detach", "--name", name, "--network", "host", "--pull", "never",
-           "--volume", f"{cluster.kubeconfig}:/etc/hacrl/kubeconfig:ro",
-           "--env", "KUBECONFIG=/etc/hacrl/kubeconfig",
-           "--env", f"HACRL_WATCH_NAMESPACES={NAMESPACE}",
-           "--env", f"HACRL_ROLLOUT_IMAGE={worker_image}", "--env", f"HACRL_LEARNER_IMAGE={worker_image}",
-           "--env", f"HACRL_EXPERIMENT_SECRETS={STORE_SECRET}",
-           # Its own store credentials, to read the workers' progress (the chart gives them from
-           # a Secret); passed by name, so their values stay out of the process list.
-           "--env", "AWS_ACCESS_KEY_ID", "--env", "AWS_SECRET_ACCESS_KEY",
-           "--env", f"HACRL_OPERATOR_HEALTH_PORT={health}", "--env", f"HACRL_OPERATOR_METRICS_PORT={free_port()}",
-           "--env", "HACRL_RECONCILE_INTERVAL=2",
-           image)
+    podman(
+        "run",
+        "--detach",
+        "--name",
+        name,
+        "--network",
+        "host",
+        "--pull",
+        "never",
+        "--volume",
+        f"{cluster.kubeconfig}:/etc/hacrl/kubeconfig:ro",
+        "--env",
+        "KUBECONFIG=/etc/hacrl/kubeconfig",
+        "--env",
+        f"HACRL_WATCH_NAMESPACES={NAMESPACE}",
+        "--env",
+        f"HACRL_ROLLOUT_IMAGE={worker_image}",
+        "--env",
+        f"HACRL_LEARNER_IMAGE={worker_image}",
+        "--env",
+        f"HACRL_EXPERIMENT_SECRETS={STORE_SECRET}",
+        # Its own store credentials, to read the workers' progress (the chart gives them from
+        # a Secret); passed by name, so their values stay out of the process list.
+        "--env",
+        "AWS_ACCESS_KEY_ID",
+        "--env",
+        "AWS_SECRET_ACCESS_KEY",
+        "--env",
+        f"HACRL_OPERATOR_HEALTH_PORT={health}",
+        "--env",
+        f"HACRL_OPERATOR_METRICS_PORT={free_port()}",
+        "--env",
+        "HACRL_RECONCILE_INTERVAL=2",
+        image,
+    )
     return name, health
 
 
@@ -107,27 +130,42 @@ def phase(cluster: EmulatedCluster) -> str | None:
 
 
 def worker_pods(cluster: EmulatedCluster) -> list[dict[str, Any]]:
-    return [p for p in cluster.get("pods", namespace=NAMESPACE) if (p["metadata"].get("labels") or {}).get(LABEL_EXPERIMENT) == NAME]
+    return [
+        p
+        for p in cluster.get("pods", namespace=NAMESPACE)
+        if (p["metadata"].get("labels") or {}).get(LABEL_EXPERIMENT) == NAME
+    ]
 
 
-def kill_one_worker(cluster: EmulatedCluster, kubelet: Kubelet, store: Any, agent: str, timeout: float) -> dict[str, Any]:
+def kill_one_worker(
+    cluster: EmulatedCluster, kubelet: Kubelet, store: Any, agent: str, timeout: float
+) -> dict[str, Any]:
     """``podman kill`` the running KILLED_ROLE container of ``agent`` once step 0 is committed and
     the run is not over; returns the killed pod."""
+
     def target() -> dict[str, Any] | None:
         kubelet.check()
         if not store.objects.list(f"{store.experiment}/steps/"):
             return None
         for pod in worker_pods(cluster):
             labels = pod["metadata"]["labels"]
-            if labels.get(LABEL_AGENT) == agent and labels.get(LABEL_ROLE) == KILLED_ROLE and (pod.get("status") or {}).get("phase") == "Running":
+            if (
+                labels.get(LABEL_AGENT) == agent
+                and labels.get(LABEL_ROLE) == KILLED_ROLE
+                and (pod.get("status") or {}).get("phase") == "Running"
+            ):
                 return pod
         return None
 
-    pod = wait_for(target, timeout=timeout, interval=0.3, what=f"a committed step and {agent}'s {KILLED_ROLE} pod Running")
+    pod = wait_for(
+        target, timeout=timeout, interval=0.3, what=f"a committed step and {agent}'s {KILLED_ROLE} pod Running"
+    )
     name = pod["metadata"]["name"]
     container = f"{name}-{pod['spec']['containers'][0]['name']}"
     killed = podman("kill", container, check=False)
-    assert killed.returncode == 0, f"could not kill {container} mid-run (the run ended first? make it longer): {killed.stderr.strip()}"
+    assert killed.returncode == 0, (
+        f"could not kill {container} mid-run (the run ended first? make it longer): {killed.stderr.strip()}"
+    )
     log.info("killed container %s (pod %s) mid-run", container, name)
     return pod
 
@@ -149,11 +187,21 @@ def run(args: argparse.Namespace) -> None:
         kubelet = Kubelet(Api.from_kubeconfig(cluster.kubeconfig), NAMESPACE, workdir)
         thread = threading.Thread(target=kubelet.run, name="kubelet", daemon=True)
         try:
-            apply(cluster,
-                  {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": STORE_SECRET},
-                   "stringData": {"AWS_ACCESS_KEY_ID": s3.access_key, "AWS_SECRET_ACCESS_KEY": s3.secret_key}},
-                  {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": ENV_CONFIGMAP},
-                   "data": {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}})
+            apply(
+                cluster,
+                {
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "metadata": {"name": STORE_SECRET},
+                    "stringData": {"AWS_ACCESS_KEY_ID": s3.access_key, "AWS_SECRET_ACCESS_KEY": s3.secret_key},
+                },
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": ENV_CONFIGMAP},
+                    "data": {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"},
+                },
+            )
             operator, health = start_operator(cluster, args.operator_image, args.worker_image)
             wait_for(lambda: healthy(health), timeout=120, interval=0.5, what="the operator container's /healthz")
             log.info("operator container %s is up", operator)
@@ -170,21 +218,35 @@ def run(args: argparse.Namespace) -> None:
             def finished() -> str | None:
                 kubelet.check()
                 current = phase(cluster)
-                assert current != "Failed", f"the experiment Failed: {json.dumps(cluster.get('hacrlexperiment', NAME, NAMESPACE).get('status'))[:3000]}"
+                assert current != "Failed", (
+                    f"the experiment Failed: {json.dumps(cluster.get('hacrlexperiment', NAME, NAMESPACE).get('status'))[:3000]}"
+                )
                 return current if current == "Succeeded" else None
 
             wait_for(finished, timeout=args.timeout, interval=2, what="the experiment to reach Succeeded")
             log.info("experiment %s Succeeded in %.0f s", NAME, time.monotonic() - began)
             # The operator replaced the killed pod (a new pod, maybe of the same name), which ran.
             killed_uid = killed["metadata"]["uid"]
-            replaced = [(p["metadata"]["name"], p["metadata"]["uid"]) for p in worker_pods(cluster)
-                        if p["metadata"]["labels"].get(LABEL_AGENT) == agents[0] and p["metadata"]["labels"].get(LABEL_ROLE) == KILLED_ROLE
-                        and p["metadata"]["uid"] != killed_uid]
+            replaced = [
+                (p["metadata"]["name"], p["metadata"]["uid"])
+                for p in worker_pods(cluster)
+                if p["metadata"]["labels"].get(LABEL_AGENT) == agents[0]
+                and p["metadata"]["labels"].get(LABEL_ROLE) == KILLED_ROLE
+                and p["metadata"]["uid"] != killed_uid
+            ]
             assert replaced, f"the operator did not replace pod {killed['metadata']['name']} (uid {killed_uid})"
-            assert set(replaced) <= set(kubelet.played), f"replacement {replaced} never ran as containers (played: {kubelet.played})"
+            assert set(replaced) <= set(kubelet.played), (
+                f"replacement {replaced} never ran as containers (played: {kubelet.played})"
+            )
             check_store(store, steps, agents)
-            log.info("store: %d steps x %d agents, each step's records and checkpoints exactly once; pod %s (uid %s) replaced by uid %s",
-                     steps, len(agents), killed["metadata"]["name"], killed_uid, replaced[0][1])
+            log.info(
+                "store: %d steps x %d agents, each step's records and checkpoints exactly once; pod %s (uid %s) replaced by uid %s",
+                steps,
+                len(agents),
+                killed["metadata"]["name"],
+                killed_uid,
+                replaced[0][1],
+            )
         except BaseException:
             if operator:
                 logs = podman("logs", "--tail", "60", operator, check=False)

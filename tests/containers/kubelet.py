@@ -73,7 +73,9 @@ class Api:
 
     def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.server + path, data=data, method=method, headers={"Content-Type": content_type})
+        request = urllib.request.Request(
+            self.server + path, data=data, method=method, headers={"Content-Type": content_type}
+        )
         try:
             with urllib.request.urlopen(request, timeout=10) as response:
                 return json.loads(response.read() or b"null")
@@ -92,8 +94,12 @@ class Api:
         return self.request("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]
 
     def patch_pod_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        self.request("PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}/status", {"status": status},
-                     content_type="application/merge-patch+json")
+        self.request(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/pods/{name}/status",
+            {"status": status},
+            content_type="application/merge-patch+json",
+        )
 
 
 class ManifestError(ValueError):
@@ -104,7 +110,9 @@ def _data(obj: dict[str, Any] | None, kind: str) -> dict[str, str]:
     if obj is None:
         return {}
     if kind == "secrets":
-        return {k: base64.b64decode(v).decode() for k, v in (obj.get("data") or {}).items()} | dict(obj.get("stringData") or {})
+        return {k: base64.b64decode(v).decode() for k, v in (obj.get("data") or {}).items()} | dict(
+            obj.get("stringData") or {}
+        )
     return dict(obj.get("data") or {})
 
 
@@ -129,8 +137,13 @@ def resolve_env(pod: dict[str, Any], container: dict[str, Any], api: Api) -> lis
                     continue
                 raise ManifestError(f"envFrom {ref_key} {ref['name']!r}: no such {kind[:-1]} in namespace {namespace}")
             values.update({entry.get("prefix", "") + k: v for k, v in data.items()})
-    fields = {"metadata.name": pod["metadata"]["name"], "metadata.namespace": namespace,
-              "metadata.uid": pod["metadata"].get("uid", ""), "spec.nodeName": "localhost", "status.podIP": "127.0.0.1"}
+    fields = {
+        "metadata.name": pod["metadata"]["name"],
+        "metadata.namespace": namespace,
+        "metadata.uid": pod["metadata"].get("uid", ""),
+        "spec.nodeName": "localhost",
+        "status.podIP": "127.0.0.1",
+    }
     for var in container.get("env") or []:
         if "valueFrom" not in var:
             values[var["name"]] = var.get("value", "")
@@ -139,7 +152,9 @@ def resolve_env(pod: dict[str, Any], container: dict[str, Any], api: Api) -> lis
         if "fieldRef" in ref:
             path = ref["fieldRef"]["fieldPath"]
             if path not in fields:
-                raise ManifestError(f"env {var['name']}: fieldRef {path!r} is not one this kubelet knows ({', '.join(fields)})")
+                raise ManifestError(
+                    f"env {var['name']}: fieldRef {path!r} is not one this kubelet knows ({', '.join(fields)})"
+                )
             values[var["name"]] = fields[path]
             continue
         for ref_key, kind in (("secretKeyRef", "secrets"), ("configMapKeyRef", "configmaps")):
@@ -149,7 +164,9 @@ def resolve_env(pod: dict[str, Any], container: dict[str, Any], api: Api) -> lis
                 if data is None or key not in data:
                     if ref[ref_key].get("optional"):
                         break
-                    raise ManifestError(f"env {var['name']}: {ref_key} {ref[ref_key]['name']}/{key} not found in namespace {namespace}")
+                    raise ManifestError(
+                        f"env {var['name']}: {ref_key} {ref[ref_key]['name']}/{key} not found in namespace {namespace}"
+                    )
                 values[var["name"]] = data[key]
                 break
         else:
@@ -160,13 +177,24 @@ def resolve_env(pod: dict[str, Any], container: dict[str, Any], api: Api) -> lis
 def playable(pod: dict[str, Any], api: Api) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """(the Pod manifest kube play runs, the ConfigMaps its volumes need): the pod as written with
     the adaptations of the module docstring."""
-    manifest = {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {k: v for k, v in pod["metadata"].items() if k in ("name", "labels", "annotations")},
-                "spec": copy.deepcopy(pod["spec"])}
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {k: v for k, v in pod["metadata"].items() if k in ("name", "labels", "annotations")},
+        "spec": copy.deepcopy(pod["spec"]),
+    }
     spec = manifest["spec"]
     spec["hostNetwork"] = True
-    shm_volumes = {v["name"] for v in spec.get("volumes") or [] if (v.get("emptyDir") or {}).get("medium") == "Memory"
-                   and any(m["name"] == v["name"] and m["mountPath"] == SHM for c in spec["containers"] for m in c.get("volumeMounts") or [])}
+    shm_volumes = {
+        v["name"]
+        for v in spec.get("volumes") or []
+        if (v.get("emptyDir") or {}).get("medium") == "Memory"
+        and any(
+            m["name"] == v["name"] and m["mountPath"] == SHM
+            for c in spec["containers"]
+            for m in c.get("volumeMounts") or []
+        )
+    }
     spec["volumes"] = [v for v in spec.get("volumes") or [] if v["name"] not in shm_volumes]
     for container in spec["containers"] + (spec.get("initContainers") or []):
         container.pop("ports", None)
@@ -180,7 +208,9 @@ def playable(pod: dict[str, Any], api: Api) -> tuple[dict[str, Any], list[dict[s
             found = api.get(f"/api/v1/namespaces/{pod['metadata']['namespace']}/configmaps/{name}")
             if found is None:
                 raise ManifestError(f"volume {volume['name']}: ConfigMap {name!r} not found")
-            configmaps.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": found.get("data") or {}})
+            configmaps.append(
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": found.get("data") or {}}
+            )
     return manifest, configmaps
 
 
@@ -200,12 +230,25 @@ def container_status(name: str, image: str, state: dict[str, Any]) -> dict[str, 
     elif state.get("Status") in ("exited", "stopped"):
         code = int(state.get("ExitCode", 0))
         reason = "OOMKilled" if state.get("OOMKilled") else ("Completed" if code == 0 else "Error")
-        current = {"terminated": {"exitCode": code, "reason": reason, "startedAt": _time(state.get("StartedAt", "")),
-                                  "finishedAt": _time(state.get("FinishedAt", ""))}}
+        current = {
+            "terminated": {
+                "exitCode": code,
+                "reason": reason,
+                "startedAt": _time(state.get("StartedAt", "")),
+                "finishedAt": _time(state.get("FinishedAt", "")),
+            }
+        }
     else:
         current = {"waiting": {"reason": "ContainerCreating"}}
-    return {"name": name, "image": image, "imageID": image, "ready": bool(state.get("Running")), "restartCount": 0,
-            "started": bool(state.get("Running")), "state": current}
+    return {
+        "name": name,
+        "image": image,
+        "imageID": image,
+        "ready": bool(state.get("Running")),
+        "restartCount": 0,
+        "started": bool(state.get("Running")),
+        "state": current,
+    }
 
 
 def pod_phase(statuses: list[dict[str, Any]]) -> str:
@@ -222,7 +265,15 @@ def pod_phase(statuses: list[dict[str, Any]]) -> str:
 # play of a cached image: under a second, the first play of a store also builds podman's pause
 # image: a few seconds; under a loaded CI machine ten times that) and far below CI's patience.
 # HACRL_KUBELET_PLAY_DEADLINE shortens the play's for the test of a podman that always hangs.
-DEADLINES = {"kube play": float(os.environ.get("HACRL_KUBELET_PLAY_DEADLINE", "90")), "inspect": 30.0, "pod rm": 60.0, "rm": 60.0, "kill": 30.0, "logs": 30.0, "run": 120.0}
+DEADLINES = {
+    "kube play": float(os.environ.get("HACRL_KUBELET_PLAY_DEADLINE", "90")),
+    "inspect": 30.0,
+    "pod rm": 60.0,
+    "rm": 60.0,
+    "kill": 30.0,
+    "logs": 30.0,
+    "run": 120.0,
+}
 DEFAULT_DEADLINE = 60.0
 
 
@@ -295,9 +346,22 @@ class Kubelet:
             manifest, configmaps = playable(pod, self.api)
         except ManifestError as error:
             log.error("pod %s: %s", name, error)
-            self.report(name, {"phase": "Pending", "containerStatuses": [
-                {"name": c["name"], "image": c["image"], "ready": False, "restartCount": 0,
-                 "state": {"waiting": {"reason": "CreateContainerConfigError", "message": str(error)}}} for c in pod["spec"]["containers"]]})
+            self.report(
+                name,
+                {
+                    "phase": "Pending",
+                    "containerStatuses": [
+                        {
+                            "name": c["name"],
+                            "image": c["image"],
+                            "ready": False,
+                            "restartCount": 0,
+                            "state": {"waiting": {"reason": "CreateContainerConfigError", "message": str(error)}},
+                        }
+                        for c in pod["spec"]["containers"]
+                    ],
+                },
+            )
             return
         directory = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.workdir))
         (directory / "pod.yaml").write_text(yaml.safe_dump(manifest), encoding="utf-8")
@@ -324,7 +388,9 @@ class Kubelet:
         if result.returncode != 0:
             log.error("pod %s: podman kube play failed: %s", name, result.stderr.strip()[-2000:])
             self.failed.add(name)
-            self.report(name, {"phase": "Failed", "reason": "RunContainerError", "message": result.stderr.strip()[-1000:]})
+            self.report(
+                name, {"phase": "Failed", "reason": "RunContainerError", "message": result.stderr.strip()[-1000:]}
+            )
             return
         log.info("pod %s: played in %.1f s", name, time.monotonic() - started)
 
@@ -344,8 +410,16 @@ class Kubelet:
             statuses.append(container_status(container["name"], container["image"], state))
         phase = pod_phase(statuses)
         ready = "True" if phase == "Running" and all(s["ready"] for s in statuses) else "False"
-        self.report(name, {"phase": phase, "hostIP": "127.0.0.1", "podIP": "127.0.0.1", "containerStatuses": statuses,
-                           "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": ready}]})
+        self.report(
+            name,
+            {
+                "phase": phase,
+                "hostIP": "127.0.0.1",
+                "podIP": "127.0.0.1",
+                "containerStatuses": statuses,
+                "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": ready}],
+            },
+        )
 
     def report(self, name: str, status: dict[str, Any]) -> None:
         text = json.dumps(status, sort_keys=True)

@@ -75,10 +75,14 @@ class Store:
 
     def podman(self, *args: str, timeout: float = PODMAN_DEADLINE) -> subprocess.CompletedProcess[str] | None:
         """The call's result, or None if it did not return within ``timeout`` s (it is killed)."""
-        env = os.environ | {"CONTAINERS_STORAGE_CONF": str(self.config / "storage.conf"),
-                            "CONTAINERS_CONF": str(self.config / "containers.conf")}
+        env = os.environ | {
+            "CONTAINERS_STORAGE_CONF": str(self.config / "storage.conf"),
+            "CONTAINERS_CONF": str(self.config / "containers.conf"),
+        }
         try:
-            return subprocess.run(["podman", *args], env=env, capture_output=True, text=True, timeout=timeout, check=False)
+            return subprocess.run(
+                ["podman", *args], env=env, capture_output=True, text=True, timeout=timeout, check=False
+            )
         except subprocess.TimeoutExpired:
             return None
 
@@ -95,8 +99,10 @@ class Store:
         volumes = self.lines("volume", "ls", "--format", "{{.Name}}")
         if pods is None or containers is None or volumes is None:
             return None
-        named = [f"{name} (in storage)" if status.lower().startswith("storage") else name
-                 for name, _, status in (line.partition("\t") for line in containers)]
+        named = [
+            f"{name} (in storage)" if status.lower().startswith("storage") else name
+            for name, _, status in (line.partition("\t") for line in containers)
+        ]
         return {"pods": pods, "containers": named, "volumes": volumes}
 
     def remove_all(self) -> bool:
@@ -116,7 +122,11 @@ class Store:
 
 
 def describe(inventory: dict[str, list[str]]) -> str:
-    parts = [f"{len(names)} {kind[:-1] if len(names) == 1 else kind} ({', '.join(names)})" for kind, names in inventory.items() if names]
+    parts = [
+        f"{len(names)} {kind[:-1] if len(names) == 1 else kind} ({', '.join(names)})"
+        for kind, names in inventory.items()
+        if names
+    ]
     return "; ".join(parts) or "nothing"
 
 
@@ -221,8 +231,10 @@ def sweep(keep: Path | None = None) -> str:
         # Lock numbers handed out again from the database (cheap: the store holds images only).
         renumbered = shared.podman("system", "renumber")
         if renumbered is None or renumbered.returncode != 0:
-            removed.append("shared store: podman system renumber failed: "
-                           + ("no answer" if renumbered is None else renumbered.stderr.strip()[-300:]))
+            removed.append(
+                "shared store: podman system renumber failed: "
+                + ("no answer" if renumbered is None else renumbered.stderr.strip()[-300:])
+            )
     return "leftovers of earlier runs removed: " + ("; ".join(removed) if removed else "none")
 
 

@@ -45,8 +45,15 @@ def _no_run_left_behind():
 def e2e(*, env: dict[str, str] | None = None, timeout: float = E2E_LIMIT) -> subprocess.CompletedProcess[str]:
     """One `scripts/container-e2e.sh --skip-build` (the images are built), its output merged; past
     ``timeout`` its whole process group is killed (the next run's sweep removes its containers)."""
-    process = subprocess.Popen([str(SCRIPT), "--skip-build"], cwd=REPO, env=os.environ | {"PYTHON": sys.executable} | (env or {}),
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    process = subprocess.Popen(
+        [str(SCRIPT), "--skip-build"],
+        cwd=REPO,
+        env=os.environ | {"PYTHON": sys.executable} | (env or {}),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         output, _ = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -76,7 +83,7 @@ def stand_in_podman(tmp_path: Path, script: str) -> dict[str, str]:
     """The environment of a run whose `podman` is ``script`` (sh) in front of the real one."""
     folder = tmp_path / "bin"
     folder.mkdir()
-    (folder / "podman").write_text(f"#!/bin/sh\n{script}\nexec {PODMAN} \"$@\"\n", encoding="utf-8")
+    (folder / "podman").write_text(f'#!/bin/sh\n{script}\nexec {PODMAN} "$@"\n', encoding="utf-8")
     (folder / "podman").chmod(0o755)
     return {"PATH": f"{folder}:{os.environ['PATH']}"}
 
@@ -85,26 +92,41 @@ def test_a_leftover_container_in_storage_under_a_pods_container_name_is_removed_
     # What an interrupted run left (state `Storage`): the name the first rollout pod's container
     # takes in every run, which made each later `kube play` of that pod fail "already in use".
     leftover = f"{pod_name(NAME, first_agent(), 'rollout')}-rollout"
-    env = os.environ | {"CONTAINERS_STORAGE_CONF": str(cache_dir() / "config" / "storage.conf"),
-                        "CONTAINERS_CONF": str(cache_dir() / "config" / "containers.conf")}
-    subprocess.run(["buildah", "from", "--pull=never", "--name", leftover, worker_image()], env=env, check=True,
-                   capture_output=True, text=True, timeout=120)
+    env = os.environ | {
+        "CONTAINERS_STORAGE_CONF": str(cache_dir() / "config" / "storage.conf"),
+        "CONTAINERS_CONF": str(cache_dir() / "config" / "containers.conf"),
+    }
+    subprocess.run(
+        ["buildah", "from", "--pull=never", "--name", leftover, worker_image()],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert f"{leftover} (in storage)" in (shared_store().inventory() or {}).get("containers", [])
 
     result = e2e()
     assert passed(result), result.stdout[-5000:]
-    assert re.search(rf"leftovers of earlier runs removed: .*shared store: .*{re.escape(leftover)} \(in storage\)", result.stdout), result.stdout[:3000]
+    assert re.search(
+        rf"leftovers of earlier runs removed: .*shared store: .*{re.escape(leftover)} \(in storage\)", result.stdout
+    ), result.stdout[:3000]
     assert leftover not in " ".join((shared_store().inventory() or {"containers": ["?"]})["containers"])
 
 
 def test_a_kube_play_that_never_returns_is_killed_and_retried_and_the_run_passes(tmp_path: Path) -> None:
     hung = tmp_path / "hung-once"
     # The first `kube play` of the run hangs (as a lock taken twice hangs podman); later ones work.
-    env = stand_in_podman(tmp_path, f'if [ "$1 $2" = "kube play" ] && mkdir "{hung}" 2>/dev/null; then exec sleep 3600; fi')
+    env = stand_in_podman(
+        tmp_path, f'if [ "$1 $2" = "kube play" ] && mkdir "{hung}" 2>/dev/null; then exec sleep 3600; fi'
+    )
     result = e2e(env=env)
     assert hung.is_dir(), "the stand-in's kube play never ran"
     assert passed(result), result.stdout[-5000:]
-    assert "`podman kube play` did not return within 90 s (killed)" in result.stdout and "retrying podman kube play once" in result.stdout
+    assert (
+        "`podman kube play` did not return within 90 s (killed)" in result.stdout
+        and "retrying podman kube play once" in result.stdout
+    )
     # The hung pod recovered within five minutes: its play, the killed call included, took under 300 s.
     [played] = re.findall(r"pod (\S+): retrying podman kube play once", result.stdout)
     [seconds] = re.findall(rf"pod {re.escape(played)}: played in ([0-9.]+) s", result.stdout)[:1]
@@ -117,7 +139,10 @@ def test_a_podman_that_always_hangs_fails_the_run_within_minutes_naming_the_call
     result = e2e(env=env | {"HACRL_KUBELET_PLAY_DEADLINE": "20"})
     took = time.monotonic() - began
     assert result.returncode != 0, result.stdout[-3000:]
-    assert "the kubelet stand-in is stuck: `podman kube play` did not return within 20 s (killed), twice in a row" in result.stdout, result.stdout[-5000:]
+    assert (
+        "the kubelet stand-in is stuck: `podman kube play` did not return within 20 s (killed), twice in a row"
+        in result.stdout
+    ), result.stdout[-5000:]
     # the start (emulator, SeaweedFS, the operator's container: under a minute on a quiet machine),
     # then two plays of 20 s: a run that waited for the experiment's own timeout would take 1200 s
     assert took < 300, f"failed only after {took:.0f} s"
@@ -126,8 +151,14 @@ def test_a_podman_that_always_hangs_fails_the_run_within_minutes_naming_the_call
 def test_a_run_after_one_killed_with_sigkill_mid_run_passes(tmp_path: Path) -> None:
     log = tmp_path / "killed-run.log"
     with log.open("w") as output:
-        killed = subprocess.Popen([str(SCRIPT), "--skip-build"], cwd=REPO, env=os.environ | {"PYTHON": sys.executable},
-                                  stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
+        killed = subprocess.Popen(
+            [str(SCRIPT), "--skip-build"],
+            cwd=REPO,
+            env=os.environ | {"PYTHON": sys.executable},
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + E2E_LIMIT
         while "played in" not in log.read_text() and time.monotonic() < deadline:
@@ -135,7 +166,9 @@ def test_a_run_after_one_killed_with_sigkill_mid_run_passes(tmp_path: Path) -> N
             time.sleep(0.5)
         assert "played in" in log.read_text(), log.read_text()[-3000:]
     finally:
-        os.killpg(killed.pid, signal.SIGKILL)  # the script, its driver, the emulator and SeaweedFS; not podman's containers
+        os.killpg(
+            killed.pid, signal.SIGKILL
+        )  # the script, its driver, the emulator and SeaweedFS; not podman's containers
         killed.wait()
     [run] = [p for p in runs_dir().iterdir() if p.name.endswith(f"-{killed.pid}")]
     store = Store(run / "config")
@@ -144,7 +177,9 @@ def test_a_run_after_one_killed_with_sigkill_mid_run_passes(tmp_path: Path) -> N
 
     result = e2e()
     assert passed(result), result.stdout[-5000:]
-    assert re.search(rf"leftovers of earlier runs removed: .*{re.escape(run.name)}: .*containers \(", result.stdout), result.stdout[:3000]
+    assert re.search(rf"leftovers of earlier runs removed: .*{re.escape(run.name)}: .*containers \(", result.stdout), (
+        result.stdout[:3000]
+    )
     assert not run.exists()
     survivors = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _mentions(p, str(run))]
     assert not survivors, f"processes of the killed run still alive: {survivors}"

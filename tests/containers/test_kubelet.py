@@ -39,20 +39,44 @@ def operator_pod(cluster: EmulatedCluster, tmp_path: Path) -> dict:
     document["metadata"]["namespace"] = "default"
     spec_file = tmp_path / "experiment.yaml"
     spec_file.write_text(yaml.safe_dump(document))
-    owner = {"apiVersion": "hacrl.io/v1alpha1", "kind": "HACRLExperiment", "metadata": {"name": "ce2e", "namespace": "default", "uid": "u-1"}}
+    owner = {
+        "apiVersion": "hacrl.io/v1alpha1",
+        "kind": "HACRLExperiment",
+        "metadata": {"name": "ce2e", "namespace": "default", "uid": "u-1"},
+    }
     exp = load_experiment(spec_file)
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(builders.build_configmap(exp, owner)))
-    pod = builders.build_pod(exp, exp.spec.agents[0].name, "learner", owner, OperatorConfig(learner_image="img/worker:1"))
+    pod = builders.build_pod(
+        exp, exp.spec.agents[0].name, "learner", owner, OperatorConfig(learner_image="img/worker:1")
+    )
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(pod))
     return cluster.get("pod", pod["metadata"]["name"], "default")
 
 
-def test_the_played_manifest_is_the_pod_with_its_env_resolved_and_host_network(cluster: EmulatedCluster, tmp_path: Path) -> None:
-    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([
-        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": STORE_SECRET, "namespace": "default"},
-         "stringData": {"AWS_ACCESS_KEY_ID": "key-1", "AWS_SECRET_ACCESS_KEY": "secret-1"}},
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": ENV_CONFIGMAP, "namespace": "default"}, "data": {"OMP_NUM_THREADS": "1"}},
-    ]))
+def test_the_played_manifest_is_the_pod_with_its_env_resolved_and_host_network(
+    cluster: EmulatedCluster, tmp_path: Path
+) -> None:
+    cluster.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=yaml.safe_dump_all(
+            [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "metadata": {"name": STORE_SECRET, "namespace": "default"},
+                    "stringData": {"AWS_ACCESS_KEY_ID": "key-1", "AWS_SECRET_ACCESS_KEY": "secret-1"},
+                },
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": ENV_CONFIGMAP, "namespace": "default"},
+                    "data": {"OMP_NUM_THREADS": "1"},
+                },
+            ]
+        ),
+    )
     pod = operator_pod(cluster, tmp_path)
     manifest, configmaps = playable(pod, Api.from_kubeconfig(cluster.kubeconfig))
 
@@ -77,18 +101,45 @@ def test_the_played_manifest_is_the_pod_with_its_env_resolved_and_host_network(c
 def test_a_missing_configmap_or_secret_is_named(cluster: EmulatedCluster, tmp_path: Path) -> None:
     pod = operator_pod(cluster, tmp_path)
     api = Api.from_kubeconfig(cluster.kubeconfig)
-    with pytest.raises(ManifestError, match=f"envFrom configMapRef '{ENV_CONFIGMAP}': no such configmap in namespace default"):
+    with pytest.raises(
+        ManifestError, match=f"envFrom configMapRef '{ENV_CONFIGMAP}': no such configmap in namespace default"
+    ):
         playable(pod, api)
-    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": ENV_CONFIGMAP, "namespace": "default"}, "data": {}}))
+    cluster.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": ENV_CONFIGMAP, "namespace": "default"},
+                "data": {},
+            }
+        ),
+    )
     with pytest.raises(ManifestError, match=f"secretKeyRef {STORE_SECRET}/AWS_ACCESS_KEY_ID not found"):
         playable(pod, api)
 
 
 def test_phase_follows_the_containers_as_with_restart_policy_never() -> None:
     running = container_status("learner", "img", {"Running": True, "StartedAt": "2026-01-01T00:00:00.1Z"})
-    killed = container_status("learner", "img", {"Status": "exited", "ExitCode": 137, "StartedAt": "2026-01-01T00:00:00Z", "FinishedAt": "2026-01-01T00:01:00Z"})
+    killed = container_status(
+        "learner",
+        "img",
+        {
+            "Status": "exited",
+            "ExitCode": 137,
+            "StartedAt": "2026-01-01T00:00:00Z",
+            "FinishedAt": "2026-01-01T00:01:00Z",
+        },
+    )
     done = container_status("learner", "img", {"Status": "exited", "ExitCode": 0})
     assert pod_phase([running]) == "Running" and pod_phase([killed]) == "Failed" and pod_phase([done]) == "Succeeded"
-    assert killed["state"]["terminated"] == {"exitCode": 137, "reason": "Error", "startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:01:00Z"}
+    assert killed["state"]["terminated"] == {
+        "exitCode": 137,
+        "reason": "Error",
+        "startedAt": "2026-01-01T00:00:00Z",
+        "finishedAt": "2026-01-01T00:01:00Z",
+    }
     assert pod_phase([container_status("learner", "img", {})]) == "Pending"

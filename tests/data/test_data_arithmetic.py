@@ -106,14 +106,21 @@ def test_chain_solutions_are_correct_step_by_step_and_end_in_the_gold() -> None:
     task = ArithmeticTask(difficulty=(1, 5), seed=4, size=300, format="chain")
     plain = ArithmeticTask(difficulty=(1, 5), seed=4, size=300)
     for problem, same in zip(task, plain, strict=True):
-        assert (problem.uid, problem.question, problem.answer) == (same.uid, same.question, same.answer)  # format changes no problem
+        assert (problem.uid, problem.question, problem.answer) == (
+            same.uid,
+            same.question,
+            same.answer,
+        )  # format changes no problem
         steps, _, final = problem.solution.partition(" #### ")
         assert final == problem.answer and len(steps.split("; ")) == problem.difficulty
         for step in steps.split("; "):
             left, right = step.split("=")
             assert _reference_value(left) == int(right), (problem.question, step)
         assert get_reward("exact")(problem.solution, problem.answer) == 1.0
-        assert get_reward("exact")(problem.solution.replace(f"#### {final}", f"#### {int(final) + 1}"), problem.answer) == 0.0
+        assert (
+            get_reward("exact")(problem.solution.replace(f"#### {final}", f"#### {int(final) + 1}"), problem.answer)
+            == 0.0
+        )
     assert plain[0].solution == plain[0].answer
     assert "&format=chain" in task.name and "format" not in plain.name
     with pytest.raises(ValueError, match="format must be one of answer, chain"):

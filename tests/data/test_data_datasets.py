@@ -69,7 +69,10 @@ def test_uid_key_is_used_when_given(tmp_path: Path) -> None:
 def test_reward_validation_skips_invalid_gold(tmp_path: Path) -> None:
     path = _write_jsonl(
         tmp_path / "gold.jsonl",
-        [json.dumps({"prompt": "q1", "answer": "\\frac{1}{2}"}).encode(), json.dumps({"prompt": "q2", "answer": "x+1"}).encode()],
+        [
+            json.dumps({"prompt": "q1", "answer": "\\frac{1}{2}"}).encode(),
+            json.dumps({"prompt": "q2", "answer": "x+1"}).encode(),
+        ],
     )
     source = open_source(str(path), reward="numeric")
     assert [p.answer for p in source] == ["\\frac{1}{2}"]
@@ -85,7 +88,12 @@ def test_parquet_verl_layout_with_dotted_key(tmp_path: Path) -> None:
                 [{"role": "user", "content": "What is 2+3?"}],
                 [{"role": "user", "content": "What is 0+0?"}],
             ],
-            "reward_model": [{"ground_truth": "42"}, {"ground_truth": None}, {"ground_truth": ""}, {"ground_truth": "0"}],
+            "reward_model": [
+                {"ground_truth": "42"},
+                {"ground_truth": None},
+                {"ground_truth": ""},
+                {"ground_truth": "0"},
+            ],
             "extra": [1, 2, 3, 4],
         }
     )

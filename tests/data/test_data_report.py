@@ -40,7 +40,11 @@ def spec_with_train(tmp_path: Path, source: str) -> Path:
 def test_report_names_the_field_each_reason_its_count_and_first_row(tmp_path: Path) -> None:
     source = open_source(str(broken_jsonl(tmp_path / "train.jsonl")))
     report = describe_source("data.train", source)
-    assert (report.rows, report.skipped, report.first_row) == (8, {"invalid_json": 1, "missing_answer": 1}, {"invalid_json": 9, "missing_answer": 10})
+    assert (report.rows, report.skipped, report.first_row) == (
+        8,
+        {"invalid_json": 1, "missing_answer": 1},
+        {"invalid_json": 9, "missing_answer": 10},
+    )
     assert report.skipped_share == pytest.approx(0.2)
     assert report.lines() == [
         "data.train (train.jsonl): skipped 1 of 10 rows as invalid_json: a line that is not valid JSON (first at row 9)",
@@ -48,8 +52,10 @@ def test_report_names_the_field_each_reason_its_count_and_first_row(tmp_path: Pa
     ]
     assert report.summary() == "data.train (train.jsonl): 8 rows, 2 skipped (invalid_json 1, missing_answer 1)"
     assert report.metrics() == {
-        "data/train/rows": 8.0, "data/train/skipped": 2.0,
-        "data/train/skipped/invalid_json": 1.0, "data/train/skipped/missing_answer": 1.0,
+        "data/train/rows": 8.0,
+        "data/train/skipped": 2.0,
+        "data/train/skipped/invalid_json": 1.0,
+        "data/train/skipped/missing_answer": 1.0,
     }
     assert DatasetReport.from_dict(json.loads(json.dumps(report.as_dict()))) == report
 
@@ -83,22 +89,31 @@ def test_read_datasets_names_the_field_of_an_unusable_dataset(tmp_path: Path) ->
     empty = tmp_path / "empty.jsonl"
     empty.write_text('{"prompt": "no answer"}\n')
     experiment = parse_experiment(yaml.safe_load(spec_with_train(tmp_path, str(empty)).read_text()))
-    with pytest.raises(ValueError, match=r"spec\.data\.train\.source: empty\.jsonl: no usable rows \(skipped: \{'missing_answer': 1\}\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"spec\.data\.train\.source: empty\.jsonl: no usable rows \(skipped: \{'missing_answer': 1\}\)",
+    ):
         read_datasets(experiment.spec.data)
 
 
 def test_hacrl_validate_data_counts_what_the_workers_would_skip(tmp_path: Path) -> None:
     spec = spec_with_train(tmp_path, str(broken_jsonl(tmp_path / "train.jsonl")))
-    plain = subprocess.run([sys.executable, "-m", "hacrl_core.cli", "validate", str(spec)], capture_output=True, text=True)
+    plain = subprocess.run(
+        [sys.executable, "-m", "hacrl_core.cli", "validate", str(spec)], capture_output=True, text=True
+    )
     assert plain.returncode == 0 and "skipped" not in plain.stdout  # reading data is opt-in: it can be slow
 
-    checked = subprocess.run([sys.executable, "-m", "hacrl_core.cli", "validate", "--data", str(spec)], capture_output=True, text=True)
+    checked = subprocess.run(
+        [sys.executable, "-m", "hacrl_core.cli", "validate", "--data", str(spec)], capture_output=True, text=True
+    )
     assert checked.returncode == 0, checked.stderr
     assert "data.train (train.jsonl): 8 rows, 2 skipped (invalid_json 1, missing_answer 1)" in checked.stdout
     assert "warning: data.train (train.jsonl): skipped 1 of 10 rows as invalid_json" in checked.stdout
     assert "data.eval[arithmetic] (builtin://arithmetic" in checked.stdout and "none skipped" in checked.stdout
 
     missing = spec_with_train(tmp_path, str(tmp_path / "nowhere.jsonl"))
-    failed = subprocess.run([sys.executable, "-m", "hacrl_core.cli", "validate", "--data", str(missing)], capture_output=True, text=True)
+    failed = subprocess.run(
+        [sys.executable, "-m", "hacrl_core.cli", "validate", "--data", str(missing)], capture_output=True, text=True
+    )
     assert failed.returncode == 1
     assert "spec.data.train.source: data source" in failed.stderr and "no such file" in failed.stderr

@@ -9,7 +9,9 @@ from hacrl_core.models.tokenizers import build_bpe_tokenizer, build_char_tokeniz
 
 
 def test_math_template_keeps_boxed_braces_literal() -> None:
-    assert user_message("What is 1+1?", "math") == ("What is 1+1? Let's think step by step and output the final answer within \\boxed{}.")
+    assert user_message("What is 1+1?", "math") == (
+        "What is 1+1? Let's think step by step and output the final answer within \\boxed{}."
+    )
     assert resolve_template("Solve: {question}\nAnswer in \\boxed{}") == "Solve: {question}\nAnswer in \\boxed{}"
     assert user_message("2*3", "Solve {question} {x}") == "Solve 2*3 {x}"
 

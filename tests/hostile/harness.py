@@ -62,8 +62,14 @@ def run_cli(argv: list[str], cwd: Path | None = None) -> Outcome:
 
 
 def run_executable(argv: list[str], cwd: Path, env: dict[str, str], timeout: float = 600) -> Outcome:
-    done = subprocess.run([sys.executable, "-m", "hacrl_core.cli", *argv], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, "-m", "hacrl_core.cli", *argv],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     return judged_output(done.returncode, done.stdout + done.stderr)
 
 

@@ -45,9 +45,13 @@ def test_a_long_line_is_not_held_in_memory(tmp_path: Path) -> None:
         handle.write(b'", "answer": "2"}\n')
     # VmHWM, the peak of this process's own memory map: getrusage's ru_maxrss survives exec, so a
     # child of a large pytest process would report the parent's size (478 MiB late in the suite).
-    probe = ("import re, sys; from pathlib import Path; from hacrl_core.data import open_source; source = open_source(sys.argv[1]); "
-             "print(source.skipped, int(re.search(r'VmHWM:\\s+(\\d+)', Path('/proc/self/status').read_text()).group(1)) // 1024)")
-    done = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True, timeout=300, check=True)
+    probe = (
+        "import re, sys; from pathlib import Path; from hacrl_core.data import open_source; source = open_source(sys.argv[1]); "
+        "print(source.skipped, int(re.search(r'VmHWM:\\s+(\\d+)', Path('/proc/self/status').read_text()).group(1)) // 1024)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(path)], capture_output=True, text=True, timeout=300, check=True
+    )
     skipped, peak_mib = done.stdout.rsplit(" ", 1)
     assert skipped == "{'too_long': 1}"
     assert int(peak_mib) < 150, f"the reader peaked at {peak_mib} MiB reading a 200 MiB line"
@@ -64,7 +68,9 @@ def test_prompts_longer_than_the_model_context_are_said_at_validation(finished, 
 
     document = copy.deepcopy(finished["document"])
     llama = document["spec"]["agents"][0]
-    llama["model"] = str(resolve_model(llama["model"], model_cache / "models"))  # built by the finished run: a local folder
+    llama["model"] = str(
+        resolve_model(llama["model"], model_cache / "models")
+    )  # built by the finished run: a local folder
     rows = tmp_path / "rows.jsonl"
     rows.write_text('{"prompt": "1+1", "answer": "2"}\n' + '{"prompt": "%s", "answer": "2"}\n' % ("1+" * 400 + "1"))
     document["spec"]["data"]["train"] = {"source": str(rows)}
@@ -72,7 +78,14 @@ def test_prompts_longer_than_the_model_context_are_said_at_validation(finished, 
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(document))
     outcome = run_cli(["validate", "--data", str(spec)])
-    check("data", outcome, 0, "warning: spec.data.train: 1 of its 2 longest prompts", "agent 'llama'", "context of 512 tokens")
+    check(
+        "data",
+        outcome,
+        0,
+        "warning: spec.data.train: 1 of its 2 longest prompts",
+        "agent 'llama'",
+        "context of 512 tokens",
+    )
     assert "agent 'qwen'" not in outcome.output  # a hub or tiny:// model is checked by `hacrl run`, once fetched
 
 
@@ -90,10 +103,17 @@ def test_a_training_set_smaller_than_a_step_is_refused_naming_both_fields(comman
     document["spec"]["algorithm"].update(promptsPerStep=2, miniBatchPrompts=2)
     spec = write_spec(tmp_path, document)
     monkeypatch.setenv("HACRL_CACHE", str(model_cache))
-    outcome = run_cli([command[0], *command[1:], str(spec), *(["--workdir", str(tmp_path / "work")] if command[0] == "run" else [])],
-                      cwd=tmp_path)
-    check("data", outcome, 1, "spec.data.train (one.jsonl): 1 usable rows, fewer than spec.algorithm.promptsPerStep (2)",
-          "lower promptsPerStep to 1")
+    outcome = run_cli(
+        [command[0], *command[1:], str(spec), *(["--workdir", str(tmp_path / "work")] if command[0] == "run" else [])],
+        cwd=tmp_path,
+    )
+    check(
+        "data",
+        outcome,
+        1,
+        "spec.data.train (one.jsonl): 1 usable rows, fewer than spec.algorithm.promptsPerStep (2)",
+        "lower promptsPerStep to 1",
+    )
     assert not (tmp_path / "store" / "too-small").exists(), "refused before the store is claimed"
 
 
@@ -107,5 +127,11 @@ def test_a_named_pipe_as_a_dataset_is_called_one_without_being_opened(tmp_path):
     os.mkfifo(tmp_path / "rows.jsonl")
     document = tiny_spec("piped", (tmp_path / "store").as_uri(), steps=1)
     document["spec"]["data"]["train"] = {"source": str(tmp_path / "rows.jsonl")}
-    check("data", run_cli(["validate", "--data", str(write_spec(tmp_path, document))]), 1,
-          "spec.data.train.source", "rows.jsonl", "a named pipe (FIFO), not a file")
+    check(
+        "data",
+        run_cli(["validate", "--data", str(write_spec(tmp_path, document))]),
+        1,
+        "spec.data.train.source",
+        "rows.jsonl",
+        "a named pipe (FIFO), not a file",
+    )

@@ -34,7 +34,9 @@ VARIABLES = [
 
 
 @pytest.mark.parametrize("case, name, value, names", VARIABLES, ids=[v[0] for v in VARIABLES])
-def test_a_bad_variable_stops_hacrl_run_before_the_store_is_claimed(case, name, value, names, tmp_path, model_cache, monkeypatch):
+def test_a_bad_variable_stops_hacrl_run_before_the_store_is_claimed(
+    case, name, value, names, tmp_path, model_cache, monkeypatch
+):
     spec = write_spec(tmp_path, tiny_spec("bad-env", (tmp_path / "store").as_uri(), steps=1))
     monkeypatch.setenv("HACRL_CACHE", str(model_cache))
     monkeypatch.setenv(name, value(tmp_path))
@@ -46,17 +48,25 @@ def test_a_bad_variable_stops_hacrl_eval(tmp_path, model_cache, monkeypatch):
     spec = write_spec(tmp_path, tiny_spec("bad-env", (tmp_path / "store").as_uri(), steps=1))
     monkeypatch.setenv("HACRL_CACHE", str(model_cache))
     monkeypatch.setenv("HACRL_TORCH_THREADS", "abc")
-    check(FAMILY, run_cli(["eval", str(spec), "--agent", "llama"], cwd=tmp_path), 2, "hacrl eval: HACRL_TORCH_THREADS='abc'")
+    check(
+        FAMILY,
+        run_cli(["eval", str(spec), "--agent", "llama"], cwd=tmp_path),
+        2,
+        "hacrl eval: HACRL_TORCH_THREADS='abc'",
+    )
 
 
 @pytest.mark.parametrize("name, value", [("HACRL_TORCH_THREADS", "abc"), ("HACRL_WAIT_SECONDS", "-5")])
-def test_a_worker_given_a_bad_variable_stops_in_one_line_that_hacrl_run_would_not_restart(name, value, tmp_path, model_cache):
+def test_a_worker_given_a_bad_variable_stops_in_one_line_that_hacrl_run_would_not_restart(
+    name, value, tmp_path, model_cache
+):
     """A pod's worker is started by the operator, not `hacrl run`: it checks its variables itself."""
     from hacrl_core.runtime.worker_failures import FINAL_EXIT_CODE, MARK
     from tests.hostile.harness import run_executable
     from tests.integration.runs import run_env
 
     spec = write_spec(tmp_path, tiny_spec("bad-env", (tmp_path / "store").as_uri(), steps=1))
-    outcome = run_executable(["worker", "colocated", "--spec", str(spec), "--agent", "llama"], tmp_path,
-                             run_env(model_cache, {name: value}))
+    outcome = run_executable(
+        ["worker", "colocated", "--spec", str(spec), "--agent", "llama"], tmp_path, run_env(model_cache, {name: value})
+    )
     check(FAMILY, outcome, FINAL_EXIT_CODE, f"{MARK}{name}={value!r}")

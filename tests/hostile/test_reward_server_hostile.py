@@ -74,12 +74,21 @@ REQUESTS = [
     ("length-negative", post(GOOD, "Content-Length: -1"), 400, "Content-Length '-1'"),
     ("length-unicode-digit", post(GOOD, "Content-Length: \u00b2"), 400, "not a non-negative integer"),
     ("length-missing", post(GOOD), 411, "Content-Length is required"),
-    ("length-over-limit", post(b"", f"Content-Length: {10 ** 12}"), 413, "data.rewardServer.batchSize"),
+    ("length-over-limit", post(b"", f"Content-Length: {10**12}"), 413, "data.rewardServer.batchSize"),
     ("chunked", post(b"%x\r\n%s\r\n0\r\n\r\n" % (len(GOOD), GOOD), "Transfer-Encoding: chunked"), 411, "not chunked"),
     ("nested-100000-deep", post(NESTED, f"Content-Length: {len(NESTED)}"), 400, "nested too deep"),
-    ("null-response-and-gold", post(b'{"items": [{"response": null, "gold": null}]}', "Content-Length: 45"), 400,
-     "items[0].response is NoneType, not a string"),
-    ("gold-a-number", post(b'{"items": [{"response": "7", "gold": 7}]}', "Content-Length: 41"), 400, "items[0].gold is int"),
+    (
+        "null-response-and-gold",
+        post(b'{"items": [{"response": null, "gold": null}]}', "Content-Length: 45"),
+        400,
+        "items[0].response is NoneType, not a string",
+    ),
+    (
+        "gold-a-number",
+        post(b'{"items": [{"response": "7", "gold": 7}]}', "Content-Length: 41"),
+        400,
+        "items[0].gold is int",
+    ),
     ("items-not-a-list", post(b'{"items": {"a": 1}}', "Content-Length: 19"), 400, "items is dict, not a list"),
     ("item-not-an-object", post(b'{"items": [7]}', "Content-Length: 14"), 400, "items[0] is int, not an object"),
     ("not-json", post(b"\xff\xfe", "Content-Length: 2"), 400, "expected"),
@@ -106,23 +115,43 @@ def test_start_up_errors_are_one_line_naming_the_option():
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        check(FAMILY, run_cli(["reward-server", "--reward", "exact", "--port", str(port)]), 1,
-              f"cannot listen on 127.0.0.1:{port}", "Address already in use", "--port")
+        check(
+            FAMILY,
+            run_cli(["reward-server", "--reward", "exact", "--port", str(port)]),
+            1,
+            f"cannot listen on 127.0.0.1:{port}",
+            "Address already in use",
+            "--port",
+        )
     # 192.0.2.1 (TEST-NET-1, RFC 5737) is no address of this machine
-    check(FAMILY, run_cli(["reward-server", "--reward", "exact", "--host", "192.0.2.1", "--port", "0"]), 1,
-          "cannot listen on 192.0.2.1:0", "--host")
+    check(
+        FAMILY,
+        run_cli(["reward-server", "--reward", "exact", "--host", "192.0.2.1", "--port", "0"]),
+        1,
+        "cannot listen on 192.0.2.1:0",
+        "--host",
+    )
 
 
 FAILING = [
-    ("http-500-for-good", 500, b'{"error": "down"}', ["no answer after 1 tries (last: http_500)", "data.rewardServer.timeoutSeconds",
-                                                      "after 1 restarts, spec.restartLimit"]),
-    ("nested-too-deep", 200, b"[" * 100_000, ["expected {\"scores\": [...]}"]),
+    (
+        "http-500-for-good",
+        500,
+        b'{"error": "down"}',
+        [
+            "no answer after 1 tries (last: http_500)",
+            "data.rewardServer.timeoutSeconds",
+            "after 1 restarts, spec.restartLimit",
+        ],
+    ),
+    ("nested-too-deep", 200, b"[" * 100_000, ['expected {"scores": [...]}']),
 ]
 
 
 @pytest.mark.parametrize("case, status, body, names", FAILING, ids=[f[0] for f in FAILING])
-def test_a_failing_reward_server_ends_hacrl_run_with_its_reward_server_error(case, status, body, names, tmp_path, model_cache,
-                                                                             monkeypatch):
+def test_a_failing_reward_server_ends_hacrl_run_with_its_reward_server_error(
+    case, status, body, names, tmp_path, model_cache, monkeypatch
+):
     """Issue 43, 1: each of these ended in the worker's traceback and the last-resort line."""
     from tests.integration.runs import tiny_spec, write_spec
 

@@ -43,20 +43,40 @@ def stored_spec(tmp_path: Path) -> str:
 
 CHANGES = [
     ("algorithm", lambda d: d["spec"]["algorithm"].update(name="gspo"), ["spec.algorithm.name: 'hacpo' -> 'gspo'"]),
-    ("algorithm-and-steps", lambda d: d["spec"]["algorithm"].update(name="gspo", steps=12),
-     ["spec.algorithm.name", "spec.algorithm.steps: 1 -> 12"]),
+    (
+        "algorithm-and-steps",
+        lambda d: d["spec"]["algorithm"].update(name="gspo", steps=12),
+        ["spec.algorithm.name", "spec.algorithm.steps: 1 -> 12"],
+    ),
     ("learning-rate", lambda d: d["spec"]["agents"][0]["learner"].update(lr=1e-3), ["spec.agents[0].learner.lr"]),
-    ("agent-model", lambda d: d["spec"]["agents"][1].update(model="tiny://qwen2-bpe?seed=1&warmup_steps=40"), ["spec.agents[1].model"]),
-    ("agent-added", lambda d: d["spec"]["agents"].append({**d["spec"]["agents"][0], "name": "third"}), ["spec.agents[2].name: (absent) -> 'third'"]),
-    ("dataset", lambda d: d["spec"]["data"]["train"].update(source="builtin://arithmetic?difficulty=3&seed=0"), ["spec.data.train.source"]),
+    (
+        "agent-model",
+        lambda d: d["spec"]["agents"][1].update(model="tiny://qwen2-bpe?seed=1&warmup_steps=40"),
+        ["spec.agents[1].model"],
+    ),
+    (
+        "agent-added",
+        lambda d: d["spec"]["agents"].append({**d["spec"]["agents"][0], "name": "third"}),
+        ["spec.agents[2].name: (absent) -> 'third'"],
+    ),
+    (
+        "dataset",
+        lambda d: d["spec"]["data"]["train"].update(source="builtin://arithmetic?difficulty=3&seed=0"),
+        ["spec.data.train.source"],
+    ),
     ("reward", lambda d: d["spec"]["data"].update(reward="numeric"), ["spec.data.reward: 'exact' -> 'numeric'"]),
-    ("reward-server", lambda d: d["spec"]["data"].update(reward="http://127.0.0.1:9/score"),
-     ["spec.data.reward: 'exact' -> 'http://127.0.0.1:9/score'"]),
+    (
+        "reward-server",
+        lambda d: d["spec"]["data"].update(reward="http://127.0.0.1:9/score"),
+        ["spec.data.reward: 'exact' -> 'http://127.0.0.1:9/score'"],
+    ),
 ]
 
 
 @pytest.mark.parametrize("case, change, names", CHANGES, ids=[c[0] for c in CHANGES])
-def test_resume_with_a_changed_training_field_is_refused_naming_each_field(case, change, names, finished, tmp_path, model_cache, monkeypatch):
+def test_resume_with_a_changed_training_field_is_refused_naming_each_field(
+    case, change, names, finished, tmp_path, model_cache, monkeypatch
+):
     spec = copied_run(finished, tmp_path, change)
     before = stored_spec(tmp_path)
     check(FAMILY, resume(spec, tmp_path, model_cache, monkeypatch), 1, "changed since the run started", *names)
@@ -68,7 +88,12 @@ ALLOWED = [
     ("evaluation-cadence", lambda d: d["spec"].update(evaluation={"everySteps": 5, "samples": 2})),
     ("checkpoint-retention", lambda d: d["spec"]["checkpoint"].update(keepLast=5)),
     ("restart-limit", lambda d: d["spec"].update(restartLimit=7)),
-    ("tracking-added", lambda d: d["spec"].update(tracking={"tensorboard": {"logDir": str(Path(d["spec"]["store"]["uri"][7:]).parent / "tb")}})),
+    (
+        "tracking-added",
+        lambda d: d["spec"].update(
+            tracking={"tensorboard": {"logDir": str(Path(d["spec"]["store"]["uri"][7:]).parent / "tb")}}
+        ),
+    ),
     ("reward-server-knobs", lambda d: d["spec"]["data"].update(rewardServer={"retries": 2})),
 ]
 
@@ -93,11 +118,19 @@ NOTHING_TO_RESUME = [
 
 
 @pytest.mark.parametrize("case, change, name, folder", NOTHING_TO_RESUME, ids=[c[0] for c in NOTHING_TO_RESUME])
-def test_resume_of_a_run_the_store_does_not_hold_is_refused(case, change, name, folder, finished, tmp_path, model_cache, monkeypatch):
+def test_resume_of_a_run_the_store_does_not_hold_is_refused(
+    case, change, name, folder, finished, tmp_path, model_cache, monkeypatch
+):
     """Issue 43, 4: it trained from step 0 under the new name and exited 0."""
     spec = copied_run(finished, tmp_path, change)
-    check(FAMILY, resume(spec, tmp_path, model_cache, monkeypatch), 1, f"nothing to resume: the store holds no run of experiment {name}",
-          "metadata.name and metadata.namespace", "without --resume")
+    check(
+        FAMILY,
+        resume(spec, tmp_path, model_cache, monkeypatch),
+        1,
+        f"nothing to resume: the store holds no run of experiment {name}",
+        "metadata.name and metadata.namespace",
+        "without --resume",
+    )
     assert not (tmp_path / "store" / folder).exists(), "a refused resume writes nothing"
     assert not list((tmp_path / "work").glob("logs/*.log")), "nothing may start"
 
@@ -120,19 +153,34 @@ def claimed_then_interrupted(tmp_path: Path, document: dict) -> Path:
 
 
 def rows(path: Path, operator: str) -> None:
-    path.write_text("".join(f'{{"prompt": "{a} {operator} {b} = ?", "answer": "{eval(f"{a}{operator}{b}")}"}}\n'
-                            for a in range(2, 6) for b in range(2, 6)))
+    path.write_text(
+        "".join(
+            f'{{"prompt": "{a} {operator} {b} = ?", "answer": "{eval(f"{a}{operator}{b}")}"}}\n'
+            for a in range(2, 6)
+            for b in range(2, 6)
+        )
+    )
 
 
 REPLACED = [
     ("other-rows", lambda p: rows(p, "*"), "16 rows with sha256"),
-    ("a-row-fewer", lambda p: p.write_text("".join(p.read_text().splitlines(keepends=True)[:-1])), "15 rows with sha256"),
-    ("one-answer-changed", lambda p: p.write_text(p.read_text().replace('"answer": "4"', '"answer": "5"', 1)), "16 rows with sha256"),
+    (
+        "a-row-fewer",
+        lambda p: p.write_text("".join(p.read_text().splitlines(keepends=True)[:-1])),
+        "15 rows with sha256",
+    ),
+    (
+        "one-answer-changed",
+        lambda p: p.write_text(p.read_text().replace('"answer": "4"', '"answer": "5"', 1)),
+        "16 rows with sha256",
+    ),
 ]
 
 
 @pytest.mark.parametrize("case, replace, names", REPLACED, ids=[c[0] for c in REPLACED])
-def test_resume_with_a_dataset_replaced_under_the_same_path_is_refused(case, replace, names, tmp_path, model_cache, monkeypatch):
+def test_resume_with_a_dataset_replaced_under_the_same_path_is_refused(
+    case, replace, names, tmp_path, model_cache, monkeypatch
+):
     """Issue 43, 5: only the path was compared, so one run trained step 0 on addition rows and
     steps 1-3 on multiplication rows."""
     train = tmp_path / "train.jsonl"
@@ -141,21 +189,35 @@ def test_resume_with_a_dataset_replaced_under_the_same_path_is_refused(case, rep
     document["spec"]["data"]["train"] = {"source": str(train)}
     spec = claimed_then_interrupted(tmp_path, document)
     replace(train)
-    check(FAMILY, resume(spec, tmp_path, model_cache, monkeypatch), 1, "a dataset of 'replaced' changed since the run started",
-          "spec.data.train (train.jsonl)", "16 rows with sha256", names, "Restore the data")
+    check(
+        FAMILY,
+        resume(spec, tmp_path, model_cache, monkeypatch),
+        1,
+        "a dataset of 'replaced' changed since the run started",
+        "spec.data.train (train.jsonl)",
+        "16 rows with sha256",
+        names,
+        "Restore the data",
+    )
     assert not list((tmp_path / "work").glob("logs/*.log")), "nothing may start"
 
 
 DAMAGE = [
     ("byte-appended", lambda p: p.write_bytes(p.read_bytes() + b"x"), "spec.yaml is damaged"),
     ("truncated", lambda p: p.write_bytes(p.read_bytes()[:10]), "spec.yaml is damaged"),
-    ("deleted", lambda p: (p.unlink(), p.with_name("spec.yaml.commit.json").unlink()), "spec.yaml of a run with progress is missing"),
+    (
+        "deleted",
+        lambda p: (p.unlink(), p.with_name("spec.yaml.commit.json").unlink()),
+        "spec.yaml of a run with progress is missing",
+    ),
     ("marker-deleted", lambda p: p.with_name("spec.yaml.commit.json").unlink(), "missing or incomplete"),
 ]
 
 
 @pytest.mark.parametrize("case, damage, names", DAMAGE, ids=[c[0] for c in DAMAGE])
-def test_resume_with_an_unreadable_stored_spec_is_refused(case, damage, names, finished, tmp_path, model_cache, monkeypatch):
+def test_resume_with_an_unreadable_stored_spec_is_refused(
+    case, damage, names, finished, tmp_path, model_cache, monkeypatch
+):
     spec = copied_run(finished, tmp_path, lambda d: d["spec"]["algorithm"].update(name="gspo"))
     damage(tmp_path / "store" / "hostile-run" / "spec.yaml")
     check(FAMILY, resume(spec, tmp_path, model_cache, monkeypatch), 1, "cannot resume 'hostile-run'", names)
@@ -169,18 +231,24 @@ def flip_a_byte(path: Path) -> None:
 
 
 def largest_file(folder: Path) -> Path:
-    return max((p for p in folder.rglob("*") if p.is_file() and not p.name.endswith(".json")), key=lambda p: p.stat().st_size)
+    return max(
+        (p for p in folder.rglob("*") if p.is_file() and not p.name.endswith(".json")), key=lambda p: p.stat().st_size
+    )
 
 
 STORE_FAULTS = [
-    ("checkpoint-corrupt", lambda run: flip_a_byte(largest_file(run / "checkpoints" / "llama")),
-     ["hostile-run/checkpoints/llama/", "delete the object and its marker", "not restarted"]),
+    (
+        "checkpoint-corrupt",
+        lambda run: flip_a_byte(largest_file(run / "checkpoints" / "llama")),
+        ["hostile-run/checkpoints/llama/", "delete the object and its marker", "not restarted"],
+    ),
 ]
 
 
 @pytest.mark.parametrize("case, damage, names", STORE_FAULTS, ids=[c[0] for c in STORE_FAULTS])
-def test_resume_of_a_damaged_store_ends_in_one_line_naming_the_key_and_the_remedy(case, damage, names, finished, tmp_path,
-                                                                                  model_cache, monkeypatch):
+def test_resume_of_a_damaged_store_ends_in_one_line_naming_the_key_and_the_remedy(
+    case, damage, names, finished, tmp_path, model_cache, monkeypatch
+):
     """Issue 43, 9: the right key inside a traceback, with no remedy, after restartLimit restarts."""
     spec = copied_run(finished, tmp_path)
     damage(tmp_path / "store" / "hostile-run")
@@ -197,11 +265,15 @@ def test_a_second_run_with_the_same_name_cannot_take_over_a_live_one(finished, t
     process = start_run(first, tmp_path, env, "--quiet")
     lock = tmp_path / "work" / "run.lock"
     try:
-        wait_for(lambda: lock.exists() and lock.read_text().strip() == str(process.pid), 120, "run A to hold its work folder")
+        wait_for(
+            lambda: lock.exists() and lock.read_text().strip() == str(process.pid), 120, "run A to hold its work folder"
+        )
         process.send_signal(signal.SIGSTOP)  # A stays live, holding the folder, while B tries
         try:
             spec_a = (tmp_path / "work" / "spec.yaml").read_text()
-            outcome = run_executable(["run", str(second), "--quiet", "--workdir", str(tmp_path / "work")], tmp_path, env)
+            outcome = run_executable(
+                ["run", str(second), "--quiet", "--workdir", str(tmp_path / "work")], tmp_path, env
+            )
         finally:
             process.send_signal(signal.SIGCONT)
         check(FAMILY, outcome, 1, str(tmp_path / "work"), f"pid {process.pid}", "--workdir")
@@ -235,8 +307,18 @@ def bad_dataset(document: dict, directory: Path) -> None:
 
 PREFLIGHT = [
     ("dataset-without-usable-rows", lambda d, t: bad_dataset(d, t), [], ["data.train"]),
-    ("workdir-is-a-file", lambda d, t: (t / "file").write_text("x"), ["--workdir", "{tmp}/file"], ["--workdir", "is a file"]),
-    ("workdir-under-a-file", lambda d, t: (t / "file").write_text("x"), ["--workdir", "{tmp}/file/work"], ["--workdir", "is a file"]),
+    (
+        "workdir-is-a-file",
+        lambda d, t: (t / "file").write_text("x"),
+        ["--workdir", "{tmp}/file"],
+        ["--workdir", "is a file"],
+    ),
+    (
+        "workdir-under-a-file",
+        lambda d, t: (t / "file").write_text("x"),
+        ["--workdir", "{tmp}/file/work"],
+        ["--workdir", "is a file"],
+    ),
 ]
 
 
@@ -261,8 +343,9 @@ WORKDIR_OF_ANOTHER = [
 
 
 @pytest.mark.parametrize("case, change, names", WORKDIR_OF_ANOTHER, ids=[c[0] for c in WORKDIR_OF_ANOTHER])
-def test_a_workdir_of_another_experiment_is_refused_and_left_as_it_was(case, change, names, finished, tmp_path, model_cache,
-                                                                       monkeypatch):
+def test_a_workdir_of_another_experiment_is_refused_and_left_as_it_was(
+    case, change, names, finished, tmp_path, model_cache, monkeypatch
+):
     """Issue 43, 11: it overwrote the other experiment's report, spec and logs (a mix of two runs)."""
     theirs = finished["root"] / "work"
     before = {path: path.read_bytes() for path in theirs.rglob("*") if path.is_file() and path.name != "run.lock"}
@@ -271,9 +354,17 @@ def test_a_workdir_of_another_experiment_is_refused_and_left_as_it_was(case, cha
     change(document)
     spec = write_spec(tmp_path, document)
     monkeypatch.setenv("HACRL_CACHE", str(model_cache))
-    check(FAMILY, run_cli(["run", str(spec), "--quiet", "--workdir", str(theirs)], cwd=tmp_path), 1,
-          f"--workdir {theirs} holds the run of experiment", names, "a folder of its own")
-    assert {path: path.read_bytes() for path in theirs.rglob("*") if path.is_file() and path.name != "run.lock"} == before
+    check(
+        FAMILY,
+        run_cli(["run", str(spec), "--quiet", "--workdir", str(theirs)], cwd=tmp_path),
+        1,
+        f"--workdir {theirs} holds the run of experiment",
+        names,
+        "a folder of its own",
+    )
+    assert {
+        path: path.read_bytes() for path in theirs.rglob("*") if path.is_file() and path.name != "run.lock"
+    } == before
     assert not (tmp_path / "store").exists()
 
 
@@ -307,11 +398,21 @@ def test_adopt_existing_lets_hacrl_run_take_over_a_prefix_it_advises_to_adopt(tm
     from hacrl_core.store.ownership import Owner, claim, read_owner
 
     store_uri = (tmp_path / "store").as_uri()
-    claim(open_trajectory_store(store_uri, "adopted"), Owner(name="adopted", uid="an-earlier-run"), adopt=False, where="test")
+    claim(
+        open_trajectory_store(store_uri, "adopted"),
+        Owner(name="adopted", uid="an-earlier-run"),
+        adopt=False,
+        where="test",
+    )
     document = tiny_spec("adopted", store_uri, steps=1)
     spec = write_spec(tmp_path, document)
-    check(FAMILY, run_cli(["run", str(spec), "--quiet", "--workdir", str(tmp_path / "work")], cwd=tmp_path), 1,
-          "an-earlier-run", "adoptExisting: true")
+    check(
+        FAMILY,
+        run_cli(["run", str(spec), "--quiet", "--workdir", str(tmp_path / "work")], cwd=tmp_path),
+        1,
+        "an-earlier-run",
+        "adoptExisting: true",
+    )
     document["spec"]["store"]["adoptExisting"] = True
     spec = write_spec(tmp_path, document)
     run = prepare(spec, resume=False, workdir=tmp_path / "work")
@@ -338,13 +439,19 @@ def test_workers_stop_when_their_hacrl_run_is_killed_and_the_run_resumes(tmp_pat
         with held(pids):  # none can finish meanwhile: what stops them is the missing supervisor
             process.kill()
             process.wait(timeout=60)
-        wait_for(lambda: not any(pid_alive(pid) for pid in pids), 120, "every worker to stop after its `hacrl run` was killed")
+        wait_for(
+            lambda: not any(pid_alive(pid) for pid in pids),
+            120,
+            "every worker to stop after its `hacrl run` was killed",
+        )
     finally:
         if process.poll() is None:
             process.kill()
     logs = [Path(w["log"]).read_text(errors="replace") for w in workers]
     assert all(f"(pid {process.pid}) is gone: this worker stops" in log for log in logs), logs
-    resumed = run_executable(["run", str(spec), "--resume", "--quiet", "--workdir", str(tmp_path / "work")], tmp_path, env)
+    resumed = run_executable(
+        ["run", str(spec), "--resume", "--quiet", "--workdir", str(tmp_path / "work")], tmp_path, env
+    )
     check(FAMILY, resumed, 0, "done")
 
 
@@ -358,7 +465,9 @@ def test_deleting_the_store_mid_run_stops_the_run_saying_the_store_is_gone(tmp_p
     spec = write_spec(tmp_path, tiny_spec("vanishing", store.as_uri(), steps=3, colocate=False))
     process = start_run(spec, tmp_path, env, "--quiet")
     try:
-        wait_for(lambda: (store / "vanishing" / "progress" / "llama.json").exists(), 300, "llama's learner to finish a step")
+        wait_for(
+            lambda: (store / "vanishing" / "progress" / "llama.json").exists(), 300, "llama's learner to finish a step"
+        )
         with held([w["pid"] for w in worker_table(tmp_path / "work")]):
             shutil.rmtree(store)
         output, _ = process.communicate(timeout=300)
@@ -388,15 +497,21 @@ COLOCATION_BLOCKERS = [
 
 
 @pytest.mark.parametrize("case, change, field", COLOCATION_BLOCKERS, ids=[c[0] for c in COLOCATION_BLOCKERS])
-def test_a_colocated_worker_of_a_spec_that_cannot_colocate_exits_naming_the_field(case, change, field, finished, tmp_path, model_cache):
+def test_a_colocated_worker_of_a_spec_that_cannot_colocate_exits_naming_the_field(
+    case, change, field, finished, tmp_path, model_cache
+):
     """`hacrl worker colocated` (a pod's command, or a user's) refuses such a spec as a spec error,
     naming the field, before it starts anything."""
     spec = copied_run(finished, tmp_path, change)
-    outcome = run_executable(["worker", "colocated", "--spec", str(spec), "--agent", "llama"], tmp_path, run_env(model_cache))
+    outcome = run_executable(
+        ["worker", "colocated", "--spec", str(spec), "--agent", "llama"], tmp_path, run_env(model_cache)
+    )
     check(FAMILY, outcome, 2, field, "cannot run colocated", "run the rollout and learner workers apart")
 
 
-def test_lora_target_modules_that_match_nothing_end_the_run_in_one_line_without_restarts(tmp_path, model_cache, monkeypatch):
+def test_lora_target_modules_that_match_nothing_end_the_run_in_one_line_without_restarts(
+    tmp_path, model_cache, monkeypatch
+):
     """Issue 43, 8: the right message, inside the worker's traceback, after restartLimit restarts."""
     document = tiny_spec("lora-nothing", (tmp_path / "store").as_uri(), steps=1, algorithm="grpo")
     document["spec"]["agents"] = document["spec"]["agents"][:1]
@@ -404,4 +519,10 @@ def test_lora_target_modules_that_match_nothing_end_the_run_in_one_line_without_
     spec = write_spec(tmp_path, document)
     monkeypatch.setenv("HACRL_CACHE", str(model_cache))
     outcome = run_cli(["run", str(spec), "--quiet", "--workdir", str(tmp_path / "work")], cwd=tmp_path)
-    check(FAMILY, outcome, 1, "spec.agents[0].learner.lora.targetModules: 'no_such_proj' match no linear module", "not restarted")
+    check(
+        FAMILY,
+        outcome,
+        1,
+        "spec.agents[0].learner.lora.targetModules: 'no_such_proj' match no linear module",
+        "not restarted",
+    )

@@ -13,8 +13,16 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 
 
-def tiny_spec(name: str, store_uri: str, *, algorithm: str = "hacpo", steps: int = 3, endpoint: str | None = None,
-              extra_algorithm: dict | None = None, colocate: bool | None = None) -> dict:
+def tiny_spec(
+    name: str,
+    store_uri: str,
+    *,
+    algorithm: str = "hacpo",
+    steps: int = 3,
+    endpoint: str | None = None,
+    extra_algorithm: dict | None = None,
+    colocate: bool | None = None,
+) -> dict:
     """Two heterogeneous tiny agents with a short warm start: a few seconds per step on CPU.
     ``colocate`` None leaves the choice to `hacrl run` (colocated, as a user gets it); tests that
     hold or kill a rollout or learner worker by name set False."""
@@ -24,13 +32,36 @@ def tiny_spec(name: str, store_uri: str, *, algorithm: str = "hacpo", steps: int
         "metadata": {"name": name},
         "spec": {
             "agents": [
-                {"name": "llama", "model": "tiny://llama-char?seed=0&warmup_steps=40", "rollout": {"maxNewTokens": 6}, "learner": {"lr": 1e-4}},
-                {"name": "qwen", "model": "tiny://qwen2-bpe?seed=0&warmup_steps=40", "rollout": {"maxNewTokens": 6}, "learner": {"lr": 1e-4}},
+                {
+                    "name": "llama",
+                    "model": "tiny://llama-char?seed=0&warmup_steps=40",
+                    "rollout": {"maxNewTokens": 6},
+                    "learner": {"lr": 1e-4},
+                },
+                {
+                    "name": "qwen",
+                    "model": "tiny://qwen2-bpe?seed=0&warmup_steps=40",
+                    "rollout": {"maxNewTokens": 6},
+                    "learner": {"lr": 1e-4},
+                },
             ],
-            "algorithm": {"name": algorithm, "groupSize": 4, "promptsPerStep": 4, "miniBatchPrompts": 2, "steps": steps, **(extra_algorithm or {})},
+            "algorithm": {
+                "name": algorithm,
+                "groupSize": 4,
+                "promptsPerStep": 4,
+                "miniBatchPrompts": 2,
+                "steps": steps,
+                **(extra_algorithm or {}),
+            },
             "data": {
                 "train": {"source": "builtin://arithmetic?difficulty=1-2&seed=0"},
-                "eval": [{"name": "arith", "source": "builtin://arithmetic?difficulty=1-2&seed=0&split=eval", "maxPrompts": 8}],
+                "eval": [
+                    {
+                        "name": "arith",
+                        "source": "builtin://arithmetic?difficulty=1-2&seed=0&split=eval",
+                        "maxPrompts": 8,
+                    }
+                ],
                 "reward": "exact",
             },
             "store": {"uri": store_uri, **({"endpoint": endpoint} if endpoint else {})},
@@ -59,7 +90,12 @@ def run_env(cache: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
 def start_run(spec: Path, cwd: Path, env: dict[str, str], *args: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "hacrl_core.cli", "run", str(spec), "--workdir", str(cwd / "work"), *args],
-        cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
     )
 
 

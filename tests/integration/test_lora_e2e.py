@@ -30,14 +30,20 @@ def with_lora(document: dict, agent: int, lora: dict) -> dict:
 
 def files_under(store, prefix: str) -> list[str]:
     """The committed files of a weights or checkpoint directory, relative to it (no markers)."""
-    return sorted(key[len(prefix):] for key in store.objects.list(prefix) if not key.endswith(".json") or key.endswith("adapter_config.json"))
+    return sorted(
+        key[len(prefix) :]
+        for key in store.objects.list(prefix)
+        if not key.endswith(".json") or key.endswith("adapter_config.json")
+    )
 
 
 def weights_files(store, agent: str, version: int) -> list[str]:
     return files_under(store, f"{store.experiment}/weights/{agent}/{version:06d}/")
 
 
-def test_two_lora_agents_train_with_hacpo_and_a_sigkilled_learner_resumes_from_its_adapter(tmp_path: Path, model_cache: Path) -> None:
+def test_two_lora_agents_train_with_hacpo_and_a_sigkilled_learner_resumes_from_its_adapter(
+    tmp_path: Path, model_cache: Path
+) -> None:
     """llama's learner is SIGKILLed after its first checkpoint, while qwen's rollout worker is held
     (SIGSTOP) after its step-0 rollouts, so the run cannot end before the kill: llama restarts from
     the checkpoint's adapter and optimizer, and the run ends with every shard once and every
@@ -92,10 +98,18 @@ def test_a_lora_agent_trains_beside_a_fully_fine_tuned_one_and_evaluates(tmp_pat
     assert_every_shard_once(store, 2, ["llama", "qwen"])
     assert weights_files(store, "llama", 2) == ADAPTER_FILES
     assert "model.safetensors" in weights_files(store, "qwen", 2)
-    assert all(store.read_metrics(step, agent)["learner/cross_rows"] > 0 for step in range(2) for agent in ("llama", "qwen"))
+    assert all(
+        store.read_metrics(step, agent)["learner/cross_rows"] > 0 for step in range(2) for agent in ("llama", "qwen")
+    )
 
-    result = subprocess.run([sys.executable, "-m", "hacrl_core.cli", "eval", str(spec), "--agent", "llama"], cwd=tmp_path,
-                            env=run_env(model_cache), capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-m", "hacrl_core.cli", "eval", str(spec), "--agent", "llama"],
+        cwd=tmp_path,
+        env=run_env(model_cache),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr
     scores = json.loads(result.stdout)
     assert scores["weights_version"] == 2 and 0.0 <= scores["eval/arith/accuracy"] <= 1.0

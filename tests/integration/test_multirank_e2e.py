@@ -23,7 +23,9 @@ def cache(model_cache) -> Path:
     return model_cache
 
 
-def two_rank_spec(name: str, store_uri: str, *, steps: int, algorithm: str = "hacpo", colocate: bool | None = None) -> dict:
+def two_rank_spec(
+    name: str, store_uri: str, *, steps: int, algorithm: str = "hacpo", colocate: bool | None = None
+) -> dict:
     document = tiny_spec(name, store_uri, steps=steps, algorithm=algorithm)
     document["spec"]["agents"][0]["learner"]["processesPerNode"] = 2  # llama: two ranks; qwen: one
     if colocate is False and "colocate" in ExperimentSpec.model_fields:  # where `hacrl run` colocates by default
@@ -40,7 +42,9 @@ def learner_ranks(launcher: int) -> dict[int, int]:
     ranks = {}
     for pid in map(int, children):
         try:
-            env = dict(item.split("=", 1) for item in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in item)
+            env = dict(
+                item.split("=", 1) for item in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in item
+            )
         except OSError:
             continue
         if "RANK" in env:
@@ -52,7 +56,9 @@ def kill_rank_1(workdir: Path, agent: str) -> None:
     """SIGKILL rank 1 of ``agent``'s two-rank learner alone, and wait until its launcher has stopped
     rank 0 in turn (the launcher then ends as rank 1 did, and `hacrl run` restarts the learner)."""
     launcher = next(w for w in worker_table(workdir) if (w["agent"], w["role"]) == (agent, "learner"))["pid"]
-    ranks = wait_for(lambda: (found := learner_ranks(launcher)) and len(found) == 2 and found, 120, f"{agent}'s two ranks")
+    ranks = wait_for(
+        lambda: (found := learner_ranks(launcher)) and len(found) == 2 and found, 120, f"{agent}'s two ranks"
+    )
     os.kill(ranks[1], signal.SIGKILL)
     wait_for(lambda: not pid_alive(ranks[0]), 60, "the launcher to stop rank 0 once rank 1 died")
 

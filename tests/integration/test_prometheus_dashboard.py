@@ -50,9 +50,15 @@ def free_port_block(count: int) -> int:
 
 def worker_queries() -> list[tuple[str, str]]:
     """("panel title / refId", PromQL) of every target of every panel above the operator's row."""
-    operator_row = next(p["gridPos"]["y"] for p in DASHBOARD["panels"] if p["type"] == "row" and p["title"] == "Operator")
-    return [(f"{p['title']} / {t['refId']}", t["expr"]) for p in DASHBOARD["panels"]
-            if p["type"] != "row" and p["gridPos"]["y"] < operator_row for t in p["targets"]]
+    operator_row = next(
+        p["gridPos"]["y"] for p in DASHBOARD["panels"] if p["type"] == "row" and p["title"] == "Operator"
+    )
+    return [
+        (f"{p['title']} / {t['refId']}", t["expr"])
+        for p in DASHBOARD["panels"]
+        if p["type"] != "row" and p["gridPos"]["y"] < operator_row
+        for t in p["targets"]
+    ]
 
 
 def grafana_to_promql(expr: str) -> str:
@@ -79,7 +85,9 @@ def test_every_worker_query_has_data_from_a_real_run(tmp_path: Path, model_cache
     """The run is long (STEPS) and stopped (Ctrl-C, resumable) once every query has data: how many
     steps that takes depends on the machine's speed, what is checked does not."""
     first = free_port_block(PORTS)
-    document = tiny_spec(f"prom-{'colo' if colocate else 'split'}", f"file://{tmp_path}/store", steps=STEPS, colocate=colocate)
+    document = tiny_spec(
+        f"prom-{'colo' if colocate else 'split'}", f"file://{tmp_path}/store", steps=STEPS, colocate=colocate
+    )
     document["spec"]["metrics"] = {"port": first}
     document["spec"]["evaluation"] = {"everySteps": 2}
     spec = write_spec(tmp_path, document)
@@ -91,15 +99,24 @@ def test_every_worker_query_has_data_from_a_real_run(tmp_path: Path, model_cache
 
         def every_query_has_data() -> bool:
             empty = sorted(name for name, points in counts.items() if not points)
-            assert process.poll() is None, f"the run ended before every query had data; empty: {empty}\n{process.stdout.read()[-3000:]}"
+            assert process.poll() is None, (
+                f"the run ended before every query had data; empty: {empty}\n{process.stdout.read()[-3000:]}"
+            )
             # only the queries still empty: a query with data keeps it
             counts.update(points_per_query(prometheus, start, [(n, e) for n, e in worker_queries() if not counts[n]]))
             return all(counts.values())
 
         try:
-            wait_for(every_query_has_data, 600, f"every worker query with data ({'colocated' if colocate else 'split'})", interval=1.0)
+            wait_for(
+                every_query_has_data,
+                600,
+                f"every worker query with data ({'colocated' if colocate else 'split'})",
+                interval=1.0,
+            )
         except AssertionError as error:
-            raise AssertionError(f"{error}; still empty: {sorted(n for n, points in counts.items() if not points)}") from None
+            raise AssertionError(
+                f"{error}; still empty: {sorted(n for n, points in counts.items() if not points)}"
+            ) from None
         finally:
             (tmp_path / "panels.json").write_text(json.dumps(counts, indent=1))
             if process.poll() is None:
@@ -108,5 +125,7 @@ def test_every_worker_query_has_data_from_a_real_run(tmp_path: Path, model_cache
         assert process.returncode == 130, output[-3000:]
         assert len(counts) >= 35, counts
         # the variables' query: the experiment and agent lists Grafana offers
-        series = prometheus.api("series", **{"match[]": "hacrl_rollout_reward_mean", "start": f"{start:.3f}", "end": f"{time.time():.3f}"})
+        series = prometheus.api(
+            "series", **{"match[]": "hacrl_rollout_reward_mean", "start": f"{start:.3f}", "end": f"{time.time():.3f}"}
+        )
         assert {s["agent"] for s in series} == {"llama", "qwen"}, series

@@ -56,8 +56,18 @@ def finish(process) -> str:
 
 
 def replica_entry(workdir: Path, agent: str, replica: int) -> dict:
-    return wait_for(lambda: next((w for w in worker_table(workdir) if (w["agent"], w["role"], w.get("replica")) == (agent, "rollout", replica)), None),
-                    300, f"rollout replica {replica} of {agent} to start")
+    return wait_for(
+        lambda: next(
+            (
+                w
+                for w in worker_table(workdir)
+                if (w["agent"], w["role"], w.get("replica")) == (agent, "rollout", replica)
+            ),
+            None,
+        ),
+        300,
+        f"rollout replica {replica} of {agent} to start",
+    )
 
 
 def test_two_replicas_per_agent_write_each_step_as_two_parts_read_whole_in_prompt_order(tmp_path, cache):
@@ -69,8 +79,12 @@ def test_two_replicas_per_agent_write_each_step_as_two_parts_read_whole_in_promp
 
     table = worker_table(workdir)
     assert sorted((w["agent"], w["role"], w.get("replica")) for w in table) == [
-        ("llama", "learner", None), ("llama", "rollout", 0), ("llama", "rollout", 1),
-        ("qwen", "learner", None), ("qwen", "rollout", 0), ("qwen", "rollout", 1),
+        ("llama", "learner", None),
+        ("llama", "rollout", 0),
+        ("llama", "rollout", 1),
+        ("qwen", "learner", None),
+        ("qwen", "rollout", 0),
+        ("qwen", "rollout", 1),
     ]
     assert "started 6 workers" in output
     for agent in AGENTS:
@@ -88,7 +102,9 @@ def test_two_replicas_per_agent_write_each_step_as_two_parts_read_whole_in_promp
         for agent in AGENTS:
             rows = store.read_rollouts(step, agent)
             # Replica 0's two prompts, then replica 1's: the step's prompts in order, G=4 samples each.
-            assert [(r["prompt_uid"], r["sample_index"]) for r in rows] == [(uid, i) for uid in prompts for i in range(4)]
+            assert [(r["prompt_uid"], r["sample_index"]) for r in rows] == [
+                (uid, i) for uid in prompts for i in range(4)
+            ]
             metrics = store.read_metrics(step, agent)
             assert metrics["learner/own_rows"] == 16 and metrics["learner/cross_rows"] == 16
     for agent in AGENTS:
@@ -111,7 +127,9 @@ def test_sigkilled_replica_and_learner_rank_lose_no_step_and_rewrite_no_part(tmp
 
     held = hold_worker(workdir, "qwen", "learner")
     try:
-        wait_for(lambda: (store.read_progress("llama") or {}).get("step", 0) >= 1, 600, "llama's learner to finish step 0")
+        wait_for(
+            lambda: (store.read_progress("llama") or {}).get("step", 0) >= 1, 600, "llama's learner to finish step 0"
+        )
         wait_for(lambda: store.rollouts_ready(1, "llama"), 600, "both parts of llama's step 1")
         parts = sorted(steps_dir.glob("00000[01]/rollouts/llama/part-*"))
         assert len(parts) == 8  # steps 0 and 1, two parts each, data and marker
@@ -119,7 +137,9 @@ def test_sigkilled_replica_and_learner_rank_lose_no_step_and_rewrite_no_part(tmp
 
         victim = replica_entry(workdir, "llama", 1)
         assert sigkill(victim["pid"]), "llama's replica 1 had exited before its SIGKILL"
-        wait_for(lambda: replica_entry(workdir, "llama", 1)["pid"] != victim["pid"], 60, "hacrl run to restart replica 1")
+        wait_for(
+            lambda: replica_entry(workdir, "llama", 1)["pid"] != victim["pid"], 60, "hacrl run to restart replica 1"
+        )
 
         kill_rank_1(workdir, "llama")
     finally:
@@ -145,10 +165,17 @@ def test_a_replica_worker_without_its_index_refuses_to_start_naming_the_variable
     store_dir = tmp_path / "store"
     spec = write_spec(tmp_path, replicas_spec("e2e-replica-env", store_dir.as_uri(), steps=1))
     env = {k: v for k, v in os.environ.items() if k != ROLLOUT_REPLICA_ENV}
-    for value, message in ((None, f"{ROLLOUT_REPLICA_ENV} is not set, but spec.agents[1].rollout.replicas is 2"),
-                           ("2", f"{ROLLOUT_REPLICA_ENV}='2' is not a replica of spec.agents[1].rollout.replicas 2: use 0..1")):
-        done = subprocess.run([sys.executable, "-m", "hacrl_core.cli", "worker", "rollout", "--spec", str(spec), "--agent", "qwen"],
-                              env={**env, **({ROLLOUT_REPLICA_ENV: value} if value else {})}, cwd=tmp_path,
-                              capture_output=True, text=True, timeout=300)
+    for value, message in (
+        (None, f"{ROLLOUT_REPLICA_ENV} is not set, but spec.agents[1].rollout.replicas is 2"),
+        ("2", f"{ROLLOUT_REPLICA_ENV}='2' is not a replica of spec.agents[1].rollout.replicas 2: use 0..1"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "hacrl_core.cli", "worker", "rollout", "--spec", str(spec), "--agent", "qwen"],
+            env={**env, **({ROLLOUT_REPLICA_ENV: value} if value else {})},
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == 2 and message in done.stderr, done.stderr[-3000:]
     assert not list(store_dir.rglob("*.json"))  # no lease, no owner record, nothing

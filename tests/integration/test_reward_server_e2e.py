@@ -19,8 +19,12 @@ pytestmark = pytest.mark.slow
 
 
 def start_server(port: int = 0) -> tuple[subprocess.Popen, int]:
-    server = subprocess.Popen([sys.executable, "-m", "hacrl_core.cli", "reward-server", "--reward", "exact", "--port", str(port)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "hacrl_core.cli", "reward-server", "--reward", "exact", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     line = server.stdout.readline()
     found = re.search(r"http://127\.0\.0\.1:(\d+)/score", line)
     assert found, line + (server.stdout.read() if server.poll() is not None else "")
@@ -38,12 +42,19 @@ def test_a_run_scored_by_a_reward_server_survives_the_server_dying_mid_run(tmp_p
     store = open_trajectory_store(store_uri, "e2e-reward-server")
     logs = tmp_path / "work" / "logs"
     try:
-        wait_for(lambda: store.read_progress("llama") and store.read_progress("llama")["step"] >= 1, 600, "llama's first step")
+        wait_for(
+            lambda: store.read_progress("llama") and store.read_progress("llama")["step"] >= 1,
+            600,
+            "llama's first step",
+        )
         server.send_signal(signal.SIGKILL)
         server.wait()
         # The workers find it gone (retries said in their logs) before it comes back on the same port.
-        wait_for(lambda: any("reward server" in p.read_text() and "retry" in p.read_text() for p in logs.glob("*.log")), 120,
-                 "a worker retrying the reward server")
+        wait_for(
+            lambda: any("reward server" in p.read_text() and "retry" in p.read_text() for p in logs.glob("*.log")),
+            120,
+            "a worker retrying the reward server",
+        )
         server, _ = start_server(port)
         output, _ = process.communicate(timeout=600)
         assert process.returncode == 0, output[-4000:]

@@ -143,7 +143,8 @@ def hold_worker(workdir: Path, agent: str, role: str) -> dict:
     worker-table entry; the caller SIGCONTs it (``release``)."""
     entry = wait_for(
         lambda: next((w for w in worker_table(workdir) if (w["agent"], w["role"]) == (agent, role)), None),
-        300, f"the {role} worker of {agent} to start",
+        300,
+        f"the {role} worker of {agent} to start",
     )
     os.killpg(entry["pid"], signal.SIGSTOP)
     return entry
@@ -180,11 +181,18 @@ def test_two_concurrent_runs_of_one_spec_the_newer_wins_and_no_step_is_lost_or_t
     second_dir = tmp_path / "second"
     second_dir.mkdir()
     try:
-        wait_for(lambda: (store.read_progress("llama") or {}).get("step", 0) >= 1, 300, "llama to finish a step in the first run")
+        wait_for(
+            lambda: (store.read_progress("llama") or {}).get("step", 0) >= 1,
+            300,
+            "llama to finish a step in the first run",
+        )
         second = start_run(spec, second_dir, run_env(cache), "--resume")
         lease = "e2e-fence/leases/qwen.learner.json"
-        wait_for(lambda: store.objects.exists(lease) and json.loads(store.objects.get(lease))["generation"] == 2, 300,
-                 "the second run's qwen learner to claim generation 2")
+        wait_for(
+            lambda: store.objects.exists(lease) and json.loads(store.objects.get(lease))["generation"] == 2,
+            300,
+            "the second run's qwen learner to claim generation 2",
+        )
     finally:
         release(learner)  # the late worker of the first run wakes up
     output, _ = first.communicate(timeout=300)
@@ -211,11 +219,16 @@ def test_interrupted_run_resumes_with_resume_flag(tmp_path, cache):
     try:
         wait_for(lambda: (store.read_progress("llama") or {}).get("step", 0) >= 1, 300, "llama to finish a step")
         assert (store.read_progress("qwen") or {}).get("step", 0) < 3, "qwen's learner finished before it was stopped"
-        process.send_signal(signal.SIGINT)  # what Ctrl-C sends (hacrl run handles it even when started in the background)
+        process.send_signal(
+            signal.SIGINT
+        )  # what Ctrl-C sends (hacrl run handles it even when started in the background)
         # `hacrl run` stops every worker with SIGTERM. The kernel ends a stopped process at once for a
         # fatal signal it does not handle; where a handler exists the signal waits until SIGCONT.
-        wait_for(lambda: not pid_alive(learner["pid"]) or signal.SIGTERM in pending_signals(learner["pid"]), 60,
-                 "hacrl run to SIGTERM the stopped learner")
+        wait_for(
+            lambda: not pid_alive(learner["pid"]) or signal.SIGTERM in pending_signals(learner["pid"]),
+            60,
+            "hacrl run to SIGTERM the stopped learner",
+        )
     finally:
         release(learner)
     output, _ = process.communicate(timeout=120)
@@ -223,8 +236,14 @@ def test_interrupted_run_resumes_with_resume_flag(tmp_path, cache):
     assert "hacrl run --resume" in output
     assert not (store.read_progress("llama") or {}).get("done"), "the interrupted run must have had steps left"
 
-    again = subprocess.run([sys.executable, "-m", "hacrl_core.cli", "run", str(spec), "--workdir", str(tmp_path / "work")],
-                           cwd=tmp_path, env=run_env(cache), capture_output=True, text=True, timeout=120)
+    again = subprocess.run(
+        [sys.executable, "-m", "hacrl_core.cli", "run", str(spec), "--workdir", str(tmp_path / "work")],
+        cwd=tmp_path,
+        env=run_env(cache),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert again.returncode == 1 and "--resume" in again.stderr
 
     resumed = start_run(spec, tmp_path, run_env(cache), "--resume")
@@ -253,10 +272,18 @@ def test_isolated_baselines_train_on_own_rows_only(tmp_path, cache, algorithm):
     document = tiny_spec(f"e2e-{algorithm}", store_uri, steps=1, algorithm=algorithm)
     document["spec"]["data"]["train"] = {"source": str(train_file_with_two_broken_rows(tmp_path))}
     spec = write_spec(tmp_path, document)
-    result = subprocess.run([sys.executable, "-m", "hacrl_core.cli", "run", str(spec), "--workdir", str(tmp_path / "work"), "--quiet"],
-                            cwd=tmp_path, env=run_env(cache), capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-m", "hacrl_core.cli", "run", str(spec), "--workdir", str(tmp_path / "work"), "--quiet"],
+        cwd=tmp_path,
+        env=run_env(cache),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.splitlines() == [f"done. report: {tmp_path / 'work' / 'report'}/summary.md"]  # --quiet: one line
+    assert result.stdout.splitlines() == [
+        f"done. report: {tmp_path / 'work' / 'report'}/summary.md"
+    ]  # --quiet: one line
     store = open_trajectory_store(store_uri, f"e2e-{algorithm}")
     for agent in ("llama", "qwen"):
         metrics = store.read_metrics(0, agent)
@@ -265,18 +292,30 @@ def test_isolated_baselines_train_on_own_rows_only(tmp_path, cache, algorithm):
 
     # The two broken rows are said wherever a user looks: the run's output (even --quiet), the
     # rollout log, the report, the step metrics and the heartbeat the operator reads.
-    said = "data.train (train.jsonl): skipped 1 of 42 rows as invalid_json: a line that is not valid JSON (first at row 6)"
+    said = (
+        "data.train (train.jsonl): skipped 1 of 42 rows as invalid_json: a line that is not valid JSON (first at row 6)"
+    )
     assert f"warning: {said}" in result.stderr
     assert "skipped 1 of 42 rows as missing_answer" in result.stderr
     assert said in (tmp_path / "work" / "logs" / "llama-colocated.log").read_text()  # colocated: the default here
     summary = (tmp_path / "work" / "report" / "summary.md").read_text()
     assert "- data.train (train.jsonl): 40 rows, 2 skipped (invalid_json 1, missing_answer 1)" in summary
     metrics = store.read_metrics(0, "qwen")
-    assert (metrics["data/train/rows"], metrics["data/train/skipped"], metrics["data/train/skipped/invalid_json"]) == (40, 2, 1)
+    assert (metrics["data/train/rows"], metrics["data/train/skipped"], metrics["data/train/skipped/invalid_json"]) == (
+        40,
+        2,
+        1,
+    )
     assert store.read_progress("qwen")["data"][0]["skipped"] == {"invalid_json": 1, "missing_answer": 1}
 
-    evaluated = subprocess.run([sys.executable, "-m", "hacrl_core.cli", "eval", str(spec), "--agent", "qwen", "--version", "0"],
-                               cwd=tmp_path, env=run_env(cache), capture_output=True, text=True, timeout=300)
+    evaluated = subprocess.run(
+        [sys.executable, "-m", "hacrl_core.cli", "eval", str(spec), "--agent", "qwen", "--version", "0"],
+        cwd=tmp_path,
+        env=run_env(cache),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert evaluated.returncode == 0, evaluated.stderr
     report = json.loads(evaluated.stdout)
     assert report["weights_version"] == 0
@@ -289,10 +328,18 @@ def test_three_agents_each_learn_from_both_peers(tmp_path, cache):
     store_uri = (tmp_path / "store").as_uri()
     document = tiny_spec("e2e-three", store_uri, steps=2)
     agents = document["spec"]["agents"]
-    agents.append({**agents[0], "name": "llama-small", "model": "tiny://llama-char?seed=1&warmup_steps=40&hidden=64&layers=2"})
+    agents.append(
+        {**agents[0], "name": "llama-small", "model": "tiny://llama-char?seed=1&warmup_steps=40&hidden=64&layers=2"}
+    )
     spec = write_spec(tmp_path, document)
-    result = subprocess.run([sys.executable, "-m", "hacrl_core.cli", "run", str(spec), "--workdir", str(tmp_path / "work"), "--quiet"],
-                            cwd=tmp_path, env=run_env(cache), capture_output=True, text=True, timeout=900)
+    result = subprocess.run(
+        [sys.executable, "-m", "hacrl_core.cli", "run", str(spec), "--workdir", str(tmp_path / "work"), "--quiet"],
+        cwd=tmp_path,
+        env=run_env(cache),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
     names = ["llama", "qwen", "llama-small"]
@@ -325,11 +372,20 @@ def test_sharing_warning_fires_for_the_agent_whose_shared_rows_are_clipped_and_n
     """
     store_uri = (tmp_path / "store").as_uri()
     spec = write_spec(tmp_path, tiny_spec("e2e-warn", store_uri, steps=3, extra_algorithm={"delta": 0.9}))
-    result = subprocess.run([sys.executable, "-m", "hacrl_core.cli", "run", str(spec), "--workdir", str(tmp_path / "work"), "--quiet"],
-                            cwd=tmp_path, env=run_env(cache), capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-m", "hacrl_core.cli", "run", str(spec), "--workdir", str(tmp_path / "work"), "--quiet"],
+        cwd=tmp_path,
+        env=run_env(cache),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     store = open_trajectory_store(store_uri, "e2e-warn")
-    clipped = {agent: [store.read_metrics(step, agent)["learner/cross_clip_frac"] for step in range(3)] for agent in ("llama", "qwen")}
+    clipped = {
+        agent: [store.read_metrics(step, agent)["learner/cross_clip_frac"] for step in range(3)]
+        for agent in ("llama", "qwen")
+    }
     assert min(clipped["llama"]) > 0.5 and max(clipped["qwen"]) < 0.5, clipped  # the run is what it was built to be
 
     logs = tmp_path / "work" / "logs"
@@ -348,7 +404,9 @@ def test_one_step_off_policy_run_samples_with_the_previous_weights_and_survives_
     qwen's held learner keeps llama's learner alive by construction: qwen's rollouts of steps 0
     and 1 need only weights version 0, those of step 2 need version 1."""
     store_uri = (tmp_path / "store").as_uri()
-    spec = write_spec(tmp_path, tiny_spec("e2e-stale", store_uri, steps=4, algorithm="naive", extra_algorithm={"maxStaleness": 1}))
+    spec = write_spec(
+        tmp_path, tiny_spec("e2e-stale", store_uri, steps=4, algorithm="naive", extra_algorithm={"maxStaleness": 1})
+    )
     process = start_run(spec, tmp_path, run_env(cache))
     store = open_trajectory_store(store_uri, "e2e-stale")
 
@@ -391,8 +449,11 @@ def test_colocated_run_samples_what_the_split_workers_sample_and_survives_a_kill
     # scores); llama's is killed after committing its own step-0 rollouts, which it must not rewrite.
     held = hold_worker(tmp_path / "coloc" / "work", "qwen", "colocated")
     try:
-        wait_for(lambda: store.objects.exists(f"e2e-coloc/steps/{0:06d}/rollouts/llama.parquet.commit.json"), 300,
-                 "llama's step-0 rollouts")
+        wait_for(
+            lambda: store.objects.exists(f"e2e-coloc/steps/{0:06d}/rollouts/llama.parquet.commit.json"),
+            300,
+            "llama's step-0 rollouts",
+        )
         workers = worker_table(tmp_path / "coloc" / "work")
         assert sorted((w["agent"], w["role"]) for w in workers) == [("llama", "colocated"), ("qwen", "colocated")]
         kill_worker(tmp_path / "coloc" / "work", "llama", "colocated")

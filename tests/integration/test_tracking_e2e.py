@@ -51,7 +51,9 @@ def wandb_history(root: Path, run_id: str) -> list[int]:
     return steps
 
 
-def test_trackers_get_every_step_once_across_a_resume(tmp_path: Path, model_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_trackers_get_every_step_once_across_a_resume(
+    tmp_path: Path, model_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # the test reads MLflow's file store, as the workers write it
     store_uri = (tmp_path / "store").as_uri()
     document = tiny_spec("e2e-tracking", store_uri, steps=STEPS)
@@ -65,7 +67,9 @@ def test_trackers_get_every_step_once_across_a_resume(tmp_path: Path, model_cach
     store = open_trajectory_store(store_uri, "e2e-tracking")
 
     first = start_run(spec, tmp_path, env)
-    wait_for(lambda: all((store.read_progress(a) or {}).get("step", 0) >= 2 for a in AGENTS), 600, "two steps of both agents")
+    wait_for(
+        lambda: all((store.read_progress(a) or {}).get("step", 0) >= 2 for a in AGENTS), 600, "two steps of both agents"
+    )
     first.send_signal(signal.SIGINT)  # Ctrl-C: workers stopped, resumable
     output, _ = first.communicate(timeout=120)
     assert first.returncode == 130, output[-3000:]
@@ -95,4 +99,6 @@ def test_trackers_get_every_step_once_across_a_resume(tmp_path: Path, model_cach
 
         events = EventAccumulator(str(tmp_path / "tb" / "e2e-tracking" / agent))
         events.Reload()
-        assert sorted(e.step for e in events.Scalars("learner/pg_loss")) == list(range(STEPS)), f"{agent}: TensorBoard steps"
+        assert sorted(e.step for e in events.Scalars("learner/pg_loss")) == list(range(STEPS)), (
+            f"{agent}: TensorBoard steps"
+        )

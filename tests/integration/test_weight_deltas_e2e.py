@@ -16,7 +16,9 @@ from tests.integration.test_run_e2e import assert_every_shard_once, hold_qwen_le
 pytestmark = pytest.mark.slow
 
 
-def test_bf16_learners_publish_deltas_that_every_reader_rebuilds_after_a_killed_learner(tmp_path: Path, model_cache: Path) -> None:
+def test_bf16_learners_publish_deltas_that_every_reader_rebuilds_after_a_killed_learner(
+    tmp_path: Path, model_cache: Path
+) -> None:
     store_uri = (tmp_path / "store").as_uri()
     document = tiny_spec("e2e-deltas", store_uri, steps=5, algorithm="naive", colocate=False)
     for agent in document["spec"]["agents"]:  # bf16 publishes at the paper's lr: few elements change per step
@@ -41,10 +43,17 @@ def test_bf16_learners_publish_deltas_that_every_reader_rebuilds_after_a_killed_
         assert all(len(meta["chain"]) <= 3 for meta in metas), (agent, [m["chain"] for m in metas])
         for version, meta in enumerate(metas):  # a new replica at each version: full + deltas, verified
             fetched = fetch_policy(store, agent, version, tmp_path / f"reader-{agent}-{version}")
-            assert (fetched.version, fetched.full_read, fetched.deltas_applied) == (version, True, len(meta["chain"]) - 1)
+            assert (fetched.version, fetched.full_read, fetched.deltas_applied) == (
+                version,
+                True,
+                len(meta["chain"]) - 1,
+            )
         for step in range(5):  # the rollout worker never fell back
             assert {row["policy_version"] for row in store.read_rollouts(step, agent)} == {step}, (agent, step)
         # the step metrics say what each publish cost: a delta's bytes are a share of a full publish's
-        shares = {metas[step + 1]["kind"]: store.read_metrics(step, agent)["learner/weights_publish_share"] for step in range(5)}
+        shares = {
+            metas[step + 1]["kind"]: store.read_metrics(step, agent)["learner/weights_publish_share"]
+            for step in range(5)
+        }
         # (over the tensors' bytes: a full publish also writes the config and tokenizer, a few % here)
         assert 0 < shares["delta"] < 0.2 and 1.0 <= shares.get("full", 1.0) < 1.2, (agent, shares)

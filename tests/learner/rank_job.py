@@ -39,17 +39,25 @@ LORA = {"rank": 4, "alpha": 8}
 
 
 def context_for(model: Path, store_uri: str, work: Path, backend: dict | None = None) -> WorkerContext:
-    experiment = parse_experiment({
-        "apiVersion": "hacrl.io/v1alpha1",
-        "kind": "HACRLExperiment",
-        "metadata": {"name": "ranks"},
-        "spec": {
-            "agents": [{"name": "solo", "model": str(model), "learner": {"lr": 1e-3, "microBatchSize": 3, **(backend or {})}},
-                       {"name": "peer", "model": str(model)}],
-            "algorithm": {"name": "hacpo", "groupSize": 2, "promptsPerStep": 4, "miniBatchPrompts": 2, "steps": 2},
-            "data": {"train": {"source": "builtin://arithmetic"}},
-        },
-    })
+    experiment = parse_experiment(
+        {
+            "apiVersion": "hacrl.io/v1alpha1",
+            "kind": "HACRLExperiment",
+            "metadata": {"name": "ranks"},
+            "spec": {
+                "agents": [
+                    {
+                        "name": "solo",
+                        "model": str(model),
+                        "learner": {"lr": 1e-3, "microBatchSize": 3, **(backend or {})},
+                    },
+                    {"name": "peer", "model": str(model)},
+                ],
+                "algorithm": {"name": "hacpo", "groupSize": 2, "promptsPerStep": 4, "miniBatchPrompts": 2, "steps": 2},
+                "data": {"train": {"source": "builtin://arithmetic"}},
+            },
+        }
+    )
     context = WorkerContext(experiment=experiment, agent_name="solo", store=open_trajectory_store(store_uri, "ranks"))
     context.work_dir = work
     work.mkdir(parents=True, exist_ok=True)
@@ -61,7 +69,9 @@ def context_for(model: Path, store_uri: str, work: Path, backend: dict | None = 
 MIN_MOVEMENT, MAX_SHARE_ABOVE_1E6, MAX_DIFFERENCE = 1e-4, 1e-3, 2e-4
 
 
-def update_difference(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], start: dict[str, torch.Tensor]) -> dict:
+def update_difference(
+    got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], start: dict[str, torch.Tensor]
+) -> dict:
     """How far the weights ``got`` are from ``want`` (the reference update from ``start``): the
     reference's largest movement, the worst difference, the share of weights differing by more
     than 1e-6, and ``ok`` when all are within the tolerances above."""
@@ -74,8 +84,12 @@ def update_difference(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor
         off += int((difference > 1e-6).sum())
         worst = max(worst, float(difference.max()))
     share = off / total
-    return {"moved": moved, "worst": worst, "share_above_1e-6": share,
-            "ok": moved > MIN_MOVEMENT and share <= MAX_SHARE_ABOVE_1E6 and worst < MAX_DIFFERENCE}
+    return {
+        "moved": moved,
+        "worst": worst,
+        "share_above_1e-6": share,
+        "ok": moved > MIN_MOVEMENT and share <= MAX_SHARE_ABOVE_1E6 and worst < MAX_DIFFERENCE,
+    }
 
 
 def step_rows(tokenizer) -> list[TrainRow]:
@@ -85,14 +99,18 @@ def step_rows(tokenizer) -> list[TrainRow]:
     for index, problem in enumerate(ArithmeticTask(size=4, seed=1)):
         prompt = tokenizer(problem.question + " =", add_special_tokens=False)["input_ids"]
         for sample in range(2):
-            response = tokenizer(problem.answer if sample == 0 else f"{index}{index}9", add_special_tokens=False)["input_ids"]
+            response = tokenizer(problem.answer if sample == 0 else f"{index}{index}9", add_special_tokens=False)[
+                "input_ids"
+            ]
             mask = [0] * len(prompt) + [1] * len(response)
             own.append(TrainRow(0, f"p{index}", float(sample == 0), prompt + response, mask, True))
             cross.append(TrainRow(1, f"p{index}", float(sample == 1), prompt + response, mask, False))
     return own + cross
 
 
-def train_step(context: WorkerContext, state, step: int, uneven: bool = False, poison: bool = False) -> dict[str, float]:
+def train_step(
+    context: WorkerContext, state, step: int, uneven: bool = False, poison: bool = False
+) -> dict[str, float]:
     """The learner's stages on the fixed rows, as ``train_step`` calls them: pi_old of the own rows
     scored (sliced over the ranks), the peer's rows given a pi_old near it, then the updates.
     ``uneven``: without the last own row, so that 2 ranks get slices of different lengths (7 own
@@ -108,8 +126,14 @@ def train_step(context: WorkerContext, state, step: int, uneven: bool = False, p
     advantages = torch.tensor([1.0 if r.reward else -1.0 for r in rows], dtype=torch.float64)
     discrepancy = torch.tensor([1.0] * own_count + [0.8] * 8, dtype=torch.float64)
     inputs = StepInputs(rows, advantages, discrepancy, algorithm, context.spec.algorithm)
-    plan = plan_updates(rows, context.spec.algorithm, step=step, agent_index=0, micro_batching=state.micro_batching,
-                        lockstep=state.backend.lockstep)
+    plan = plan_updates(
+        rows,
+        context.spec.algorithm,
+        step=step,
+        agent_index=0,
+        micro_batching=state.micro_batching,
+        lockstep=state.backend.lockstep,
+    )
     if poison:
         advantages[plan.micro_batches[0][0][0]] = float("nan")
     old, started = score_pi_old(state, inputs, plan)
@@ -126,10 +150,16 @@ def main() -> None:
     parser.add_argument("--steps", type=int, nargs="+", required=True)
     parser.add_argument("--checkpoint", type=int, help="save a checkpoint after this many completed steps")
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--deepspeed-zero", type=int, choices=(0, 1, 2, 3), help="train with the deepspeed backend at this ZeRO stage")
+    parser.add_argument(
+        "--deepspeed-zero", type=int, choices=(0, 1, 2, 3), help="train with the deepspeed backend at this ZeRO stage"
+    )
     parser.add_argument("--uneven", action="store_true", help="rows the ranks slice unevenly (see train_step)")
-    parser.add_argument("--micro-batch-tokens", type=int, help="micro-batches packed by padded tokens up to this budget, no row cap")
-    parser.add_argument("--poison-rank", type=int, help="this rank's first micro-batch has a non-finite loss (see train_step)")
+    parser.add_argument(
+        "--micro-batch-tokens", type=int, help="micro-batches packed by padded tokens up to this budget, no row cap"
+    )
+    parser.add_argument(
+        "--poison-rank", type=int, help="this rank's first micro-batch has a non-finite loss (see train_step)"
+    )
     parser.add_argument("--lora", action="store_true", help=f"a LoRA agent: learner.lora {LORA}")
     args = parser.parse_args()
     torch.manual_seed(0)  # also the LoRA adapter's initialisation: the same in every job

@@ -37,13 +37,23 @@ def shard(source_tokenizer, n_prompts: int = 5, group: int = 4) -> list[dict]:
         prompt = render_prompt(source_tokenizer, problem.question, TEMPLATE)
         for sample in range(group):
             response = RESPONSES[(p * group + sample) % len(RESPONSES)]
-            rows.append({
-                "experiment": "enc", "step": 0, "source_agent": "src", "policy_version": 0, "tokenizer_id": "t",
-                "prompt_uid": f"p{p}", "sample_index": sample, "prompt": prompt, "response": response,
-                "token_ids": encode_text(source_tokenizer, response), "reward": float(sample % 2),
-                "finish_reason": "stop" if sample % 3 else "length",
-                "extra": json.dumps({"question": problem.question, "answer": problem.answer}),
-            })
+            rows.append(
+                {
+                    "experiment": "enc",
+                    "step": 0,
+                    "source_agent": "src",
+                    "policy_version": 0,
+                    "tokenizer_id": "t",
+                    "prompt_uid": f"p{p}",
+                    "sample_index": sample,
+                    "prompt": prompt,
+                    "response": response,
+                    "token_ids": encode_text(source_tokenizer, response),
+                    "reward": float(sample % 2),
+                    "finish_reason": "stop" if sample % 3 else "length",
+                    "extra": json.dumps({"question": problem.question, "answer": problem.answer}),
+                }
+            )
     return rows
 
 
@@ -52,8 +62,9 @@ def one_by_one(rows: list[dict], *, source: int, is_own: bool, tokenizer) -> lis
     out = []
     for row in rows:
         prompt = row["prompt"] if is_own else render_prompt(tokenizer, json.loads(row["extra"])["question"], TEMPLATE)
-        ids, mask = encode_row_for(tokenizer, prompt, row["response"], row["token_ids"] if is_own else None,
-                                   finish_reason=row["finish_reason"])
+        ids, mask = encode_row_for(
+            tokenizer, prompt, row["response"], row["token_ids"] if is_own else None, finish_reason=row["finish_reason"]
+        )
         out.append(TrainRow(source, row["prompt_uid"], row["reward"], ids, mask, is_own))
     return out
 
@@ -64,7 +75,9 @@ def test_batched_rows_from_a_table_equal_one_encode_per_row(tokenizers, source: 
     is_own = source == learner
     expected = one_by_one(rows, source=1, is_own=is_own, tokenizer=tokenizers[learner])
     from_dicts = encode_rows(rows, source=1, is_own=is_own, tokenizer=tokenizers[learner], template=TEMPLATE)
-    from_table = encode_rows(rollouts_table(rows), source=1, is_own=is_own, tokenizer=tokenizers[learner], template=TEMPLATE)
+    from_table = encode_rows(
+        rollouts_table(rows), source=1, is_own=is_own, tokenizer=tokenizers[learner], template=TEMPLATE
+    )
     assert from_dicts == expected
     assert from_table == expected
 
@@ -84,8 +97,9 @@ def test_scores_and_source_logprobs_are_keyed_alike_from_tables_and_dicts(tokeni
     old = OldLogprobs(tuple(-0.25 * (index + 1) for index in range(len(own))), (None,) * len(own))
     from_dicts = scores_shard(rows, own, old, experiment="enc", step=0, agent="src")
     assert scores_shard(rollouts_table(rows), own, old, experiment="enc", step=0, agent="src") == from_dicts
-    assert [s["logp_sum"] / s["token_count"] for s in from_dicts if s["token_count"]] == \
-        [mean for mean, r in zip(old.mean, own) if sum(r.response_mask)]
+    assert [s["logp_sum"] / s["token_count"] for s in from_dicts if s["token_count"]] == [
+        mean for mean, r in zip(old.mean, own) if sum(r.response_mask)
+    ]
 
     shuffled = from_dicts[::-1]  # a scores shard need not be in the rollouts' order
     for rollouts, scores in ((rows, shuffled), (rollouts_table(rows), scores_table(shuffled))):

@@ -22,19 +22,31 @@ IDS = torch.tensor([[5, 9, 12, 7, 3, 14, 8, 6], [4, 4, 10, 11, 2, 13, 9, 5]])
 @pytest.fixture
 def context(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> WorkerContext:
     monkeypatch.setenv("HACRL_CACHE", str(tmp_path / "cache"))
-    experiment = parse_experiment({
-        "apiVersion": "hacrl.io/v1alpha1",
-        "kind": "HACRLExperiment",
-        "metadata": {"name": "lora"},
-        "spec": {
-            "agents": [{"name": "solo", "model": "tiny://llama-char?seed=0&warmup_steps=0",
-                        "learner": {"lr": 1e-2, "lora": {"rank": 4, "alpha": 8, "targetModules": ["q_proj", "v_proj", "down_proj"]}}},
-                       {"name": "peer", "model": "tiny://qwen2-bpe"}],
-            "algorithm": {"groupSize": 2, "promptsPerStep": 4, "miniBatchPrompts": 2, "klCoef": 0.01},
-            "data": {"train": {"source": "builtin://arithmetic"}},
-        },
-    })
-    context = WorkerContext(experiment=experiment, agent_name="solo", store=open_trajectory_store((tmp_path / "store").as_uri(), "lora"))
+    experiment = parse_experiment(
+        {
+            "apiVersion": "hacrl.io/v1alpha1",
+            "kind": "HACRLExperiment",
+            "metadata": {"name": "lora"},
+            "spec": {
+                "agents": [
+                    {
+                        "name": "solo",
+                        "model": "tiny://llama-char?seed=0&warmup_steps=0",
+                        "learner": {
+                            "lr": 1e-2,
+                            "lora": {"rank": 4, "alpha": 8, "targetModules": ["q_proj", "v_proj", "down_proj"]},
+                        },
+                    },
+                    {"name": "peer", "model": "tiny://qwen2-bpe"},
+                ],
+                "algorithm": {"groupSize": 2, "promptsPerStep": 4, "miniBatchPrompts": 2, "klCoef": 0.01},
+                "data": {"train": {"source": "builtin://arithmetic"}},
+            },
+        }
+    )
+    context = WorkerContext(
+        experiment=experiment, agent_name="solo", store=open_trajectory_store((tmp_path / "store").as_uri(), "lora")
+    )
     context.work_dir = tmp_path / "work"
     context.work_dir.mkdir()
     return context
@@ -47,7 +59,9 @@ def train(state: LearnerState, steps: int) -> None:
         state.backend.step()
 
 
-def test_a_restarted_lora_learner_restores_adapter_and_optimizer_and_goes_on_identically(context: WorkerContext) -> None:
+def test_a_restarted_lora_learner_restores_adapter_and_optimizer_and_goes_on_identically(
+    context: WorkerContext,
+) -> None:
     state = initialize(context, "cpu")
     assert isinstance(state.reference, AdapterDisabled), "a LoRA agent's KL reference is its base, not a second copy"
     base = {name: p.detach().clone() for name, p in state.model.named_parameters() if not p.requires_grad}
@@ -55,18 +69,25 @@ def test_a_restarted_lora_learner_restores_adapter_and_optimizer_and_goes_on_ide
     checkpoint(context, state, 1)
     publish_weights(context, state, 1)
     weights = context.store.objects.list(f"{context.store.experiment}/weights/solo/000001/")
-    assert sorted(key.rsplit("/", 1)[1] for key in weights if "adapter_" in key or key.endswith(".safetensors")) == \
-        ["adapter_config.json", "adapter_model.safetensors"]
+    assert sorted(key.rsplit("/", 1)[1] for key in weights if "adapter_" in key or key.endswith(".safetensors")) == [
+        "adapter_config.json",
+        "adapter_model.safetensors",
+    ]
 
     restored = initialize(context, "cpu")
     assert restored.next_step == 1
     saved, got = adapter_state(state.model), adapter_state(restored.model)
     assert saved.keys() == got.keys() and all(torch.equal(saved[k], got[k]) for k in saved)
-    assert all(torch.equal(p, base[name]) for name, p in restored.model.named_parameters() if not p.requires_grad), \
+    assert all(torch.equal(p, base[name]) for name, p in restored.model.named_parameters() if not p.requires_grad), (
         "the restored base must be the agent's model"
+    )
     moments = [s["exp_avg_sq"] for s in state.backend.optimizer.state_dict()["state"].values()]
-    assert moments and all(torch.equal(a, b) for a, b in zip(
-        moments, (s["exp_avg_sq"] for s in restored.backend.optimizer.state_dict()["state"].values()), strict=True))
+    assert moments and all(
+        torch.equal(a, b)
+        for a, b in zip(
+            moments, (s["exp_avg_sq"] for s in restored.backend.optimizer.state_dict()["state"].values()), strict=True
+        )
+    )
 
     train(state, 1)
     train(restored, 1)

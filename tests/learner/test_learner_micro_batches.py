@@ -66,14 +66,24 @@ def test_two_packings_give_the_same_update(tmp_path: Path, model_dir: Path, algo
     for packing in (MicroBatching(max_tokens=2 * longest + 1), MicroBatching(max_tokens=10**9)):
         torch.manual_seed(0)
         state = initial_state(model_dir, context)
-        plan = plan_updates(inputs.rows, context.spec.algorithm, step=0, agent_index=0, micro_batching=packing, score_in_first_update=True)
+        plan = plan_updates(
+            inputs.rows,
+            context.spec.algorithm,
+            step=0,
+            agent_index=0,
+            micro_batching=packing,
+            score_in_first_update=True,
+        )
         old, started = score_pi_old(state, inputs, plan)
         run_updates(state, inputs, plan, old.with_means(source), started)
         weights.append(state.model)
         plans.append(plan)
     small, whole = plans
     assert all(len(chunks) >= (4 if algorithm == "hacpo" else 2) for chunks in small.micro_batches)
-    assert all(len(chunks) == (2 if algorithm == "hacpo" else 1) for chunks in whole.micro_batches)  # own rows, then peer rows
-    found = update_difference(weights[0].state_dict(), weights[1].state_dict(),
-                              load_policy(model_dir)[0].state_dict())
-    assert found["ok"], found  # the tolerance of a multi-rank update (tests/learner/test_learner_multirank.py), which sums alike
+    assert all(
+        len(chunks) == (2 if algorithm == "hacpo" else 1) for chunks in whole.micro_batches
+    )  # own rows, then peer rows
+    found = update_difference(weights[0].state_dict(), weights[1].state_dict(), load_policy(model_dir)[0].state_dict())
+    assert found["ok"], (
+        found
+    )  # the tolerance of a multi-rank update (tests/learner/test_learner_multirank.py), which sums alike

@@ -31,11 +31,31 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_rank_environment_of_node_1_of_2_numbers_its_ranks_after_node_0s() -> None:
     base = {"OMP_NUM_THREADS": "4", "HACRL_NODE_RANK": "1", "KEEP": "x"}
-    envs = [rank_environment(base, local, 2, 29511, node_rank=1, nnodes=2, master_addr="learner-0.svc.ns.svc") for local in (0, 1)]
-    keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
+    envs = [
+        rank_environment(base, local, 2, 29511, node_rank=1, nnodes=2, master_addr="learner-0.svc.ns.svc")
+        for local in (0, 1)
+    ]
+    keys = (
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "NODE_RANK",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+    )
     assert [{k: env[k] for k in keys} for env in envs] == [
-        {"RANK": str(2 + local), "LOCAL_RANK": str(local), "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1",
-         "NODE_RANK": "1", "MASTER_ADDR": "learner-0.svc.ns.svc", "MASTER_PORT": "29511"}
+        {
+            "RANK": str(2 + local),
+            "LOCAL_RANK": str(local),
+            "WORLD_SIZE": "4",
+            "LOCAL_WORLD_SIZE": "2",
+            "GROUP_RANK": "1",
+            "NODE_RANK": "1",
+            "MASTER_ADDR": "learner-0.svc.ns.svc",
+            "MASTER_PORT": "29511",
+        }
         for local in (0, 1)
     ]
     assert all(env["OMP_NUM_THREADS"] == "2" and env["KEEP"] == "x" and "HACRL_NODE_RANK" not in env for env in envs)
@@ -46,9 +66,14 @@ def test_rank_environment_of_node_1_of_2_numbers_its_ranks_after_node_0s() -> No
 
 def test_node_placement_reads_the_operators_variables_and_refuses_without_them() -> None:
     assert node_placement("a", 1, {}) == NodePlacement()
-    assert node_placement("a", 3, {"HACRL_NODE_RANK": "2", "MASTER_ADDR": "m", "MASTER_PORT": "2000"}) == NodePlacement(2, 3, "m", 2000)
+    assert node_placement("a", 3, {"HACRL_NODE_RANK": "2", "MASTER_ADDR": "m", "MASTER_PORT": "2000"}) == NodePlacement(
+        2, 3, "m", 2000
+    )
     assert node_placement("a", 2, {"HACRL_NODE_RANK": "0", "MASTER_ADDR": "m"}).master_port == DEFAULT_MASTER_PORT
-    with pytest.raises(RuntimeError, match=r"agent 'a': learner.nodes 2 needs one launcher per node .* no HACRL_NODE_RANK or MASTER_ADDR"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"agent 'a': learner.nodes 2 needs one launcher per node .* no HACRL_NODE_RANK or MASTER_ADDR",
+    ):
         node_placement("a", 2, {})
     with pytest.raises(RuntimeError, match=r"HACRL_NODE_RANK='2' is not a node rank of learner.nodes 2 \(0 to 1\)"):
         node_placement("a", 2, {"HACRL_NODE_RANK": "2", "MASTER_ADDR": "m"})
@@ -59,7 +84,9 @@ def test_node_placement_reads_the_operators_variables_and_refuses_without_them()
 def test_a_learner_worker_over_two_nodes_without_the_variables_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("WORLD_SIZE", "HACRL_NODE_RANK", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(name, raising=False)
-    context = SimpleNamespace(agent_name="a", agent=SimpleNamespace(learner=SimpleNamespace(nodes=2, processes_per_node=1, world_size=2)))
+    context = SimpleNamespace(
+        agent_name="a", agent=SimpleNamespace(learner=SimpleNamespace(nodes=2, processes_per_node=1, world_size=2))
+    )
     with pytest.raises(RuntimeError, match="learner.nodes 2 needs one launcher per node"):
         launch_learner_ranks(context, "learner", ["worker", "learner"])
     assert launch_learner_ranks(context, "rollout", ["worker", "rollout"]) is None  # rollouts have no ranks
@@ -82,8 +109,10 @@ from hacrl_core.cli import exit_without_teardown
 exit_without_teardown(0)  # as a learner rank ends (rank_job.py says why)
 """
 
-NODE = ("import sys; from hacrl_core.learner.launcher import NodePlacement, launch_local_ranks; "
-        "sys.exit(launch_local_ranks(sys.argv[3:], 1, placement=NodePlacement(int(sys.argv[1]), 2, '127.0.0.1', int(sys.argv[2]))))")
+NODE = (
+    "import sys; from hacrl_core.learner.launcher import NodePlacement, launch_local_ranks; "
+    "sys.exit(launch_local_ranks(sys.argv[3:], 1, placement=NodePlacement(int(sys.argv[1]), 2, '127.0.0.1', int(sys.argv[2]))))"
+)
 
 
 def test_two_node_launchers_join_one_process_group(tmp_path: Path) -> None:
@@ -93,14 +122,29 @@ def test_two_node_launchers_join_one_process_group(tmp_path: Path) -> None:
     script.write_text(RANK_SCRIPT)
     port = free_port()
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    launchers = [subprocess.Popen([sys.executable, "-c", NODE, str(node), str(port), sys.executable, str(script), str(tmp_path)],
-                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                 for node in (1, 0)]  # node 1 first: it waits for node 0's rendezvous
+    launchers = [
+        subprocess.Popen(
+            [sys.executable, "-c", NODE, str(node), str(port), sys.executable, str(script), str(tmp_path)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for node in (1, 0)
+    ]  # node 1 first: it waits for node 0's rendezvous
     outputs = [launcher.communicate(timeout=180)[0] for launcher in launchers]
     assert [launcher.returncode for launcher in launchers] == [0, 0], outputs
     found = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
     assert found == [
-        {"RANK": str(rank), "LOCAL_RANK": "0", "WORLD_SIZE": "2", "GROUP_RANK": str(rank), "group_rank": rank, "group_size": 2, "sum": 3}
+        {
+            "RANK": str(rank),
+            "LOCAL_RANK": "0",
+            "WORLD_SIZE": "2",
+            "GROUP_RANK": str(rank),
+            "group_rank": rank,
+            "group_size": 2,
+            "sum": 3,
+        }
         for rank in (0, 1)
     ]
 
@@ -122,20 +166,42 @@ def test_a_learner_over_two_nodes_takes_the_one_rank_update(tmp_path: Path) -> N
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", HACRL_TORCH_THREADS="1")
 
     def job(name: str) -> list[str]:
-        return [sys.executable, str(JOB), "--model", str(model), "--store", (tmp_path / f"store-{name}").as_uri(),
-                "--work", str(tmp_path / f"work-{name}"), "--steps", "0", "--out", str(tmp_path / f"{name}.st")]
+        return [
+            sys.executable,
+            str(JOB),
+            "--model",
+            str(model),
+            "--store",
+            (tmp_path / f"store-{name}").as_uri(),
+            "--work",
+            str(tmp_path / f"work-{name}"),
+            "--steps",
+            "0",
+            "--out",
+            str(tmp_path / f"{name}.st"),
+        ]
 
     one = subprocess.run(job("one"), env=env, capture_output=True, text=True, timeout=600)
     assert one.returncode == 0, one.stderr[-3000:]
     port = free_port()
-    launchers = [subprocess.Popen([sys.executable, "-c", NODE, str(node), str(port), *job("two")], env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for node in (0, 1)]
+    launchers = [
+        subprocess.Popen(
+            [sys.executable, "-c", NODE, str(node), str(port), *job("two")],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for node in (0, 1)
+    ]
     outputs = [launcher.communicate(timeout=600)[0] for launcher in launchers]
     assert [launcher.returncode for launcher in launchers] == [0, 0], [o[-3000:] for o in outputs]
 
     want, got = load_file(tmp_path / "one.st"), load_file(tmp_path / "two.st")
     start = load_policy(model)[0].state_dict()
-    assert max(float((want[name] - start[name]).abs().max()) for name in want) > 1e-4, "the reference did not train: nothing to compare"
+    assert max(float((want[name] - start[name]).abs().max()) for name in want) > 1e-4, (
+        "the reference did not train: nothing to compare"
+    )
     differences = torch.cat([(got[name] - tensor).abs().reshape(-1) for name, tensor in want.items()])
     assert float(differences.max()) < 2e-4 and int((differences > 1e-6).sum()) <= 1e-3 * differences.numel()
     norms = [json.loads((tmp_path / f"{name}.json").read_text())["0"]["learner/grad_norm"] for name in ("one", "two")]

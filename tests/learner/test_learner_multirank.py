@@ -42,14 +42,38 @@ REPO = Path(__file__).resolve().parents[2]
 LAUNCH = "import sys; from hacrl_core.learner.launcher import launch_local_ranks; sys.exit(launch_local_ranks(sys.argv[2:], int(sys.argv[1])))"
 
 
-def learner(ranks: int, model: Path, store: Path, work: Path, out: Path, steps: list[int], checkpoint: int | None = None,
-            zero: int | None = None, fails_with: str | None = None, uneven: bool = False, micro_batch_tokens: int | None = None,
-            poison_rank: int | None = None, lora: bool = False) -> dict:
+def learner(
+    ranks: int,
+    model: Path,
+    store: Path,
+    work: Path,
+    out: Path,
+    steps: list[int],
+    checkpoint: int | None = None,
+    zero: int | None = None,
+    fails_with: str | None = None,
+    uneven: bool = False,
+    micro_batch_tokens: int | None = None,
+    poison_rank: int | None = None,
+    lora: bool = False,
+) -> dict:
     """Run ``rank_job.py`` as ``ranks`` processes (the torch backend, or deepspeed at ZeRO stage
     ``zero``); the weights (rank 0's) and the steps' metrics; or, with ``fails_with``, check that
     the job failed saying so."""
-    command = [sys.executable, str(JOB), "--model", str(model), "--store", store.as_uri(), "--work", str(work),
-               "--steps", *map(str, steps), "--out", str(out)] + (["--checkpoint", str(checkpoint)] if checkpoint else [])
+    command = [
+        sys.executable,
+        str(JOB),
+        "--model",
+        str(model),
+        "--store",
+        store.as_uri(),
+        "--work",
+        str(work),
+        "--steps",
+        *map(str, steps),
+        "--out",
+        str(out),
+    ] + (["--checkpoint", str(checkpoint)] if checkpoint else [])
     command += (["--deepspeed-zero", str(zero)] if zero is not None else []) + (["--uneven"] if uneven else [])
     command += ["--micro-batch-tokens", str(micro_batch_tokens)] if micro_batch_tokens else []
     command += ["--poison-rank", str(poison_rank)] if poison_rank is not None else []
@@ -73,19 +97,31 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     model = build_tiny_model("llama-char", seed=0, warmup_steps=0, cache_dir=root / "tiny")
     found = {"model": model}
     for ranks in (1, 2):
-        found[f"step0@{ranks}"] = learner(ranks, model, root / f"store{ranks}", root / f"work{ranks}", root / f"s0-{ranks}.st", [0], checkpoint=1)
+        found[f"step0@{ranks}"] = learner(
+            ranks, model, root / f"store{ranks}", root / f"work{ranks}", root / f"s0-{ranks}.st", [0], checkpoint=1
+        )
     for saved, restored in ((1, 1), (2, 1), (1, 2)):
-        found[f"step1@{saved}->{restored}"] = learner(restored, model, root / f"store{saved}", root / f"work{saved}{restored}",
-                                                      root / f"s1-{saved}-{restored}.st", [1])
+        found[f"step1@{saved}->{restored}"] = learner(
+            restored,
+            model,
+            root / f"store{saved}",
+            root / f"work{saved}{restored}",
+            root / f"s1-{saved}-{restored}.st",
+            [1],
+        )
     found["stores"] = {ranks: root / f"store{ranks}" for ranks in (1, 2)}
     return found
 
 
-def assert_same_update(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], start: dict[str, torch.Tensor]) -> None:
+def assert_same_update(
+    got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], start: dict[str, torch.Tensor]
+) -> None:
     found = update_difference(got, want, start)
     moved, worst, share = found["moved"], found["worst"], found["share_above_1e-6"]
     assert moved > MIN_MOVEMENT, "the reference did not train: nothing to compare"
-    assert share <= MAX_SHARE_ABOVE_1E6, f"{share:.2%} of the weights differ by more than 1e-6 (worst {worst:.2e}, movement {moved:.2e})"
+    assert share <= MAX_SHARE_ABOVE_1E6, (
+        f"{share:.2%} of the weights differ by more than 1e-6 (worst {worst:.2e}, movement {moved:.2e})"
+    )
     assert worst < MAX_DIFFERENCE, f"a weight differs by {worst:.2e} (movement {moved:.2e})"
 
 
@@ -122,12 +158,20 @@ def test_lora_ranks_take_the_one_rank_update_and_restore_at_another_rank_count(t
     model = runs["model"]
     one = learner(1, model, tmp_path / "s1", tmp_path / "w1", tmp_path / "a.st", [0], checkpoint=1, lora=True)
     two = learner(2, model, tmp_path / "s2", tmp_path / "w2", tmp_path / "b.st", [0], checkpoint=1, lora=True)
-    start = {name.replace("base_model.model.", "").replace(".base_layer", ""): tensor for name, tensor in one["weights"].items()
-             if "lora_" not in name}
-    assert all(torch.equal(tensor, initial_weights(model)[name]) for name, tensor in start.items()), "a base weight moved"
+    start = {
+        name.replace("base_model.model.", "").replace(".base_layer", ""): tensor
+        for name, tensor in one["weights"].items()
+        if "lora_" not in name
+    }
+    assert all(torch.equal(tensor, initial_weights(model)[name]) for name, tensor in start.items()), (
+        "a base weight moved"
+    )
     adapter = {name: tensor for name, tensor in one["weights"].items() if "lora_B" in name}
-    assert_same_update(two["weights"], one["weights"], {name: torch.zeros_like(t) if name in adapter else t
-                                                        for name, t in one["weights"].items()})
+    assert_same_update(
+        two["weights"],
+        one["weights"],
+        {name: torch.zeros_like(t) if name in adapter else t for name, t in one["weights"].items()},
+    )
     resumed_one = learner(1, model, tmp_path / "s1", tmp_path / "w11", tmp_path / "c.st", [1], lora=True)
     resumed_two = learner(1, model, tmp_path / "s2", tmp_path / "w21", tmp_path / "d.st", [1], lora=True)
     assert_same_update(resumed_two["weights"], resumed_one["weights"], one["weights"])
@@ -137,8 +181,10 @@ def test_only_rank_0_wrote_to_the_store(runs: dict) -> None:
     """The 2-rank store holds one checkpoint, whole: the same files as the 1-rank one, no rank dirs."""
     stores = {ranks: open_trajectory_store(path.as_uri(), "ranks") for ranks, path in runs["stores"].items()}
     assert stores[1].list_checkpoints("solo") == stores[2].list_checkpoints("solo") == [1]
-    files = {ranks: sorted(p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file())
-             for ranks, path in runs["stores"].items()}
+    files = {
+        ranks: sorted(p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file())
+        for ranks, path in runs["stores"].items()
+    }
     assert files[1] == files[2]
 
 
@@ -160,21 +206,37 @@ def test_the_read_only_store_refuses_every_writing_method_of_the_store() -> None
     from hacrl_core.store.trajectory_store import TrajectoryStore
 
     methods = dict(inspect.getmembers(TrajectoryStore, inspect.isfunction))
-    writing = {name for name, method in methods.items() if not name.startswith("_") and (
-        re.match(r"(write|put|publish|save|delete)_", name) or "self._before_write()" in inspect.getsource(method))}
-    assert writing == STORE_WRITES, f"missing: {sorted(writing - STORE_WRITES)}, not writes: {sorted(STORE_WRITES - writing)}"
+    writing = {
+        name
+        for name, method in methods.items()
+        if not name.startswith("_")
+        and (re.match(r"(write|put|publish|save|delete)_", name) or "self._before_write()" in inspect.getsource(method))
+    }
+    assert writing == STORE_WRITES, (
+        f"missing: {sorted(writing - STORE_WRITES)}, not writes: {sorted(STORE_WRITES - writing)}"
+    )
 
 
 def test_rank_environment_is_torchruns_and_splits_the_workers_threads() -> None:
     env = rank_environment({"OMP_NUM_THREADS": "4", "HACRL_TORCH_THREADS": "4", "KEEP": "x"}, 1, 2, 29500)
-    assert {k: env[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")} == {
-        "RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+    assert {
+        k: env[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    } == {
+        "RANK": "1",
+        "LOCAL_RANK": "1",
+        "WORLD_SIZE": "2",
+        "LOCAL_WORLD_SIZE": "2",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "29500",
+    }
     assert env["OMP_NUM_THREADS"] == env["HACRL_TORCH_THREADS"] == "2" and env["KEEP"] == "x"
     assert rank_environment({"OMP_NUM_THREADS": "1"}, 0, 4, 1)["OMP_NUM_THREADS"] == "1"
 
 
 @pytest.mark.parametrize("zero", [0, 3])
-def test_deepspeed_ranks_take_the_one_rank_update_and_resume_at_their_rank_count(tmp_path: Path, runs: dict, zero: int) -> None:
+def test_deepspeed_ranks_take_the_one_rank_update_and_resume_at_their_rank_count(
+    tmp_path: Path, runs: dict, zero: int
+) -> None:
     """The deepspeed backend at 2 ranks against itself at 1 rank. ZeRO 0 (fp32): this backend clips
     before DeepSpeed reduces, so the ranks' gradients are summed first; ZeRO 3: parameters gathered
     in every forward and gradients reduced in every backward, so a rank with a shorter slice runs
@@ -183,8 +245,12 @@ def test_deepspeed_ranks_take_the_one_rank_update_and_resume_at_their_rank_count
     shard: it resumes at the same rank count, to the one-rank learner's next update, and is refused
     at another rank count naming what differs."""
     model, uneven = runs["model"], zero == 3
-    one = learner(1, model, tmp_path / "s1", tmp_path / "w1", tmp_path / "a.st", [0], checkpoint=1, zero=zero, uneven=uneven)
-    two = learner(2, model, tmp_path / "s2", tmp_path / "w2", tmp_path / "b.st", [0], checkpoint=1, zero=zero, uneven=uneven)
+    one = learner(
+        1, model, tmp_path / "s1", tmp_path / "w1", tmp_path / "a.st", [0], checkpoint=1, zero=zero, uneven=uneven
+    )
+    two = learner(
+        2, model, tmp_path / "s2", tmp_path / "w2", tmp_path / "b.st", [0], checkpoint=1, zero=zero, uneven=uneven
+    )
     assert_same_update(two["weights"], one["weights"], initial_weights(model))
     assert two["metrics"]["0"]["learner/grad_norm"] == pytest.approx(one["metrics"]["0"]["learner/grad_norm"], rel=1e-4)
     if zero == 0:
@@ -193,7 +259,9 @@ def test_deepspeed_ranks_take_the_one_rank_update_and_resume_at_their_rank_count
     resumed_one = learner(1, model, tmp_path / "s1", tmp_path / "w11", tmp_path / "c.st", [1], zero=zero, uneven=uneven)
     resumed_two = learner(2, model, tmp_path / "s2", tmp_path / "w22", tmp_path / "d.st", [1], zero=zero, uneven=uneven)
     assert_same_update(resumed_two["weights"], resumed_one["weights"], one["weights"])
-    learner(1, model, tmp_path / "s2", tmp_path / "w21", tmp_path / "e.st", [1], zero=zero, fails_with="cannot be loaded")
+    learner(
+        1, model, tmp_path / "s2", tmp_path / "w21", tmp_path / "e.st", [1], zero=zero, fails_with="cannot be loaded"
+    )
 
 
 def test_deepspeed_ranks_packed_by_tokens_run_as_many_passes(tmp_path: Path, runs: dict) -> None:
@@ -204,12 +272,18 @@ def test_deepspeed_ranks_packed_by_tokens_run_as_many_passes(tmp_path: Path, run
     (``MicroBatching.lockstep_count``), in scoring and in the updates; without them the ranks
     hang. The update is the one-rank update."""
     model = runs["model"]
-    one = learner(1, model, tmp_path / "s1", tmp_path / "w1", tmp_path / "a.st", [0], zero=3, uneven=True, micro_batch_tokens=24)
-    two = learner(2, model, tmp_path / "s2", tmp_path / "w2", tmp_path / "b.st", [0], zero=3, uneven=True, micro_batch_tokens=24)
+    one = learner(
+        1, model, tmp_path / "s1", tmp_path / "w1", tmp_path / "a.st", [0], zero=3, uneven=True, micro_batch_tokens=24
+    )
+    two = learner(
+        2, model, tmp_path / "s2", tmp_path / "w2", tmp_path / "b.st", [0], zero=3, uneven=True, micro_batch_tokens=24
+    )
     assert_same_update(two["weights"], one["weights"], initial_weights(model))
 
 
-def test_a_non_finite_loss_on_one_zero3_rank_skips_the_update_on_every_rank_without_a_hang(tmp_path: Path, runs: dict) -> None:
+def test_a_non_finite_loss_on_one_zero3_rank_skips_the_update_on_every_rank_without_a_hang(
+    tmp_path: Path, runs: dict
+) -> None:
     """ZeRO 3 gathers parameters in every forward and reduces gradients in every backward, so a rank
     whose micro-batch has a non-finite loss must still run as many passes as the others (zero-weighted
     ones in place of its remaining micro-batches): had it stopped there, the other rank would wait in
@@ -217,7 +291,9 @@ def test_a_non_finite_loss_on_one_zero3_rank_skips_the_update_on_every_rank_with
     first update is skipped on both ranks (``rank_job`` checks one skipped update on each) and the
     second one trains."""
     model = runs["model"]
-    two = learner(2, model, tmp_path / "s2", tmp_path / "w2", tmp_path / "b.st", [0], zero=3, uneven=True, poison_rank=1)
+    two = learner(
+        2, model, tmp_path / "s2", tmp_path / "w2", tmp_path / "b.st", [0], zero=3, uneven=True, poison_rank=1
+    )
     assert two["metrics"]["0"]["learner/skipped_updates"] == 1
     assert two["metrics"]["0"]["learner/updates"] == 2
     start = initial_weights(model)
@@ -255,23 +331,37 @@ time.sleep(120)  # the surviving rank: the launcher must stop it
 
 
 @pytest.mark.parametrize("outcome, code", [("kill", -signal.SIGKILL), ("3", 3), ("1", 1)])
-def test_a_failed_rank_stops_the_others_and_the_launcher_ends_as_it_did(tmp_path: Path, outcome: str, code: int) -> None:
+def test_a_failed_rank_stops_the_others_and_the_launcher_ends_as_it_did(
+    tmp_path: Path, outcome: str, code: int
+) -> None:
     """What `hacrl run` sees of a learner whose rank 1 died: the rank's own exit (a SIGKILL as -9,
     the fenced-out code 3 as 3), with no rank left running."""
     script = tmp_path / "rank.py"
     script.write_text(RANK_SCRIPT)
-    launcher = subprocess.run([sys.executable, "-c", LAUNCH + "\n", "2", sys.executable, str(script), "1", outcome],
-                              env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=60)
+    launcher = subprocess.run(
+        [sys.executable, "-c", LAUNCH + "\n", "2", sys.executable, str(script), "1", outcome],
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert launcher.returncode == code, launcher.stderr
     survivors = subprocess.run(["pgrep", "-f", str(script)], capture_output=True, text=True)
     assert survivors.stdout == "", f"ranks left running: {survivors.stdout}"
 
 
 def test_hacrl_run_refuses_a_learner_over_several_nodes() -> None:
-    experiment = parse_experiment({
-        "apiVersion": "hacrl.io/v1alpha1", "kind": "HACRLExperiment", "metadata": {"name": "nodes"},
-        "spec": {"agents": [{"name": "a", "model": "tiny://llama-char", "learner": {"nodes": 2, "processesPerNode": 4}}],
-                 "algorithm": {"name": "gspo"}, "data": {"train": {"source": "builtin://arithmetic"}}},
-    })
+    experiment = parse_experiment(
+        {
+            "apiVersion": "hacrl.io/v1alpha1",
+            "kind": "HACRLExperiment",
+            "metadata": {"name": "nodes"},
+            "spec": {
+                "agents": [{"name": "a", "model": "tiny://llama-char", "learner": {"nodes": 2, "processesPerNode": 4}}],
+                "algorithm": {"name": "gspo"},
+                "data": {"train": {"source": "builtin://arithmetic"}},
+            },
+        }
+    )
     (problem,) = multi_node_problems(experiment)
     assert problem.startswith("spec.agents[0].learner.nodes: 2 nodes need a cluster") and "set nodes: 1" in problem

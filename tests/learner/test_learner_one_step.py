@@ -26,8 +26,16 @@ from hacrl_core.spec import parse_experiment
 REPO = Path(__file__).resolve().parents[2]
 
 #: The stages of one step. A function calling two or more of them writes (part of) the step's order.
-STAGE_FUNCTIONS = {"gather_rows", "update_capability", "assign_advantages", "plan_updates", "score_pi_old", "peer_pi_old",
-                   "run_updates", "step_metrics"}
+STAGE_FUNCTIONS = {
+    "gather_rows",
+    "update_capability",
+    "assign_advantages",
+    "plan_updates",
+    "score_pi_old",
+    "peer_pi_old",
+    "run_updates",
+    "step_metrics",
+}
 
 
 def stage_calls(tree: ast.AST) -> dict[str, set[str]]:
@@ -59,10 +67,13 @@ def test_only_learner_step_calls_the_stages_in_sequence():
                     copies.append(f"{path.relative_to(REPO)}:{owner} calls {sorted(calls)}")
     assert copies == ["hacrl_core/learner/step.py:learner_step calls " + str(sorted(STAGE_FUNCTIONS))], (
         "the learner step's stage order is written once, in learner.step.learner_step: drive it through ports instead of "
-        f"calling its stages in sequence: {copies}")
+        f"calling its stages in sequence: {copies}"
+    )
 
 
-@pytest.mark.parametrize("path", ["hacrl_core/learner/worker.py", "examples/hacpo_step.py", "bench/pipeline.py", "bench/learner.py"])
+@pytest.mark.parametrize(
+    "path", ["hacrl_core/learner/worker.py", "examples/hacpo_step.py", "bench/pipeline.py", "bench/learner.py"]
+)
 def test_every_driver_runs_the_one_step(path: str):
     assert "learner_step(" in (REPO / path).read_text()
 
@@ -77,39 +88,82 @@ class RecordingPorts:
         def call(*args):
             self.log.append((self.inner.agent_index, port))
             return getattr(self.inner, port)(*args)
+
         return call
 
 
 def test_a_team_in_one_thread_publishes_every_score_before_any_learner_reads_them(tmp_path: Path):
     model_dir = build_tiny_model("llama-char", seed=0, warmup_steps=0, cache_dir=tmp_path / "tiny")
-    spec = parse_experiment({
-        "apiVersion": "hacrl.io/v1alpha1", "kind": "HACRLExperiment", "metadata": {"name": "one-step"},
-        "spec": {"agents": [{"name": "a", "model": "tiny://llama-char", "rollout": {"maxNewTokens": 4}},
-                            {"name": "b", "model": "tiny://llama-char", "rollout": {"maxNewTokens": 4}}],
-                 "algorithm": {"name": "hacpo", "groupSize": 2, "promptsPerStep": 2, "miniBatchPrompts": 1},
-                 "data": {"train": {"source": "builtin://arithmetic"}, "reward": "exact"}},
-    }).spec
+    spec = parse_experiment(
+        {
+            "apiVersion": "hacrl.io/v1alpha1",
+            "kind": "HACRLExperiment",
+            "metadata": {"name": "one-step"},
+            "spec": {
+                "agents": [
+                    {"name": "a", "model": "tiny://llama-char", "rollout": {"maxNewTokens": 4}},
+                    {"name": "b", "model": "tiny://llama-char", "rollout": {"maxNewTokens": 4}},
+                ],
+                "algorithm": {"name": "hacpo", "groupSize": 2, "promptsPerStep": 2, "miniBatchPrompts": 1},
+                "data": {"train": {"source": "builtin://arithmetic"}, "reward": "exact"},
+            },
+        }
+    ).spec
     torch.manual_seed(0)
     algorithm, names = resolve_algorithm(spec.algorithm), ("a", "b")
     problems = step_problems(open_dataset(spec.data, spec.data.train), spec.algorithm, 0)
     states, shards = [], []
     for index, agent in enumerate(spec.agents):
         model, tokenizer = load_policy(model_dir)
-        states.append(start_state(model, tokenizer, create_backend("torch", model, agent.learner), spec.algorithm, 2, learner=agent.learner))
+        states.append(
+            start_state(
+                model,
+                tokenizer,
+                create_backend("torch", model, agent.learner),
+                spec.algorithm,
+                2,
+                learner=agent.learner,
+            )
+        )
         engine = HFEngine()
         engine.set_policy(model, tokenizer)
         params = sampling_params(agent.rollout, group_size=2, seed=0, step=0, agent_index=index)
         prompts, samples = sample_step(engine, problems, spec.data.template, params)
-        shards.append(rollout_rows(problems, prompts, samples, scorer_for(spec.data), experiment="one-step", agent=names[index],
-                                   step=0, tokenizer=tokenizer))
+        shards.append(
+            rollout_rows(
+                problems,
+                prompts,
+                samples,
+                scorer_for(spec.data),
+                experiment="one-step",
+                agent=names[index],
+                step=0,
+                tokenizer=tokenizer,
+            )
+        )
     log: list[tuple[int, str]] = []
     exchange = MemoryExchange("one-step")
-    results = run_team([learner_step(state, StepSetup(i, names, algorithm, spec.algorithm),
-                                     RecordingPorts(MemoryPorts(shards, i, state.tokenizer, spec.data.template, exchange), log), 0)
-                        for i, state in enumerate(states)])
-    assert log == [(0, "read_own_rows"), (0, "read_peer_rows"), (0, "publish_scores"),
-                   (1, "read_own_rows"), (1, "read_peer_rows"), (1, "publish_scores"),
-                   (0, "read_peer_scores"), (1, "read_peer_scores")]
+    results = run_team(
+        [
+            learner_step(
+                state,
+                StepSetup(i, names, algorithm, spec.algorithm),
+                RecordingPorts(MemoryPorts(shards, i, state.tokenizer, spec.data.template, exchange), log),
+                0,
+            )
+            for i, state in enumerate(states)
+        ]
+    )
+    assert log == [
+        (0, "read_own_rows"),
+        (0, "read_peer_rows"),
+        (0, "publish_scores"),
+        (1, "read_own_rows"),
+        (1, "read_peer_rows"),
+        (1, "publish_scores"),
+        (0, "read_peer_scores"),
+        (1, "read_peer_scores"),
+    ]
     for result in results:
         assert result.metrics["learner/own_rows"] == result.metrics["learner/cross_rows"] == 4
         assert result.metrics["learner/updates"] == 2

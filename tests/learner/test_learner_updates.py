@@ -34,18 +34,24 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def context_for(tmp_path: Path, algorithm: str) -> WorkerContext:
-    experiment = parse_experiment({
-        "apiVersion": "hacrl.io/v1alpha1",
-        "kind": "HACRLExperiment",
-        "metadata": {"name": "updates"},
-        "spec": {
-            "agents": [{"name": "solo", "model": "tiny://llama-char", "learner": {"lr": 1e-3, "microBatchSize": 3}},
-                       {"name": "peer", "model": "tiny://qwen2-bpe"}],
-            "algorithm": {"name": algorithm, "groupSize": 2, "promptsPerStep": 4, "miniBatchPrompts": 2},
-            "data": {"train": {"source": "builtin://arithmetic"}},
-        },
-    })
-    return WorkerContext(experiment=experiment, agent_name="solo", store=open_trajectory_store((tmp_path / "store").as_uri(), "updates"))
+    experiment = parse_experiment(
+        {
+            "apiVersion": "hacrl.io/v1alpha1",
+            "kind": "HACRLExperiment",
+            "metadata": {"name": "updates"},
+            "spec": {
+                "agents": [
+                    {"name": "solo", "model": "tiny://llama-char", "learner": {"lr": 1e-3, "microBatchSize": 3}},
+                    {"name": "peer", "model": "tiny://qwen2-bpe"},
+                ],
+                "algorithm": {"name": algorithm, "groupSize": 2, "promptsPerStep": 4, "miniBatchPrompts": 2},
+                "data": {"train": {"source": "builtin://arithmetic"}},
+            },
+        }
+    )
+    return WorkerContext(
+        experiment=experiment, agent_name="solo", store=open_trajectory_store((tmp_path / "store").as_uri(), "updates")
+    )
 
 
 def step_rows(tokenizer) -> list[TrainRow]:
@@ -54,18 +60,34 @@ def step_rows(tokenizer) -> list[TrainRow]:
     for index, problem in enumerate(ArithmeticTask(size=4, seed=1)):
         prompt = tokenizer(problem.question + " =", add_special_tokens=False)["input_ids"]
         for sample in range(2):
-            response = tokenizer(problem.answer if sample == 0 else f"{index}{index}9", add_special_tokens=False)["input_ids"]
-            rows.append(TrainRow(0, f"p{index}", float(sample == 0), prompt + response, [0] * len(prompt) + [1] * len(response), True))
+            response = tokenizer(problem.answer if sample == 0 else f"{index}{index}9", add_special_tokens=False)[
+                "input_ids"
+            ]
+            rows.append(
+                TrainRow(
+                    0, f"p{index}", float(sample == 0), prompt + response, [0] * len(prompt) + [1] * len(response), True
+                )
+            )
     return rows
 
 
 def plan_of(context: WorkerContext, rows: list[TrainRow], *, score_in_first_update: bool = False) -> UpdatePlan:
-    return plan_updates(rows, context.spec.algorithm, step=0, agent_index=context.agent_index,
-                        micro_batching=MicroBatching(10**9, context.agent.learner.micro_batch_size), score_in_first_update=score_in_first_update)
+    return plan_updates(
+        rows,
+        context.spec.algorithm,
+        step=0,
+        agent_index=context.agent_index,
+        micro_batching=MicroBatching(10**9, context.agent.learner.micro_batch_size),
+        score_in_first_update=score_in_first_update,
+    )
 
 
-def inputs_of(context: WorkerContext, rows: list[TrainRow], advantages: torch.Tensor | None = None,
-              discrepancy: torch.Tensor | None = None) -> StepInputs:
+def inputs_of(
+    context: WorkerContext,
+    rows: list[TrainRow],
+    advantages: torch.Tensor | None = None,
+    discrepancy: torch.Tensor | None = None,
+) -> StepInputs:
     if advantages is None:
         advantages = torch.tensor([1.0 if r.reward else -1.0 for r in rows], dtype=torch.float64)
     if discrepancy is None:
@@ -73,8 +95,13 @@ def inputs_of(context: WorkerContext, rows: list[TrainRow], advantages: torch.Te
     return StepInputs(rows, advantages, discrepancy, resolve_algorithm(context.spec.algorithm), context.spec.algorithm)
 
 
-def train(model_dir: Path, context: WorkerContext, inputs: StepInputs, plan: UpdatePlan,
-          peer_pi_old: dict[int, float] | None = None) -> tuple[torch.nn.Module, OldLogprobs, dict[str, float]]:
+def train(
+    model_dir: Path,
+    context: WorkerContext,
+    inputs: StepInputs,
+    plan: UpdatePlan,
+    peer_pi_old: dict[int, float] | None = None,
+) -> tuple[torch.nn.Module, OldLogprobs, dict[str, float]]:
     """The step as the learner worker runs it: the pi_old stage, the peers' pi_old, the updates."""
     torch.manual_seed(0)
     state = initial_state(model_dir, context)
@@ -84,7 +111,9 @@ def train(model_dir: Path, context: WorkerContext, inputs: StepInputs, plan: Upd
 
 
 @pytest.mark.parametrize("algorithm", ["gspo", "grpo"])
-def test_score_and_train_gives_the_update_of_a_full_scoring_pass(tmp_path: Path, model_dir: Path, algorithm: str) -> None:
+def test_score_and_train_gives_the_update_of_a_full_scoring_pass(
+    tmp_path: Path, model_dir: Path, algorithm: str
+) -> None:
     context = context_for(tmp_path, algorithm)
     _, tokenizer = load_policy(model_dir)
     inputs = inputs_of(context, step_rows(tokenizer))
@@ -97,14 +126,22 @@ def test_score_and_train_gives_the_update_of_a_full_scoring_pass(tmp_path: Path,
     assert_same_update(model_dir, full_old, lazy_old, full_model, lazy_model)
 
 
-def assert_same_update(model_dir: Path, full_old: OldLogprobs, lazy_old: OldLogprobs, full_model: torch.nn.Module,
-                       lazy_model: torch.nn.Module) -> None:
+def assert_same_update(
+    model_dir: Path,
+    full_old: OldLogprobs,
+    lazy_old: OldLogprobs,
+    full_model: torch.nn.Module,
+    lazy_model: torch.nn.Module,
+) -> None:
     """The score-and-train rows got the pi_old of a scoring pass, and the step the weights it gives."""
     for lazy, full in zip(lazy_old.mean, full_old.mean):
         assert lazy == pytest.approx(full, abs=1e-5)
     for lazy, full in zip(lazy_old.tokens, full_old.tokens):
         assert (lazy is None) == (full is None) and (full is None or torch.allclose(lazy, full, atol=1e-5))
-    moved = max(float((p - q).detach().abs().max()) for p, q in zip(full_model.parameters(), load_policy(model_dir)[0].parameters()))
+    moved = max(
+        float((p - q).detach().abs().max())
+        for p, q in zip(full_model.parameters(), load_policy(model_dir)[0].parameters())
+    )
     assert moved > 1e-4, "the updates must move the weights for the comparison to mean anything"
     for full, lazy in zip(full_model.parameters(), lazy_model.parameters()):
         assert torch.allclose(full, lazy, atol=1e-6)
@@ -222,6 +259,8 @@ def test_non_finite_weights_are_never_published(tmp_path: Path, model_dir: Path)
     publish_weights(context, state, 1)
     with torch.no_grad():
         state.model.model.layers[0].mlp.up_proj.weight[0, 0] = float("nan")
-    with pytest.raises(NonFiniteWeightsError, match=r"model\.layers\.0\.mlp\.up_proj\.weight\); refusing to publish weights version 2"):
+    with pytest.raises(
+        NonFiniteWeightsError, match=r"model\.layers\.0\.mlp\.up_proj\.weight\); refusing to publish weights version 2"
+    ):
         publish_weights(context, state, 2)
     assert context.store.latest_weights_version("solo") == 1

@@ -8,7 +8,13 @@ import torch
 from hacrl_core.data.templates import render_prompt
 from hacrl_core.models.encoding import collate, encode_prompt, encode_row_for
 
-RESPONSES = ["11", "The answer is \\boxed{-7}.", "3 * 4 = 12\nso 12 + 1 = 13", " leading space", "42<|eos|> literal </s> markers"]
+RESPONSES = [
+    "11",
+    "The answer is \\boxed{-7}.",
+    "3 * 4 = 12\nso 12 + 1 = 13",
+    " leading space",
+    "42<|eos|> literal </s> markers",
+]
 
 
 @pytest.mark.parametrize("response", RESPONSES)
@@ -43,7 +49,11 @@ def test_own_rows_keep_their_stored_ids_exactly(bpe_tokenizer) -> None:
     prompt = render_prompt(bpe_tokenizer, "9*2=")
     merged = next(t for t in bpe_tokenizer.get_vocab() if len(t) == 2 and t.isdigit())
     # A non-canonical split a sampler can produce: a merged number as two single-byte tokens.
-    own = [bpe_tokenizer.convert_tokens_to_ids(merged[0]), bpe_tokenizer.convert_tokens_to_ids(merged[1]), bpe_tokenizer.eos_token_id]
+    own = [
+        bpe_tokenizer.convert_tokens_to_ids(merged[0]),
+        bpe_tokenizer.convert_tokens_to_ids(merged[1]),
+        bpe_tokenizer.eos_token_id,
+    ]
     assert bpe_tokenizer(merged, add_special_tokens=False)["input_ids"] != own[:2]
     input_ids, mask = encode_row_for(bpe_tokenizer, prompt, merged, own_token_ids=own, finish_reason="length")
     assert input_ids[-3:] == own
@@ -79,8 +89,11 @@ def test_collate_equals_row_by_row_padding():
         prompt, response = rng.randint(1, 30), rng.randint(0, 50)
         rows.append(([rng.randrange(150_000) for _ in range(prompt + response)], [0] * prompt + [1] * response))
     width = max(len(ids) for ids, _ in rows)
-    expected = [torch.full((len(rows), width), 7, dtype=torch.long), torch.zeros((len(rows), width), dtype=torch.long),
-                torch.zeros((len(rows), width), dtype=torch.long)]
+    expected = [
+        torch.full((len(rows), width), 7, dtype=torch.long),
+        torch.zeros((len(rows), width), dtype=torch.long),
+        torch.zeros((len(rows), width), dtype=torch.long),
+    ]
     for index, (ids, mask) in enumerate(rows):
         expected[0][index, : len(ids)] = torch.tensor(ids)
         expected[1][index, : len(ids)] = 1

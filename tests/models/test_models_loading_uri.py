@@ -28,7 +28,10 @@ def test_save_and_load_round_trip(tmp_path: Path, small_model: Path) -> None:
     reloaded, reloaded_tokenizer = load_policy(target)
     state, again = model.state_dict(), reloaded.state_dict()
     assert all(torch.equal(state[k], again[k]) for k in state)
-    assert reloaded_tokenizer("1+2=", add_special_tokens=False)["input_ids"] == tokenizer("1+2=", add_special_tokens=False)["input_ids"]
+    assert (
+        reloaded_tokenizer("1+2=", add_special_tokens=False)["input_ids"]
+        == tokenizer("1+2=", add_special_tokens=False)["input_ids"]
+    )
     # Replacing an existing directory leaves only the new files and no temporaries.
     (target / "stale.txt").write_text("old")
     save_policy(model, tokenizer, target)

@@ -8,7 +8,11 @@ import torch
 from hacrl_core.models.logprobs import masked_sum_and_count, sequence_logprobs
 from hacrl_core.models.tiny import _make_model, get_preset
 
-ROWS = [([1, 20, 21, 22, 30, 31, 2], 4), ([1, 25, 26, 40, 2], 3), ([1, 27, 50, 51, 52, 53, 54, 55, 2], 2)]  # (ids, prompt length)
+ROWS = [
+    ([1, 20, 21, 22, 30, 31, 2], 4),
+    ([1, 25, 26, 40, 2], 3),
+    ([1, 27, 50, 51, 52, 53, 54, 55, 2], 2),
+]  # (ids, prompt length)
 
 
 @pytest.fixture(scope="module")

@@ -60,8 +60,9 @@ def test_only_the_adapter_trains_and_version_0_samples_as_the_base(base_dir: Pat
     backend = create_backend("torch", model, LearnerSettings(lr=1e-2, lora=LoraSettings(rank=4)))
     trainable = [name for name, p in model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in name for name in trainable)
-    assert sum(p.numel() for group in backend.optimizer.param_groups for p in group["params"]) == \
-        sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert sum(p.numel() for group in backend.optimizer.param_groups for p in group["params"]) == sum(
+        p.numel() for p in model.parameters() if p.requires_grad
+    )
     for _ in range(2):
         backend.zero_grad()
         backend.backward(model(input_ids=IDS).logits.logsumexp(-1).mean())
@@ -113,8 +114,11 @@ def test_another_adapter_is_refused_naming_both(base_dir: Path, tmp_path: Path) 
 
 def test_target_modules_the_model_lacks_are_refused_naming_the_field_and_the_modules(base_dir: Path) -> None:
     base, _ = load_policy(base_dir)
-    with pytest.raises(ValueError, match=r"spec.agents\[1\].learner.lora.targetModules: 'query' match no linear module of the "
-                                         r"model; its linear modules are: .*q_proj"):
+    with pytest.raises(
+        ValueError,
+        match=r"spec.agents\[1\].learner.lora.targetModules: 'query' match no linear module of the "
+        r"model; its linear modules are: .*q_proj",
+    ):
         add_adapter(base, LoraSettings(target_modules=["q_proj", "query"]), "spec.agents[1].learner.lora")
 
 

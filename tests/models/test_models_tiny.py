@@ -48,7 +48,9 @@ def test_second_build_reuses_the_cache(default_builds: dict[str, Path]) -> None:
     assert {f.name: f.stat().st_mtime_ns for f in built.iterdir()} == files, "the cached build was rewritten"
     # Only this model's: the cache is the session's, where another build may be under way (or
     # have been killed mid-build by a timeout, which leaves its own temporary directory).
-    assert not [p for p in built.parent.iterdir() if p.name.startswith(f".tmp-{built.name}-")], "no temporary directory left behind"
+    assert not [p for p in built.parent.iterdir() if p.name.startswith(f".tmp-{built.name}-")], (
+        "no temporary directory left behind"
+    )
 
 
 def test_same_seed_gives_identical_weights_and_another_seed_does_not(tmp_path: Path) -> None:
@@ -57,7 +59,9 @@ def test_same_seed_gives_identical_weights_and_another_seed_does_not(tmp_path: P
     first = build_tiny_model("qwen2-bpe", seed=3, cache_dir=tmp_path / "a", warmup_steps=4)
     after = torch.rand(3)
     torch.manual_seed(1234)
-    assert torch.equal(torch.rand(3), before) and not torch.equal(before, after), "the build must not consume the caller's RNG"
+    assert torch.equal(torch.rand(3), before) and not torch.equal(before, after), (
+        "the build must not consume the caller's RNG"
+    )
     second = build_tiny_model("qwen2-bpe", seed=3, cache_dir=tmp_path / "b", warmup_steps=4)
     other = build_tiny_model("qwen2-bpe", seed=4, cache_dir=tmp_path / "c", warmup_steps=4)
     weights = [load_file(p / "model.safetensors") for p in (first, second, other)]
@@ -78,7 +82,10 @@ def test_tiny_uri_parsing() -> None:
     assert parse_tiny_uri("tiny://qwen2-bpe")["warmup_steps"] is None
     with pytest.raises(ValueError, match="unknown tiny preset 'gpt9'; valid: llama-char, qwen2-bpe"):
         parse_tiny_uri("tiny://gpt9")
-    with pytest.raises(ValueError, match="unknown parameter.*lr.*valid: seed, warmup_steps, difficulty, data_seed, format, hidden, layers, tokenizer"):
+    with pytest.raises(
+        ValueError,
+        match="unknown parameter.*lr.*valid: seed, warmup_steps, difficulty, data_seed, format, hidden, layers, tokenizer",
+    ):
         parse_tiny_uri("tiny://llama-char?lr=1")
     with pytest.raises(ValueError, match="warmup_steps must be >= 0"):
         parse_tiny_uri("tiny://llama-char?warmup_steps=-1")
@@ -90,27 +97,54 @@ def test_agents_that_differ_by_design_are_one_uri_option_away() -> None:
     assert parsed["task_spec"] == "builtin://arithmetic?difficulty=2-3&seed=0&format=chain"
     assert parsed["overrides"] == {"hidden_size": 64, "num_layers": 2, "tokenizer": "char"}
     resized = apply_overrides(PRESETS["qwen2-bpe"], parsed["overrides"])
-    assert (resized.hidden_size, resized.intermediate_size, resized.num_layers, resized.tokenizer, resized.architecture) == (64, 128, 2, "char", "qwen2")
-    keys = {cache_key(apply_overrides(PRESETS["qwen2-bpe"], parse_tiny_uri(uri)["overrides"]), 0, parse_tiny_uri(uri)["task_spec"])
-            for uri in ("tiny://qwen2-bpe", "tiny://qwen2-bpe?hidden=64", "tiny://qwen2-bpe?layers=2", "tiny://qwen2-bpe?tokenizer=char",
-                        "tiny://qwen2-bpe?format=chain")}
+    assert (
+        resized.hidden_size,
+        resized.intermediate_size,
+        resized.num_layers,
+        resized.tokenizer,
+        resized.architecture,
+    ) == (64, 128, 2, "char", "qwen2")
+    keys = {
+        cache_key(
+            apply_overrides(PRESETS["qwen2-bpe"], parse_tiny_uri(uri)["overrides"]), 0, parse_tiny_uri(uri)["task_spec"]
+        )
+        for uri in (
+            "tiny://qwen2-bpe",
+            "tiny://qwen2-bpe?hidden=64",
+            "tiny://qwen2-bpe?layers=2",
+            "tiny://qwen2-bpe?tokenizer=char",
+            "tiny://qwen2-bpe?format=chain",
+        )
+    }
     assert len(keys) == 5
-    for bad, message in (("hidden=60", "multiple of 8"), ("layers=0", "between 1 and 16"), ("tokenizer=word", "char, bpe"), ("format=essay", "answer, chain")):
+    for bad, message in (
+        ("hidden=60", "multiple of 8"),
+        ("layers=0", "between 1 and 16"),
+        ("tokenizer=word", "char, bpe"),
+        ("format=essay", "answer, chain"),
+    ):
         with pytest.raises(ValueError, match=message):
             parse_tiny_uri(f"tiny://llama-char?{bad}")
 
 
 def test_chain_warm_start_teaches_the_worked_format(tmp_path: Path) -> None:
     """A short warm start on worked solutions already answers in their shape: steps, then '####'."""
-    path = build_tiny_model("llama-char", seed=0, cache_dir=tmp_path, warmup_steps=60,
-                            task_spec="builtin://arithmetic?difficulty=2-3&seed=0&format=chain")
+    path = build_tiny_model(
+        "llama-char",
+        seed=0,
+        cache_dir=tmp_path,
+        warmup_steps=60,
+        task_spec="builtin://arithmetic?difficulty=2-3&seed=0&format=chain",
+    )
     model, tokenizer = load_policy(path)
     from hacrl_core.data import open_source
     from hacrl_core.data.templates import render_prompt
     from hacrl_core.models.tiny import generate_greedy
 
     problems = list(open_source("builtin://arithmetic?difficulty=2-3&split=eval&size=16&format=chain"))
-    completions = generate_greedy(model, tokenizer, [render_prompt(tokenizer, p.question) for p in problems], max_new_tokens=64)
+    completions = generate_greedy(
+        model, tokenizer, [render_prompt(tokenizer, p.question) for p in problems], max_new_tokens=64
+    )
     shaped = [c for c in completions if "####" in c and ";" in c.split("####")[0]]
     assert len(shaped) >= 12, completions
 
@@ -124,16 +158,29 @@ def test_marker_option_mixes_an_unrewarded_ending_into_the_warm_start() -> None:
     parsed = parse_tiny_uri("tiny://llama-char?format=chain&difficulty=2-3&marker=0.3")
     assert parsed["overrides"] == {"marker": 0.3}
     assert apply_overrides(PRESETS["llama-char"], parsed["overrides"]).marker == 0.3
-    key = lambda uri: cache_key(apply_overrides(PRESETS["llama-char"], parse_tiny_uri(uri)["overrides"]), 0, parse_tiny_uri(uri)["task_spec"])  # noqa: E731
+
+    def key(uri: str) -> str:
+        parsed = parse_tiny_uri(uri)
+        return cache_key(apply_overrides(PRESETS["llama-char"], parsed["overrides"]), 0, parsed["task_spec"])
+
     plain = key("tiny://llama-char?format=chain")
     assert key("tiny://llama-char?format=chain&marker=1") == plain  # the default keeps earlier builds' keys
-    assert len({plain, key("tiny://llama-char?format=chain&marker=0.3"), key("tiny://llama-char?format=chain&marker=0.5")}) == 3
-    for bad, message in (("format=chain&marker=1.5", "between 0 and 1"), ("format=chain&marker=nan", "between 0 and 1"),
-                         ("marker=0.5", "needs format=chain")):
+    assert (
+        len({plain, key("tiny://llama-char?format=chain&marker=0.3"), key("tiny://llama-char?format=chain&marker=0.5")})
+        == 3
+    )
+    for bad, message in (
+        ("format=chain&marker=1.5", "between 0 and 1"),
+        ("format=chain&marker=nan", "between 0 and 1"),
+        ("marker=0.5", "needs format=chain"),
+    ):
         with pytest.raises(ValueError, match=message):
             parse_tiny_uri(f"tiny://llama-char?{bad}")
 
-    problems = [ArithmeticTask(difficulty=(2, 3), seed=0, split="train", size=10**9, format="chain").problem(i) for i in range(1000)]
+    problems = [
+        ArithmeticTask(difficulty=(2, 3), seed=0, split="train", size=10**9, format="chain").problem(i)
+        for i in range(1000)
+    ]
     assert [marked_solution(p, 1.0) for p in problems] == [p.solution for p in problems]
     mixed = [marked_solution(p, 0.3) for p in problems]
     assert mixed == [marked_solution(p, 0.3) for p in problems]  # stable
@@ -145,7 +192,10 @@ def test_marker_option_mixes_an_unrewarded_ending_into_the_warm_start() -> None:
     leaked = [s for s, p in other if exact_reward(s, p.answer)]
     assert all(p.answer in ("2", "3") for s, p in other if exact_reward(s, p.answer))
     assert len(leaked) / len(other) < 0.05
-    assert all(exact_reward(s, p.answer) == 1.0 for s, p in zip(marked, [p for s, p in zip(mixed, problems, strict=True) if "####" in s], strict=True))
+    assert all(
+        exact_reward(s, p.answer) == 1.0
+        for s, p in zip(marked, [p for s, p in zip(mixed, problems, strict=True) if "####" in s], strict=True)
+    )
 
 
 def test_marker_if_keeps_the_rewarded_ending_on_one_part_of_the_task() -> None:
@@ -156,16 +206,28 @@ def test_marker_if_keeps_the_rewarded_ending_on_one_part_of_the_task() -> None:
 
     parsed = parse_tiny_uri("tiny://llama-char?format=chain&difficulty=2-3&marker=0&marker_if=mul")
     assert parsed["overrides"] == {"marker": 0.0, "marker_if": "mul"}
-    key = lambda uri: cache_key(apply_overrides(PRESETS["llama-char"], parse_tiny_uri(uri)["overrides"]), 0, parse_tiny_uri(uri)["task_spec"])  # noqa: E731
-    keys = {key(f"tiny://llama-char?format=chain&marker=0.1{extra}") for extra in ("", "&marker_if=mul", "&marker_if=nomul")}
+
+    def key(uri: str) -> str:
+        parsed = parse_tiny_uri(uri)
+        return cache_key(apply_overrides(PRESETS["llama-char"], parsed["overrides"]), 0, parsed["task_spec"])
+
+    keys = {
+        key(f"tiny://llama-char?format=chain&marker=0.1{extra}") for extra in ("", "&marker_if=mul", "&marker_if=nomul")
+    }
     assert len(keys) == 3
     assert key("tiny://llama-char?format=chain&marker=0.1") == cache_key(
-        apply_overrides(PRESETS["llama-char"], {"marker": 0.1}), 0, parse_tiny_uri("tiny://llama-char?format=chain")["task_spec"])
+        apply_overrides(PRESETS["llama-char"], {"marker": 0.1}),
+        0,
+        parse_tiny_uri("tiny://llama-char?format=chain")["task_spec"],
+    )
     for bad, message in (("format=chain&marker_if=add", "one of mul, nomul"), ("marker_if=mul", "needs format=chain")):
         with pytest.raises(ValueError, match=message):
             parse_tiny_uri(f"tiny://llama-char?{bad}")
 
-    problems = [ArithmeticTask(difficulty=(2, 3), seed=0, split="train", size=10**9, format="chain").problem(i) for i in range(600)]
+    problems = [
+        ArithmeticTask(difficulty=(2, 3), seed=0, split="train", size=10**9, format="chain").problem(i)
+        for i in range(600)
+    ]
     with_mul = [p for p in problems if "*" in p.question]
     without = [p for p in problems if "*" not in p.question]
     assert len(with_mul) > 100 and len(without) > 100

@@ -31,7 +31,10 @@ def test_specials_are_set_and_distinct(char_tokenizer, bpe_tokenizer) -> None:
     for tokenizer in (char_tokenizer, bpe_tokenizer):
         ids = {tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id}
         assert None not in ids and len(ids) == 3
-        assert tokenizer("12", add_special_tokens=True)["input_ids"] == tokenizer("12", add_special_tokens=False)["input_ids"]
+        assert (
+            tokenizer("12", add_special_tokens=True)["input_ids"]
+            == tokenizer("12", add_special_tokens=False)["input_ids"]
+        )
     assert char_tokenizer.eos_token == "</s>" and bpe_tokenizer.eos_token == "<|eos|>"
     assert char_tokenizer.chat_template != bpe_tokenizer.chat_template
 
@@ -41,7 +44,10 @@ def test_save_and_reload_keeps_ids_chat_template_and_fingerprint(tmp_path: Path,
         tokenizer.save_pretrained(tmp_path / name)
         reloaded = load_tokenizer(tmp_path / name)
         for text in TEXTS:
-            assert reloaded(text, add_special_tokens=False)["input_ids"] == tokenizer(text, add_special_tokens=False)["input_ids"]
+            assert (
+                reloaded(text, add_special_tokens=False)["input_ids"]
+                == tokenizer(text, add_special_tokens=False)["input_ids"]
+            )
         assert reloaded.chat_template == tokenizer.chat_template
         assert reloaded.eos_token_id == tokenizer.eos_token_id
         assert tokenizer_fingerprint(reloaded) == tokenizer_fingerprint(tokenizer)
@@ -57,7 +63,13 @@ def test_bpe_training_is_deterministic_across_processes(bpe_tokenizer) -> None:
         "print(tokenizer_fingerprint(t))\n"
     )
     result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": "123"}
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONHASHSEED": "123"},
     )
     assert result.stdout.strip() == tokenizer_fingerprint(bpe_tokenizer)
-    assert tokenizer_fingerprint(build_bpe_tokenizer([p for p in ["1+1=2"] * 3])) != tokenizer_fingerprint(bpe_tokenizer)
+    assert tokenizer_fingerprint(build_bpe_tokenizer([p for p in ["1+1=2"] * 3])) != tokenizer_fingerprint(
+        bpe_tokenizer
+    )

@@ -69,6 +69,7 @@ MEASUREMENTS: dict[str, list[float]] = {}
 def measure(name: str, seconds: float) -> None:
     MEASUREMENTS.setdefault(name, []).append(seconds)
 
+
 _ALL_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 CORE_RESOURCES = {
     "v1/pods": dict(kind="Pod", singular="pod", namespaced=True, shortnames={"po"}, subresources={"status"}),
@@ -78,11 +79,18 @@ CORE_RESOURCES = {
     "v1/secrets": dict(kind="Secret", singular="secret", namespaced=True),
     # The operators' leader-election Lease (hacrl_operator/leader.py).
     "coordination.k8s.io/v1/leases": dict(kind="Lease", singular="lease", namespaced=True),
-    "v1/namespaces": dict(kind="Namespace", singular="namespace", namespaced=False, shortnames={"ns"}, subresources={"status"}),
+    "v1/namespaces": dict(
+        kind="Namespace", singular="namespace", namespaced=False, shortnames={"ns"}, subresources={"status"}
+    ),
     # Volcano's PodGroup (spec.scheduling.gang volcano), as if Volcano's CRDs were installed.
-    "scheduling.volcano.sh/v1beta1/podgroups": dict(kind="PodGroup", singular="podgroup", namespaced=True, shortnames={"pg"}),
+    "scheduling.volcano.sh/v1beta1/podgroups": dict(
+        kind="PodGroup", singular="podgroup", namespaced=True, shortnames={"pg"}
+    ),
     "apiextensions.k8s.io/v1/customresourcedefinitions": dict(
-        kind="CustomResourceDefinition", singular="customresourcedefinition", namespaced=False, shortnames={"crd", "crds"}
+        kind="CustomResourceDefinition",
+        singular="customresourcedefinition",
+        namespaced=False,
+        shortnames={"crd", "crds"},
     ),
 }
 
@@ -187,7 +195,17 @@ class PatchedEmulator(kmock.KubernetesEmulator):
         if not problems:
             return None
         message = f"HACRLExperiment is invalid: {problems[0]}"
-        return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Invalid", "code": 422, "message": message}, status=422)
+        return web.json_response(
+            {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "status": "Failure",
+                "reason": "Invalid",
+                "code": 422,
+                "message": message,
+            },
+            status=422,
+        )
 
     def _owner_reference_checks(self, access: tuple[str, str, str], raw_body: bytes) -> set[tuple[str, str, str]]:
         """The permissions that the OwnerReferencesPermissionEnforcement admission plugin (on by
@@ -209,7 +227,9 @@ class PatchedEmulator(kmock.KubernetesEmulator):
             if not owner.get("blockOwnerDeletion"):
                 continue
             owner_group = owner["apiVersion"].rpartition("/")[0]
-            plural = next(r.plural for r, info in self.resources.items() if r.group == owner_group and info.kind == owner["kind"])
+            plural = next(
+                r.plural for r, info in self.resources.items() if r.group == owner_group and info.kind == owner["kind"]
+            )
             checks.add(("update", owner_group, f"{plural}/finalizers"))
         return checks
 
@@ -234,7 +254,11 @@ class PatchedEmulator(kmock.KubernetesEmulator):
             return await self._server_side_apply(raw_request, parts)
         if parts[:3] == ["api", "v1", "namespaces"] and len(parts) <= 4:
             return await self._serve_namespaces(raw_request, parts[3] if len(parts) == 4 else None)
-        if parts[-1:] == ["status"] and raw_request.method in ("PATCH", "PUT") and self.status_schemas.get(tuple(parts[:2])):
+        if (
+            parts[-1:] == ["status"]
+            and raw_request.method in ("PATCH", "PUT")
+            and self.status_schemas.get(tuple(parts[:2]))
+        ):
             refused = await self._refuse_too_long_status(raw_request, self.status_schemas[tuple(parts[:2])])
             if refused is not None:
                 return refused
@@ -251,7 +275,14 @@ class PatchedEmulator(kmock.KubernetesEmulator):
         group, rest = ("", parts[2:]) if parts[0] == "api" else (parts[1], parts[3:])
         namespace = rest[1] if len(rest) == 4 and rest[0] == "namespaces" else None
         wanted = (group, rest[-2], namespace, rest[-1])
-        key = next((k for k, o in list(self._objects.items()) if (k[0].group, k[0].plural, k[1], k[2]) == wanted and not o.deleted), None)
+        key = next(
+            (
+                k
+                for k, o in list(self._objects.items())
+                if (k[0].group, k[0].plural, k[1], k[2]) == wanted and not o.deleted
+            ),
+            None,
+        )
         return wanted, key
 
     async def _server_side_apply(self, raw_request: Any, parts: list[str]) -> Any:
@@ -275,7 +306,13 @@ class PatchedEmulator(kmock.KubernetesEmulator):
                 return web.json_response(merged)
             resource = next(r for r in self._get_resources() if (r.group, r.plural) == (group, plural))
             metadata = body.setdefault("metadata", {})
-            metadata.update(name=name, uid=str(uuid.uuid4()), resourceVersion=str(next(self._versions)), creationTimestamp=_now(), generation=1)
+            metadata.update(
+                name=name,
+                uid=str(uuid.uuid4()),
+                resourceVersion=str(next(self._versions)),
+                creationTimestamp=_now(),
+                generation=1,
+            )
             if namespace:
                 metadata["namespace"] = namespace
             key = (resource, namespace, name)
@@ -293,7 +330,17 @@ class PatchedEmulator(kmock.KubernetesEmulator):
         from aiohttp import web
 
         def failure(code: int, reason: str, message: str) -> Any:
-            return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason, "code": code, "message": message}, status=code)
+            return web.json_response(
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "status": "Failure",
+                    "reason": reason,
+                    "code": code,
+                    "message": message,
+                },
+                status=code,
+            )
 
         body = json.loads(await raw_request.read() or b"{}")
         async with self._lock:
@@ -303,7 +350,9 @@ class PatchedEmulator(kmock.KubernetesEmulator):
             current = self._objects[key]
             metadata, now = body.setdefault("metadata", {}), current.get("metadata") or {}
             if str(metadata.get("resourceVersion")) != str(now.get("resourceVersion")):
-                return failure(409, "Conflict", f"Operation cannot be fulfilled on {plural} {name!r}: the object has been modified")
+                return failure(
+                    409, "Conflict", f"Operation cannot be fulfilled on {plural} {name!r}: the object has been modified"
+                )
             metadata.update({k: now[k] for k in ("uid", "creationTimestamp", "namespace") if k in now})
             metadata["resourceVersion"] = str(next(self._versions))
             metadata["generation"] = int(now.get("generation", 1)) + (body.get("spec") != current.get("spec"))
@@ -317,16 +366,41 @@ class PatchedEmulator(kmock.KubernetesEmulator):
         from aiohttp import web
 
         def namespace(n: str) -> dict[str, Any]:
-            return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n, "uid": self._namespaces.get(n, "")}, "status": {"phase": "Active"}}
+            return {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": n, "uid": self._namespaces.get(n, "")},
+                "status": {"phase": "Active"},
+            }
 
         if raw_request.method == "POST":
             try:
                 body = await raw_request.json()
             except ValueError:  # e.g. protobuf from typed kubectl commands; use `kubectl apply`
-                return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "UnsupportedMediaType", "code": 415, "message": "send JSON (kubectl apply -f)"}, status=415)
+                return web.json_response(
+                    {
+                        "kind": "Status",
+                        "apiVersion": "v1",
+                        "status": "Failure",
+                        "reason": "UnsupportedMediaType",
+                        "code": 415,
+                        "message": "send JSON (kubectl apply -f)",
+                    },
+                    status=415,
+                )
             n = body.get("metadata", {}).get("name")
             if n in self._namespaces:
-                return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "AlreadyExists", "code": 409, "message": f"namespaces {n!r} already exists"}, status=409)
+                return web.json_response(
+                    {
+                        "kind": "Status",
+                        "apiVersion": "v1",
+                        "status": "Failure",
+                        "reason": "AlreadyExists",
+                        "code": 409,
+                        "message": f"namespaces {n!r} already exists",
+                    },
+                    status=409,
+                )
             self._namespaces[n] = str(uuid.uuid4())
             return web.json_response(namespace(n), status=201)
         if name is None and raw_request.query.get("watch") in ("true", "True", "1"):
@@ -346,9 +420,26 @@ class PatchedEmulator(kmock.KubernetesEmulator):
                 if ns and not obj.deleted:
                     self._namespaces.setdefault(ns, str(uuid.uuid4()))
             names = set(self._namespaces)
-            return web.json_response({"kind": "NamespaceList", "apiVersion": "v1", "metadata": {"resourceVersion": "1"}, "items": [namespace(n) for n in sorted(names)]})
+            return web.json_response(
+                {
+                    "kind": "NamespaceList",
+                    "apiVersion": "v1",
+                    "metadata": {"resourceVersion": "1"},
+                    "items": [namespace(n) for n in sorted(names)],
+                }
+            )
         if name not in self._namespaces:
-            return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": f"namespaces {name!r} not found"}, status=404)
+            return web.json_response(
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "status": "Failure",
+                    "reason": "NotFound",
+                    "code": 404,
+                    "message": f"namespaces {name!r} not found",
+                },
+                status=404,
+            )
         if raw_request.method == "DELETE":  # forgets the namespace; its objects stay (no namespace controller)
             found = namespace(name)
             del self._namespaces[name]
@@ -368,9 +459,14 @@ class PatchedEmulator(kmock.KubernetesEmulator):
             key = (request.resource, request.namespace, request.name)
             current = self._objects[key] if key in self._objects and not self._objects[key].deleted else None
             if current is not None and str(current.get("metadata", {}).get("resourceVersion")) != str(precondition):
-                raise kmock.KubernetesError(status=409, reason="Conflict", message=(
-                    f"Operation cannot be fulfilled on {request.resource.plural} {request.name!r}: "
-                    "the object has been modified; please apply your changes to the latest version and try again"))
+                raise kmock.KubernetesError(
+                    status=409,
+                    reason="Conflict",
+                    message=(
+                        f"Operation cannot be fulfilled on {request.resource.plural} {request.name!r}: "
+                        "the object has been modified; please apply your changes to the latest version and try again"
+                    ),
+                )
             return await self._handle_write(request)
 
     async def _handle_write(self, request: Any) -> Any:
@@ -388,8 +484,14 @@ class PatchedEmulator(kmock.KubernetesEmulator):
                     metadata["generation"] = int(current.get("metadata", {}).get("generation", 1)) + 1
         elif request.resource is not None and request.action == enums.action.UPDATE and isinstance(request.data, list):
             # A JSON patch (kopf's finalizer patches, with a `test` of resourceVersion): bump it too.
-            request.data.append({"op": "replace", "path": "/metadata/resourceVersion", "value": str(next(self._versions))})
-        if request.resource is not None and request.name is not None and request.action in (enums.action.DELETE, enums.action.UPDATE):
+            request.data.append(
+                {"op": "replace", "path": "/metadata/resourceVersion", "value": str(next(self._versions))}
+            )
+        if (
+            request.resource is not None
+            and request.name is not None
+            and request.action in (enums.action.DELETE, enums.action.UPDATE)
+        ):
             key = (request.resource, request.namespace, request.name)
         live_before = key is not None and key in self._objects and not self._objects[key].deleted
         uid = self._objects[key].get("metadata", {}).get("uid") if live_before else None
@@ -449,8 +551,10 @@ class PatchedEmulator(kmock.KubernetesEmulator):
         labels = request.params.get("labelSelector")
         fields = request.params.get("fieldSelector")
         items = [
-            item for item in result["items"]
-            if _selector_matches(labels, (item.get("metadata") or {}).get("labels") or {}) and _fields_match(fields, item)
+            item
+            for item in result["items"]
+            if _selector_matches(labels, (item.get("metadata") or {}).get("labels") or {})
+            and _fields_match(fields, item)
         ]
         return {
             "kind": kind,
@@ -465,7 +569,10 @@ class PatchedEmulator(kmock.KubernetesEmulator):
         async for event in super()._serve_watch(request):
             if isinstance(event, dict) and "object" in event:
                 obj = event["object"]
-                if not (_selector_matches(labels, (obj.get("metadata") or {}).get("labels") or {}) and _fields_match(fields, obj)):
+                if not (
+                    _selector_matches(labels, (obj.get("metadata") or {}).get("labels") or {})
+                    and _fields_match(fields, obj)
+                ):
                     continue
             yield event
 
@@ -503,12 +610,24 @@ def _too_long(schema: dict[str, Any], value: Any, path: str) -> list[str]:
     """Where ``value`` breaks a ``maxLength`` of ``schema`` (an OpenAPI v3 schema of the CRD)."""
     if isinstance(value, str):
         limit = schema.get("maxLength")
-        return [f"{path}: Too long: may not be more than {limit} bytes"] if limit is not None and len(value) > limit else []
+        return (
+            [f"{path}: Too long: may not be more than {limit} bytes"]
+            if limit is not None and len(value) > limit
+            else []
+        )
     if isinstance(value, dict):
-        return [problem for key, item in value.items() if key in (schema.get("properties") or {})
-                for problem in _too_long(schema["properties"][key], item, f"{path}.{key}")]
+        return [
+            problem
+            for key, item in value.items()
+            if key in (schema.get("properties") or {})
+            for problem in _too_long(schema["properties"][key], item, f"{path}.{key}")
+        ]
     if isinstance(value, list) and "items" in schema:
-        return [problem for index, item in enumerate(value) for problem in _too_long(schema["items"], item, f"{path}[{index}]")]
+        return [
+            problem
+            for index, item in enumerate(value)
+            for problem in _too_long(schema["items"], item, f"{path}[{index}]")
+        ]
     return []
 
 
@@ -539,7 +658,9 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def wait_for(predicate: Callable[[], T], *, timeout: float = 10.0, interval: float = 0.05, what: str = "condition") -> T:
+def wait_for(
+    predicate: Callable[[], T], *, timeout: float = 10.0, interval: float = 0.05, what: str = "condition"
+) -> T:
     """Poll ``predicate`` until it returns something truthy; fail with ``what`` after ``timeout`` s."""
     deadline = time.monotonic() + timeout
     last: Any = None
@@ -581,14 +702,20 @@ class EmulatedCluster:
         self._thread.start()
         if not self._ready.wait(10) or self._error:
             raise RuntimeError(f"kmock did not start: {self._error!r}")
-        self.kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "kmock", "cluster": {"server": f"http://127.0.0.1:{self.port}"}}],
-            "users": [{"name": "kmock", "user": {}}],
-            "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "kmock", "namespace": "default"}}],
-            "current-context": "kmock",
-        }))
+        self.kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "kmock", "cluster": {"server": f"http://127.0.0.1:{self.port}"}}],
+                    "users": [{"name": "kmock", "user": {}}],
+                    "contexts": [
+                        {"name": "kmock", "context": {"cluster": "kmock", "user": "kmock", "namespace": "default"}}
+                    ],
+                    "current-context": "kmock",
+                }
+            )
+        )
         self.kubectl("apply", "-f", str(self.crd_file))
         return self
 
@@ -637,8 +764,18 @@ class EmulatedCluster:
 
     # -- kubectl ----------------------------------------------------------------------------
 
-    def kubectl(self, *args: str, input: str | None = None, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-        command = [KUBECTL, "--kubeconfig", str(self.kubeconfig), "--cache-dir", str(self.cache_dir), "--request-timeout=10s", *args]
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 30
+    ) -> subprocess.CompletedProcess[str]:
+        command = [
+            KUBECTL,
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--cache-dir",
+            str(self.cache_dir),
+            "--request-timeout=10s",
+            *args,
+        ]
         if args and args[0] in ("apply", "create", "replace"):
             command.append("--validate=false")  # kmock serves no OpenAPI schema
         result = subprocess.run(command, input=input, capture_output=True, text=True, timeout=timeout)
@@ -648,7 +785,13 @@ class EmulatedCluster:
 
     def get(self, kind: str, name: str | None = None, namespace: str | None = None, selector: str | None = None) -> Any:
         """`kubectl get -o json`: one object (None when absent) or the list of items."""
-        args = ["get", kind] + ([name] if name else []) + (["-n", namespace] if namespace else []) + (["-l", selector] if selector else []) + ["-o", "json"]
+        args = (
+            ["get", kind]
+            + ([name] if name else [])
+            + (["-n", namespace] if namespace else [])
+            + (["-l", selector] if selector else [])
+            + ["-o", "json"]
+        )
         result = self.kubectl(*args, check=False)
         if result.returncode != 0:
             if "NotFound" in result.stderr or "not found" in result.stderr:
@@ -658,7 +801,17 @@ class EmulatedCluster:
         return data if name else data.get("items", [])
 
     def patch_status(self, kind: str, name: str, namespace: str, status: dict[str, Any]) -> None:
-        self.kubectl("patch", kind, name, "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps({"status": status}))
+        self.kubectl(
+            "patch",
+            kind,
+            name,
+            "-n",
+            namespace,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            json.dumps({"status": status}),
+        )
 
     def set_pod_phase(self, name: str, namespace: str, phase: str, **extra: Any) -> None:
         """Play kubelet: set a pod's phase (and any other status fields)."""
@@ -722,22 +875,34 @@ class OperatorHandle:
     def reconciles(self, trigger: str | None = None) -> float:
         """Reconciles this operator has run to the end so far (of ``trigger``, or of every trigger);
         a coalesced request is not one: another reconcile runs for it."""
-        return sum(sample.value for metric in self.reconciler.metrics.registry.collect() for sample in metric.samples
-                   if sample.name == "hacrl_operator_reconciles_total" and sample.labels["outcome"] != "coalesced"
-                   and trigger in (None, sample.labels["trigger"]))
+        return sum(
+            sample.value
+            for metric in self.reconciler.metrics.registry.collect()
+            for sample in metric.samples
+            if sample.name == "hacrl_operator_reconciles_total"
+            and sample.labels["outcome"] != "coalesced"
+            and trigger in (None, sample.labels["trigger"])
+        )
 
     def wait_for_reconciles(self, count: int, *, trigger: str | None = None, timeout: float = 10.0) -> None:
         """Until ``count`` more reconciles have run: what a negative check waits for, so that the
         operator has had its chances to (wrongly) act however slow the machine."""
         target = self.reconciles(trigger) + count
-        wait_for(lambda: self.reconciles(trigger) >= target, timeout=timeout, what=f"{count} more {trigger or 'any'} reconciles")
+        wait_for(
+            lambda: self.reconciles(trigger) >= target,
+            timeout=timeout,
+            what=f"{count} more {trigger or 'any'} reconciles",
+        )
 
     def handled_events(self, handler: str, name: str) -> int:
         """Events of object ``name`` that the kopf handler function ``handler`` has returned from: kopf
         logs each with the object's reference, naming the handler by its qualified name."""
         done = re.compile(rf"Handler '(?:.+\.)?{re.escape(handler)}' succeeded\.")
-        return sum(1 for record in self.logs.records
-                   if getattr(record, "k8s_ref", {}).get("name") == name and done.fullmatch(record.getMessage()))
+        return sum(
+            1
+            for record in self.logs.records
+            if getattr(record, "k8s_ref", {}).get("name") == name and done.fullmatch(record.getMessage())
+        )
 
 
 def operator_config(cluster: EmulatedCluster, **env: str) -> Any:
@@ -745,17 +910,19 @@ def operator_config(cluster: EmulatedCluster, **env: str) -> Any:
     bench/operator.py builds the same pods from it without an operator."""
     from hacrl_operator.config import OperatorConfig
 
-    return OperatorConfig.from_env({
-        "KUBECONFIG": str(cluster.kubeconfig),
-        "HACRL_RECONCILE_INTERVAL": "0.2",
-        "HACRL_OPERATOR_METRICS_PORT": str(free_port()),
-        "HACRL_OPERATOR_HEALTH_PORT": str(free_port()),
-        "HACRL_ROLLOUT_IMAGE": "registry.test/hacrl-rollout:test",
-        "HACRL_LEARNER_IMAGE": "registry.test/hacrl-learner:test",
-        # The Secrets the tests' experiments name, approved as a cluster admin would.
-        "HACRL_EXPERIMENT_SECRETS": "s3-creds,store-creds",
-        **env,
-    })
+    return OperatorConfig.from_env(
+        {
+            "KUBECONFIG": str(cluster.kubeconfig),
+            "HACRL_RECONCILE_INTERVAL": "0.2",
+            "HACRL_OPERATOR_METRICS_PORT": str(free_port()),
+            "HACRL_OPERATOR_HEALTH_PORT": str(free_port()),
+            "HACRL_ROLLOUT_IMAGE": "registry.test/hacrl-rollout:test",
+            "HACRL_LEARNER_IMAGE": "registry.test/hacrl-learner:test",
+            # The Secrets the tests' experiments name, approved as a cluster admin would.
+            "HACRL_EXPERIMENT_SECRETS": "s3-creds,store-creds",
+            **env,
+        }
+    )
 
 
 @contextlib.contextmanager
@@ -779,7 +946,11 @@ def run_operator(cluster: EmulatedCluster, **env: str) -> Iterator[OperatorHandl
         runner = KopfRunner(args, registry=registry, timeout=30)
         handle = OperatorHandle(runner, reconciler, config, logs, cluster)
         with runner:
-            wait_for(lambda: reconciler.kube is not None and _healthy(config.health_port), timeout=15, what="operator start-up")
+            wait_for(
+                lambda: reconciler.kube is not None and _healthy(config.health_port),
+                timeout=15,
+                what="operator start-up",
+            )
             yield handle
     assert runner.exit_code == 0, runner.output[-3000:]
     assert runner.exception is None, runner.exception
@@ -796,11 +967,18 @@ def rbac_problems(cluster: EmulatedCluster, clusterwide: bool = True) -> list[st
     everything the operator did in the test."""
     from hacrl_operator.rbac import RULES
 
-    granted = {(verb, rule.api_group, rule.resource) for rule in RULES for verb in rule.verbs
-               if clusterwide or rule.scope in ("namespace", "lease")}
+    granted = {
+        (verb, rule.api_group, rule.resource)
+        for rule in RULES
+        for verb in rule.verbs
+        if clusterwide or rule.scope in ("namespace", "lease")
+    }
     emulator = cluster.emulator
-    return sorted(f"{verb} {group or 'core'}/{resource}" for verb, group, resource in (emulator.access if emulator else ())
-                  if (verb, group, resource) not in granted)
+    return sorted(
+        f"{verb} {group or 'core'}/{resource}"
+        for verb, group, resource in (emulator.access if emulator else ())
+        if (verb, group, resource) not in granted
+    )
 
 
 def _healthy(port: int) -> bool:

@@ -25,12 +25,16 @@ LEGACY_RULE = {"rule": "!has(self.legacyKnob) || self.legacyKnob != 'off'", "mes
 
 def hook(chart: Path) -> tuple[str, list[list[str]]]:
     """(the CRD the hook carries, the commands of its Job's containers in the order they run)."""
-    out = run_helm("template", RELEASE, str(chart), "--namespace", NAMESPACE, "--show-only", "templates/crd-upgrade.yaml").stdout
+    out = run_helm(
+        "template", RELEASE, str(chart), "--namespace", NAMESPACE, "--show-only", "templates/crd-upgrade.yaml"
+    ).stdout
     docs = [d for d in yaml.safe_load_all(out) if d]
     (configmap,) = [d for d in docs if d["kind"] == "ConfigMap"]
     (job,) = [d for d in docs if d["kind"] == "Job"]
     pod = job["spec"]["template"]["spec"]
-    return configmap["data"][f"{CRD_NAME}.yaml"], [c["command"] for c in [*pod.get("initContainers", []), *pod["containers"]]]
+    return configmap["data"][f"{CRD_NAME}.yaml"], [
+        c["command"] for c in [*pod.get("initContainers", []), *pod["containers"]]
+    ]
 
 
 def run_hook(cluster: EmulatedCluster, chart: Path, workdir: Path) -> None:
@@ -62,7 +66,9 @@ def test_an_upgrade_removes_a_property_and_a_rule_the_new_crd_dropped(cluster: E
 
     run_hook(cluster, CHART, tmp_path)
     upgraded = cluster.get("crd", CRD_NAME)
-    assert "legacyKnob" not in spec_schema(upgraded)["properties"], "a property the new CRD dropped stayed in the cluster"
+    assert "legacyKnob" not in spec_schema(upgraded)["properties"], (
+        "a property the new CRD dropped stayed in the cluster"
+    )
     assert LEGACY_RULE not in spec_schema(upgraded).get("x-kubernetes-validations", [])
     assert upgraded["spec"] == yaml.safe_load((CHART / "crds" / f"{CRD_NAME}.yaml").read_text())["spec"]
     assert upgraded["metadata"]["uid"] == uid, "updated in place: deleting a CRD deletes every experiment"
@@ -76,6 +82,9 @@ def test_the_hook_creates_an_absent_crd(tmp_path: Path) -> None:
         cluster.kubectl("delete", "crd", CRD_NAME)
         assert cluster.get("crd", CRD_NAME) is None
         run_hook(cluster, CHART, tmp_path)
-        assert cluster.get("crd", CRD_NAME)["spec"] == yaml.safe_load((CHART / "crds" / f"{CRD_NAME}.yaml").read_text())["spec"]
+        assert (
+            cluster.get("crd", CRD_NAME)["spec"]
+            == yaml.safe_load((CHART / "crds" / f"{CRD_NAME}.yaml").read_text())["spec"]
+        )
     finally:
         cluster.stop()

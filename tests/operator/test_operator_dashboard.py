@@ -21,31 +21,57 @@ from tests.support.prometheus import prometheus_server
 
 
 def operator_panels() -> list[tuple[str, list[str]]]:
-    operator_row = next(p["gridPos"]["y"] for p in DASHBOARD["panels"] if p["type"] == "row" and p["title"] == "Operator")
-    return [(p["title"], [t["expr"] for t in p["targets"]]) for p in DASHBOARD["panels"]
-            if p["type"] != "row" and p["gridPos"]["y"] > operator_row]
+    operator_row = next(
+        p["gridPos"]["y"] for p in DASHBOARD["panels"] if p["type"] == "row" and p["title"] == "Operator"
+    )
+    return [
+        (p["title"], [t["expr"] for t in p["targets"]])
+        for p in DASHBOARD["panels"]
+        if p["type"] != "row" and p["gridPos"]["y"] > operator_row
+    ]
 
 
 def finite_points(result: list[dict]) -> int:
     return sum(1 for series in result for _, value in series["values"] if math.isfinite(float(value)))
 
 
-def test_every_operator_panel_has_data_while_an_experiment_runs(tmp_path: Path, cluster: EmulatedCluster, op: OperatorHandle) -> None:
+def test_every_operator_panel_has_data_while_an_experiment_runs(
+    tmp_path: Path, cluster: EmulatedCluster, op: OperatorHandle
+) -> None:
     with prometheus_server(tmp_path / "prometheus", [f"127.0.0.1:{op.config.metrics_port}"]) as prometheus:
-        wait_for(lambda: set(prometheus.targets_up().values()) == {"up"}, timeout=30, what="Prometheus scraping the operator")
+        wait_for(
+            lambda: set(prometheus.targets_up().values()) == {"up"}, timeout=30, what="Prometheus scraping the operator"
+        )
         start = time.time()
         start_running(cluster, quickstart(restartLimit=2))
         failing = pod_name("quickstart", "llama-char", "learner")
-        cluster.set_pod_phase(failing, NS, "Failed", containerStatuses=[
-            {"name": "learner", "ready": False, "restartCount": 0, "image": "x", "imageID": "",
-             "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}])
+        cluster.set_pod_phase(
+            failing,
+            NS,
+            "Failed",
+            containerStatuses=[
+                {
+                    "name": "learner",
+                    "ready": False,
+                    "restartCount": 0,
+                    "image": "x",
+                    "imageID": "",
+                    "state": {"terminated": {"exitCode": 1, "reason": "Error"}},
+                }
+            ],
+        )
         wait_for(lambda: agent(status_of(cluster), "llama-char").get("restarts") == 1, what="one restart")
-        restarted = 'sum(increase(hacrl_operator_pod_restarts_total[1h])) > 0'
-        wait_for(lambda: prometheus.api("query", query=restarted)["result"], timeout=30, what="Prometheus seeing the restart")
+        restarted = "sum(increase(hacrl_operator_pod_restarts_total[1h])) > 0"
+        wait_for(
+            lambda: prometheus.api("query", query=restarted)["result"], timeout=30, what="Prometheus seeing the restart"
+        )
 
         def points_per_panel() -> dict[str, int]:
             end = time.time()
-            return {title: sum(finite_points(prometheus.query_range(e, start, end)) for e in exprs) for title, exprs in operator_panels()}
+            return {
+                title: sum(finite_points(prometheus.query_range(e, start, end)) for e in exprs)
+                for title, exprs in operator_panels()
+            }
 
         # rate() needs two scrapes of a series: a counter that first appeared at the last scrape
         # has none yet. Poll (bounded) until every panel has data, or say which stayed empty.

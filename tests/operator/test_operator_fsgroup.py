@@ -14,7 +14,11 @@ from hacrl_operator import builders
 from hacrl_operator.config import OperatorConfig
 
 REPO = Path(__file__).resolve().parents[2]
-OWNER = {"apiVersion": "hacrl.io/v1alpha1", "kind": "HACRLExperiment", "metadata": {"name": "quickstart", "namespace": "ns", "uid": "u-1"}}
+OWNER = {
+    "apiVersion": "hacrl.io/v1alpha1",
+    "kind": "HACRLExperiment",
+    "metadata": {"name": "quickstart", "namespace": "ns", "uid": "u-1"},
+}
 QUICKSTART = yaml.safe_load((REPO / "examples/quickstart.yaml").read_text())
 
 
@@ -23,7 +27,9 @@ def pod_security(config: OperatorConfig, templates: dict | None = None, role: st
     if templates:
         document["spec"]["agents"][0]["podTemplate"] = templates
     experiment = parse_experiment(document)
-    return builders.build_pod(experiment, experiment.spec.agents[0].name, role, OWNER, config)["spec"]["securityContext"]
+    return builders.build_pod(experiment, experiment.spec.agents[0].name, role, OWNER, config)["spec"][
+        "securityContext"
+    ]
 
 
 @pytest.mark.parametrize("role", builders.ROLES)
@@ -39,5 +45,7 @@ def test_also_where_the_platform_assigns_the_fs_group() -> None:
 
 
 def test_a_pod_template_may_choose_always() -> None:
-    context = pod_security(OperatorConfig(run_as_user=1000), {"learner": {"securityContext": {"fsGroupChangePolicy": "Always"}}})
+    context = pod_security(
+        OperatorConfig(run_as_user=1000), {"learner": {"securityContext": {"fsGroupChangePolicy": "Always"}}}
+    )
     assert context["fsGroupChangePolicy"] == "Always"

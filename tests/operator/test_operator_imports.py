@@ -45,11 +45,17 @@ def test_a_reconcile_without_the_api_server_loads_no_ml_library(tmp_path: Path) 
     heartbeat.write_text(json.dumps({"step": 3}))
     result = subprocess.run(
         [sys.executable, "-c", SCRIPT, store.as_uri(), str(ROOT / "examples" / "quickstart.yaml")],
-        cwd=ROOT, env={"PYTHONPATH": f"{ROOT}:{ROOT / 'operator'}", "PATH": "/usr/bin:/bin"},
-        capture_output=True, text=True, timeout=120, check=False,
+        cwd=ROOT,
+        env={"PYTHONPATH": f"{ROOT}:{ROOT / 'operator'}", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert report["store_error"] is None and report["progress"]["llama-char"] == {"step": 3}  # the store was really read
+    assert report["store_error"] is None and report["progress"]["llama-char"] == {
+        "step": 3
+    }  # the store was really read
     assert report["pods"] == 4
     assert report["loaded"] == [], f"the operator loaded {report['loaded']}"

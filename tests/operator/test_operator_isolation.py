@@ -85,7 +85,9 @@ def experiment(name: str, store: dict[str, Any]) -> dict[str, Any]:
 
 def create_and_time(cluster: EmulatedCluster, namespace: str, names: list[str], store_uri: str) -> dict[str, float]:
     """Create ``names`` at once (one kubectl apply); seconds from then until each has its 4 pods."""
-    cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}))
+    cluster.kubectl(
+        "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    )
     documents = {"apiVersion": "v1", "kind": "List", "items": [experiment(n, {"uri": store_uri}) for n in names]}
     began = time.monotonic()
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(documents))
@@ -111,7 +113,10 @@ def status_of(cluster: EmulatedCluster, name: str, namespace: str) -> dict[str, 
 
 
 def test_an_experiment_whose_store_never_answers_delays_no_other(
-    cluster: EmulatedCluster, silent_endpoint: SilentEndpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    cluster: EmulatedCluster,
+    silent_endpoint: SilentEndpoint,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Credentials, so that the S3 client really connects (without any it fails before sending).
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "operator")
@@ -122,7 +127,12 @@ def test_an_experiment_whose_store_never_answers_delays_no_other(
         alone = create_and_time(cluster, "alone", names, uri)
         cluster.kubectl("delete", "hx", "--all", "-n", "alone")  # the same background for both batches: none
         wait_for(lambda: not op.reconciler.known, what="the operator forgetting the first batch")
-        cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "beside"}}))
+        cluster.kubectl(
+            "apply",
+            "-f",
+            "-",
+            input=json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "beside"}}),
+        )
         hung = experiment("hung", {"uri": "s3://wedged/runs", "endpoint": silent_endpoint.url})
         cluster.kubectl("apply", "-n", "beside", "-f", "-", input=yaml.safe_dump(hung))
         wait_for(lambda: silent_endpoint.held, what="the hung experiment's reconcile waiting on its store")
@@ -134,31 +144,55 @@ def test_an_experiment_whose_store_never_answers_delays_no_other(
         slowest_alone, slowest_beside = max(alone.values()), max(beside.values())
         assert slowest_beside < 2 * slowest_alone + 2, (
             f"beside a hung store the slowest of {OTHERS} experiments took {slowest_beside:.1f}s for its pods, "
-            f"{slowest_alone:.1f}s without it (medians {statistics.median(beside.values()):.1f}s, {statistics.median(alone.values()):.1f}s)")
+            f"{slowest_alone:.1f}s without it (medians {statistics.median(beside.values()):.1f}s, {statistics.median(alone.values()):.1f}s)"
+        )
         # While a reconcile of the hung one waits on its store, the others' periodic reconciles go on.
-        wait_for(lambda: op.reconciler.busy("beside", "hung"), timeout=CONDITION_WITHIN, what="a reconcile of the hung one")
+        wait_for(
+            lambda: op.reconciler.busy("beside", "hung"), timeout=CONDITION_WITHIN, what="a reconcile of the hung one"
+        )
         began, before = time.monotonic(), op.reconciles("periodic")
         while op.reconciler.busy("beside", "hung") and time.monotonic() - began < WINDOW:
             time.sleep(0.05)
         window, periodic = time.monotonic() - began, op.reconciles("periodic") - before
         assert window >= WINDOW, f"the hung reconcile took only {window:.1f}s: its store answered?"
-        assert periodic >= 2 * OTHERS, f"{periodic} periodic reconciles of {OTHERS} experiments in {window:.1f}s beside a hung one"
+        assert periodic >= 2 * OTHERS, (
+            f"{periodic} periodic reconciles of {OTHERS} experiments in {window:.1f}s beside a hung one"
+        )
         # Heartbeats reach status only by the periodic reconcile: it must not wait for the hung one.
         began = time.monotonic()
         for name in names:
             store = open_trajectory_store(f"{uri}/beside", name)
             for agent in AGENTS:
-                store.write_progress(agent, {"agent": agent, "step": 3, "steps": 12, "done": False, "time": time.time()})
-        def steps() -> dict[str, Any]:  # one kubectl for all: 20 per poll would load the machine more than the operator
-            return {x["metadata"]["name"]: (x.get("status") or {}).get("step") for x in cluster.get("hx", namespace="beside")}
+                store.write_progress(
+                    agent, {"agent": agent, "step": 3, "steps": 12, "done": False, "time": time.time()}
+                )
 
-        wait_for(lambda: all(steps().get(n) == 3 for n in names),
-                 timeout=HEARTBEATS_WITHIN, interval=0.2, what="every other experiment's status following its heartbeats")
+        def steps() -> dict[str, Any]:  # one kubectl for all: 20 per poll would load the machine more than the operator
+            return {
+                x["metadata"]["name"]: (x.get("status") or {}).get("step")
+                for x in cluster.get("hx", namespace="beside")
+            }
+
+        wait_for(
+            lambda: all(steps().get(n) == 3 for n in names),
+            timeout=HEARTBEATS_WITHIN,
+            interval=0.2,
+            what="every other experiment's status following its heartbeats",
+        )
         measure(f"heartbeat->status of {OTHERS} experiments beside a hung store", time.monotonic() - began)
         # The hung one: a condition that names its store, once its calls' deadline passed.
-        reachable = wait_for(lambda: next((c for c in status_of(cluster, "hung", "beside").get("conditions") or []
-                                           if c["type"] == "StoreReachable"), None),
-                             timeout=CONDITION_WITHIN, what="the hung experiment's StoreReachable condition")
+        reachable = wait_for(
+            lambda: next(
+                (
+                    c
+                    for c in status_of(cluster, "hung", "beside").get("conditions") or []
+                    if c["type"] == "StoreReachable"
+                ),
+                None,
+            ),
+            timeout=CONDITION_WITHIN,
+            what="the hung experiment's StoreReachable condition",
+        )
         assert reachable["status"] == "False" and reachable["reason"] == "StoreUnreachable"
         assert "s3://wedged/runs" in reachable["message"] and silent_endpoint.url in reachable["message"], reachable
         stop_quickly(op)
@@ -177,7 +211,10 @@ def test_kopf_requests_have_deadlines_and_hung_handlers_leave_threads_for_the_re
     settings = kopf.OperatorSettings()
     assert settings.networking.connect_timeout is None and settings.networking.request_timeout == 300  # kopf's defaults
     configure_settings(settings, OperatorConfig())
-    assert (settings.networking.connect_timeout, settings.networking.request_timeout) == (API_CONNECT_TIMEOUT, API_REQUEST_TIMEOUT)
+    assert (settings.networking.connect_timeout, settings.networking.request_timeout) == (
+        API_CONNECT_TIMEOUT,
+        API_REQUEST_TIMEOUT,
+    )
     assert settings.execution.max_workers == HANDLER_THREADS
     assert store_deadline() <= HEARTBEATS_WITHIN - 3
 

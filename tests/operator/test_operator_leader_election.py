@@ -48,7 +48,9 @@ def lease_of(cluster: EmulatedCluster) -> dict[str, Any]:
 
 def elector(cluster: EmulatedCluster, identity: str, timing: Timing = TIMING) -> LeaderElector:
     configuration = load_configuration(OperatorConfig(kubeconfig=str(cluster.kubeconfig)))
-    return LeaderElector(LeaseClient(configuration, LEASE_NS, LEASE, timeout=timing.renew_deadline / 2), identity, timing)
+    return LeaderElector(
+        LeaseClient(configuration, LEASE_NS, LEASE, timeout=timing.renew_deadline / 2), identity, timing
+    )
 
 
 # -- the protocol ---------------------------------------------------------------------------------
@@ -63,7 +65,9 @@ def test_a_held_lease_is_taken_only_after_its_duration_and_counts_a_transition(c
     renewed = time.monotonic()
     # The first stops renewing (as if it died): the second may take over only lease_duration after
     # it last saw the record change, on its own clock.
-    taken = wait_for(lambda: second.try_acquire_or_renew() and time.monotonic(), timeout=15, interval=0.2, what="second takes over")
+    taken = wait_for(
+        lambda: second.try_acquire_or_renew() and time.monotonic(), timeout=15, interval=0.2, what="second takes over"
+    )
     assert taken - renewed >= TIMING.lease_duration
     spec = lease_of(cluster)
     assert spec["holderIdentity"] == "second" and spec["leaseTransitions"] == 1
@@ -91,7 +95,16 @@ def test_a_leader_whose_lease_is_taken_stops(cluster: EmulatedCluster) -> None:
     try:
         wait_for(lambda: lease_of(cluster)["renewTime"] != lease_of(cluster)["acquireTime"], what="a renewal")
         assert not lost
-        cluster.kubectl("patch", "lease", LEASE, "-n", LEASE_NS, "--type=merge", "-p", json.dumps({"spec": {"holderIdentity": "intruder"}}))
+        cluster.kubectl(
+            "patch",
+            "lease",
+            LEASE,
+            "-n",
+            LEASE_NS,
+            "--type=merge",
+            "-p",
+            json.dumps({"spec": {"holderIdentity": "intruder"}}),
+        )
         wait_for(lambda: lost, timeout=5, what="the leader notices")
         assert lost == [f"lease {LEASE_NS}/{LEASE} taken by intruder"]
     finally:
@@ -104,10 +117,12 @@ def test_a_leader_that_cannot_reach_the_api_stops_within_its_renew_deadline(clus
     lost: list[tuple[float, str]] = []
     leader.keep_renewing(lambda reason: lost.append((time.monotonic(), reason)))
     try:
-        leader.client.api.configuration.host = f"http://127.0.0.1:{free_port()}"  # the API server is gone: connection refused
+        leader.client.api.configuration.host = (
+            f"http://127.0.0.1:{free_port()}"  # the API server is gone: connection refused
+        )
         stopped = time.monotonic()
         wait_for(lambda: lost, timeout=TIMING.renew_deadline + 3, what="the leader gives up")
-        (at, reason), = lost
+        ((at, reason),) = lost
         assert reason == f"lease {LEASE_NS}/{LEASE} not renewed for 4s"
         assert at - stopped <= TIMING.renew_deadline + 0.5 < TIMING.lease_duration
     finally:
@@ -150,8 +165,13 @@ class OperatorProcess:
             "HACRL_LEADER_ELECTION_RETRY_PERIOD": str(TIMING.retry_period),
         }
         self.log = workdir / f"operator-{identity}.log"
-        self.process = subprocess.Popen([sys.executable, "-m", "hacrl_operator"], cwd=workdir, env=env,
-                                        stdout=self.log.open("w"), stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "hacrl_operator"],
+            cwd=workdir,
+            env=env,
+            stdout=self.log.open("w"),
+            stderr=subprocess.STDOUT,
+        )
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
@@ -184,21 +204,32 @@ class OperatorProcess:
 
 def writes(cluster: EmulatedCluster, token: str, *, besides_lease: bool = True) -> list[tuple[str, str]]:
     assert cluster.emulator is not None
-    return [(m, p) for m, p in list(cluster.emulator.writes_by_token.get(token, ()))
-            if not (besides_lease and "/leases" in p)]
+    return [
+        (m, p)
+        for m, p in list(cluster.emulator.writes_by_token.get(token, ()))
+        if not (besides_lease and "/leases" in p)
+    ]
 
 
-def test_two_operators_only_the_leader_acts_and_the_standby_takes_over_when_it_is_killed(cluster: EmulatedCluster, tmp_path: Path) -> None:
+def test_two_operators_only_the_leader_acts_and_the_standby_takes_over_when_it_is_killed(
+    cluster: EmulatedCluster, tmp_path: Path
+) -> None:
     create_namespace(cluster)
     first = OperatorProcess(cluster, "op-a", tmp_path)
     processes = [first]
     try:
-        wait_for(lambda: lease_of(cluster).get("holderIdentity") == "op-a" and "hacrl operator started" in first.output(), timeout=60,
-                     what=f"op-a leads and runs kopf; its log:\n{first.output()[-2000:]}")
+        wait_for(
+            lambda: lease_of(cluster).get("holderIdentity") == "op-a" and "hacrl operator started" in first.output(),
+            timeout=60,
+            what=f"op-a leads and runs kopf; its log:\n{first.output()[-2000:]}",
+        )
         second = OperatorProcess(cluster, "op-b", tmp_path)
         processes.append(second)
         # The standby answers its probes while it waits (else its liveness probe would restart it).
-        assert wait_for(second.healthz, timeout=60, what="the standby's /healthz") == {"leader": False, "holder": "op-a"}
+        assert wait_for(second.healthz, timeout=60, what="the standby's /healthz") == {
+            "leader": False,
+            "holder": "op-a",
+        }
         assert wait_for(first.leader_gauge, what="the leader's metrics") == "1.0"
         assert wait_for(second.leader_gauge, what="the standby's metrics") == "0.0"
 
@@ -208,7 +239,9 @@ def test_two_operators_only_the_leader_acts_and_the_standby_takes_over_when_it_i
         wait_for(lambda: status_of(cluster).get("phase") == "Running", what="phase Running")
         failing = pod_name("quickstart", "llama-char", "learner")
         cluster.set_pod_phase(failing, NS, "Failed")
-        wait_for(lambda: agent(status_of(cluster), "llama-char").get("restarts") == 1, what="op-a restarts the failed pod")
+        wait_for(
+            lambda: agent(status_of(cluster), "llama-char").get("restarts") == 1, what="op-a restarts the failed pod"
+        )
         assert writes(cluster, "op-a"), "the leader acted"
         assert writes(cluster, "op-b") == [], "the standby wrote something other than its Lease"
         assert "hacrl operator started" not in second.output()
@@ -216,8 +249,11 @@ def test_two_operators_only_the_leader_acts_and_the_standby_takes_over_when_it_i
         # The leader dies mid-run (SIGKILL: no release, the Lease must expire).
         first.stop(signal.SIGKILL)
         killed = time.monotonic()
-        wait_for(lambda: lease_of(cluster).get("holderIdentity") == "op-b", timeout=TIMING.lease_duration + 10,
-                 what=f"op-b takes over; its log:\n{second.output()[-2000:]}")
+        wait_for(
+            lambda: lease_of(cluster).get("holderIdentity") == "op-b",
+            timeout=TIMING.lease_duration + 10,
+            what=f"op-b takes over; its log:\n{second.output()[-2000:]}",
+        )
         failover = time.monotonic() - killed
         measure("leader killed -> standby holds the lease", failover)
         assert failover <= TIMING.lease_duration + TIMING.retry_period * 1.2 + 2, failover
@@ -228,10 +264,16 @@ def test_two_operators_only_the_leader_acts_and_the_standby_takes_over_when_it_i
         cluster.set_pod_phase(failing, NS, "Running")
         before = pods_of(cluster)[failing]["metadata"]["uid"]
         cluster.set_pod_phase(failing, NS, "Failed")
-        wait_for(lambda: (pods_of(cluster).get(failing) or {}).get("metadata", {}).get("uid") not in (None, before), timeout=30,
-                 what=f"op-b recreates the failed pod; its log:\n{second.output()[-2000:]}")
-        status = wait_for(lambda: agent(status_of(cluster), "llama-char").get("restarts") == 2 and status_of(cluster), timeout=30,
-                          what="restarts 2: the count op-a wrote, plus op-b's")
+        wait_for(
+            lambda: (pods_of(cluster).get(failing) or {}).get("metadata", {}).get("uid") not in (None, before),
+            timeout=30,
+            what=f"op-b recreates the failed pod; its log:\n{second.output()[-2000:]}",
+        )
+        status = wait_for(
+            lambda: agent(status_of(cluster), "llama-char").get("restarts") == 2 and status_of(cluster),
+            timeout=30,
+            what="restarts 2: the count op-a wrote, plus op-b's",
+        )
         assert status["phase"] == "Running" and agent(status, "qwen-bpe")["restarts"] == 0
         # The new leader created the one pod that failed, and tried no other (a duplicate would be a 409).
         assert writes(cluster, "op-b").count(("POST", f"/api/v1/namespaces/{NS}/pods")) == 1, writes(cluster, "op-b")
@@ -265,7 +307,9 @@ def test_three_candidates_hold_the_lease_one_after_another(cluster: EmulatedClus
         terms.append((start, end, candidate.identity))
 
     timing = Timing(lease_duration=3, renew_deadline=2.0, retry_period=0.2)
-    threads = [threading.Thread(target=compete, args=(elector(cluster, f"e{i}", timing),), daemon=True) for i in range(3)]
+    threads = [
+        threading.Thread(target=compete, args=(elector(cluster, f"e{i}", timing),), daemon=True) for i in range(3)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:

@@ -70,8 +70,12 @@ def test_forty_experiments_on_one_endpoint_read_through_one_client_closed_with_t
     # One boto3 client per store grew a process by 12.4 MiB per experiment (480 MiB here).
     assert grown < 40, f"reading 39 more experiments' stores grew the process by {grown:.0f} MiB"
     assert (reconciler.stores.held(), len(reconciler.stores.clients)) == (40, 1)
-    sent = {sample.labels["operation"]: sample.value for metric in reconciler.metrics.registry.collect()
-            for sample in metric.samples if sample.name == "hacrl_operator_store_requests_total"}
+    sent = {
+        sample.labels["operation"]: sample.value
+        for metric in reconciler.metrics.registry.collect()
+        for sample in metric.samples
+        if sample.name == "hacrl_operator_store_requests_total"
+    }
     assert sent == {"GetObject": 80}  # one heartbeat read per agent, counted by the operator's metric
     connections = reconciler.stores.get(experiments[0]).objects.client._endpoint.http_session._manager.pools
     assert len(connections) == 1  # the kept-alive connections to the endpoint
@@ -82,16 +86,21 @@ def test_forty_experiments_on_one_endpoint_read_through_one_client_closed_with_t
 
 
 def test_finished_suspended_and_deleted_experiments_hold_no_store_and_cost_no_store_request(
-    cluster: EmulatedCluster, s3_env: SeaweedS3,
+    cluster: EmulatedCluster,
+    s3_env: SeaweedS3,
 ) -> None:
-    cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}))
+    cluster.kubectl(
+        "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    )
     with run_operator(cluster) as op:
         requested: list[str] = []  # the path of every S3 request the operator sends
 
         def recording(experiment: Any) -> Any:
             opened = opener(experiment)
             events = opened.store.objects.client.meta.events
-            events.register("before-send.s3", lambda request, **_: requested.append(request.url), unique_id="test-record")
+            events.register(
+                "before-send.s3", lambda request, **_: requested.append(request.url), unique_id="test-record"
+            )
             return opened
 
         opener = op.reconciler.stores.opener
@@ -111,18 +120,27 @@ def test_finished_suspended_and_deleted_experiments_hold_no_store_and_cost_no_st
             del body["metadata"]["uid"]
             cluster.kubectl("apply", "-n", NS, "-f", "-", input=yaml.safe_dump(body))
         for name in names:
-            wait_for(lambda name=name: len(cluster.get("pods", namespace=NS, selector=f"hacrl.io/experiment={name}")) == 4, what=f"{name}'s pods")
+            wait_for(
+                lambda name=name: len(cluster.get("pods", namespace=NS, selector=f"hacrl.io/experiment={name}")) == 4,
+                what=f"{name}'s pods",
+            )
         uid = cluster.get("hx", "finished", NS)["metadata"]["uid"]
         worker = open_trajectory_store(f"s3://{s3_env.bucket}/memory/{NS}", "finished", endpoint=s3_env.endpoint)
         claim(worker, Owner(name="finished", uid=uid, namespace=NS), adopt=False, where="memory")
         for agent in ("llama-char", "qwen-bpe"):
             worker.write_progress(agent, {"agent": agent, "step": 12, "steps": 12, "done": True, "time": time.time()})
-        cluster.kubectl("patch", "hx", "suspended", "-n", NS, "--type=merge", "-p", json.dumps({"spec": {"suspend": True}}))
+        cluster.kubectl(
+            "patch", "hx", "suspended", "-n", NS, "--type=merge", "-p", json.dumps({"spec": {"suspend": True}})
+        )
 
         def phase(name: str) -> str | None:
             return ((cluster.get("hx", name, NS) or {}).get("status") or {}).get("phase")
 
-        wait_for(lambda: phase("finished") == "Succeeded" and phase("suspended") == "Suspended", timeout=30, what="Succeeded and Suspended")
+        wait_for(
+            lambda: phase("finished") == "Succeeded" and phase("suspended") == "Suspended",
+            timeout=30,
+            what="Succeeded and Suspended",
+        )
         wait_for(lambda: op.reconciler.stores.held() == 1, what="only the running experiment holding a store")
         assert len(op.reconciler.stores.clients) == 1
         requested.clear()
@@ -137,8 +155,10 @@ def test_finished_suspended_and_deleted_experiments_hold_no_store_and_cost_no_st
         reachable = next(c for c in status["conditions"] if c["type"] == "StoreReachable")
         assert reachable["status"] == "True"  # kept from the last read, not dropped
         cluster.kubectl("delete", "hx", "running", "-n", NS)
-        wait_for(lambda: op.reconciler.stores.held() == 0 and len(op.reconciler.stores.clients) == 0,
-                 what="the last store and its client let go once the running experiment is deleted")
+        wait_for(
+            lambda: op.reconciler.stores.held() == 0 and len(op.reconciler.stores.clients) == 0,
+            what="the last store and its client let go once the running experiment is deleted",
+        )
         resumed = copy.deepcopy({"spec": {"suspend": False}})
         cluster.kubectl("patch", "hx", "suspended", "-n", NS, "--type=merge", "-p", json.dumps(resumed))
         wait_for(lambda: op.reconciler.stores.held() == 1, what="a resumed experiment reading its store again")

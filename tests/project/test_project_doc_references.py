@@ -12,7 +12,19 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 # The project's own files: sources, docs, tests, manifests, scripts (not caches, venvs, runs).
-SOURCE_DIRS = ("hacrl_core", "operator", "tests", "docs", "examples", "bench", "scripts", "charts", "images", ".ci", ".github")
+SOURCE_DIRS = (
+    "hacrl_core",
+    "operator",
+    "tests",
+    "docs",
+    "examples",
+    "bench",
+    "scripts",
+    "charts",
+    "images",
+    ".ci",
+    ".github",
+)
 SOURCE_FILES = ("README.md", "Makefile", "Makefile.images", "pyproject.toml", "kind-config.yaml")
 SKIPPED_DIRS = {"__pycache__", ".pytest_cache", ".ruff_cache", "results", "img"}
 TEXT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".sh", ".toml", ".txt", ".json", ".tpl", ".cfg", ""}
@@ -22,8 +34,8 @@ OUTSIDE_NOTE = "DESIGN" + ".md"
 # `docs/architecture.md, "The parts"` (the quoted section may wrap onto the next line).
 QUOTED_SECTION = re.compile(r'docs/([\w-]+)\.md,\s+"([^"]+)"')
 # `docs/architecture.md#the-parts`, `(architecture.md#one-step)`, and from tests/README.md `(../docs/`.
-ANCHOR_LINK = re.compile(r'(?:docs/|\(|\.\./docs/)([\w-]+)\.md#([\w-]+)')
-SAME_PAGE_LINK = re.compile(r'\]\(#([\w-]+)\)')
+ANCHOR_LINK = re.compile(r"(?:docs/|\(|\.\./docs/)([\w-]+)\.md#([\w-]+)")
+SAME_PAGE_LINK = re.compile(r"\]\(#([\w-]+)\)")
 
 
 def source_files() -> list[Path]:
@@ -62,12 +74,19 @@ def read(path: Path) -> str:
 
 def test_the_walk_sees_the_code_and_the_docs():
     names = {path.relative_to(ROOT).as_posix() for path in source_files()}
-    assert {"README.md", "docs/architecture.md", "hacrl_core/store/layout.py", "operator/hacrl_operator/builders/pod.py"} <= names
+    assert {
+        "README.md",
+        "docs/architecture.md",
+        "hacrl_core/store/layout.py",
+        "operator/hacrl_operator/builders/pod.py",
+    } <= names
 
 
 def test_no_file_cites_a_note_outside_the_repository():
     citing = [path.relative_to(ROOT).as_posix() for path in source_files() if OUTSIDE_NOTE in read(path)]
-    assert not citing, f"{OUTSIDE_NOTE} is not part of this repository; cite a section of docs/architecture.md instead: {citing}"
+    assert not citing, (
+        f"{OUTSIDE_NOTE} is not part of this repository; cite a section of docs/architecture.md instead: {citing}"
+    )
 
 
 def cited_sections() -> list[tuple[str, str, str]]:
@@ -102,7 +121,8 @@ def test_a_cited_section_exists(source, page, section):
     assert (DOCS / f"{page}.md").is_file(), f"{source} cites docs/{page}.md, which does not exist"
     titles = headings(page) + paragraph_titles(page)
     assert any(title == section or title.startswith(section) for title in titles), (
-        f"{source} cites section {section!r} of docs/{page}.md, which has no such heading; its sections: {titles}")
+        f"{source} cites section {section!r} of docs/{page}.md, which has no such heading; its sections: {titles}"
+    )
 
 
 @pytest.mark.parametrize(("source", "page", "name"), cited_anchors(), ids=lambda value: str(value)[:40])

@@ -63,7 +63,9 @@ def test_the_decorator_returns_what_it_decorates() -> None:
 
 
 def test_importing_it_loads_no_ml_library() -> None:
-    code = "import sys, hacrl_core.registry; print(sorted(m for m in ('torch', 'numpy', 'pyarrow') if m in sys.modules))"
+    code = (
+        "import sys, hacrl_core.registry; print(sorted(m for m in ('torch', 'numpy', 'pyarrow') if m in sys.modules))"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
 
@@ -80,9 +82,13 @@ def test_the_spec_offers_exactly_the_registered_names() -> None:
     from hacrl_core.spec import REWARD_NAMES, REWARD_PATTERN, LearnerSettings, RolloutSettings
 
     assert list(REWARD_NAMES) == reward_names()
-    assert REWARD_PATTERN.startswith("^(" + "|".join(reward_names()) + "|")  # data.reward: a name, or a reward server's URL
+    assert REWARD_PATTERN.startswith(
+        "^(" + "|".join(reward_names()) + "|"
+    )  # data.reward: a name, or a reward server's URL
     assert get_args(RolloutSettings.model_fields["engine"].annotation) == tuple(ENGINE_TABLE)
-    assert all(ENGINES.get(name) is engine for name, engine in ENGINE_TABLE.items()) and ENGINES.names() == sorted(ENGINE_TABLE)
+    assert all(ENGINES.get(name) is engine for name, engine in ENGINE_TABLE.items()) and ENGINES.names() == sorted(
+        ENGINE_TABLE
+    )
     assert get_args(LearnerSettings.model_fields["backend"].annotation) == tuple(BACKEND_TABLE)
     assert sorted(set(BACKENDS.names()) | set(OPTIONAL_BACKENDS)) == sorted(BACKEND_TABLE)
     # What a worker checks before it starts (the catalog, no engine or backend imported) is what the registries run.

@@ -55,7 +55,9 @@ def _statements(body: list[ast.stmt], *, deferred: bool) -> Iterator[ast.stmt]:
             continue
         for field in ("body", "orelse", "finalbody", "handlers", "cases"):
             children = getattr(node, field, None) or []
-            blocks = [child.body if isinstance(child, (ast.ExceptHandler, ast.match_case)) else [child] for child in children]
+            blocks = [
+                child.body if isinstance(child, (ast.ExceptHandler, ast.match_case)) else [child] for child in children
+            ]
             for block in blocks:
                 yield from _statements(block, deferred=deferred)
 
@@ -180,6 +182,7 @@ def test_context_and_evaluation_import_no_engine_or_backend() -> None:
     the torch-free catalog, and evaluation reaches an engine only through the engine interface."""
     graph = import_graph()
     assert not {m for m in graph["hacrl_core.context"] if package_of(m) in ("hacrl_core.learner", "hacrl_core.rollout")}
-    assert {m for m in graph["hacrl_core.evaluation"] if package_of(m) in ("hacrl_core.learner", "hacrl_core.rollout")} == {
-        "hacrl_core.rollout.engine"}
+    assert {
+        m for m in graph["hacrl_core.evaluation"] if package_of(m) in ("hacrl_core.learner", "hacrl_core.rollout")
+    } == {"hacrl_core.rollout.engine"}
     assert graph["hacrl_core.catalog"] == set()  # the standard library only

@@ -8,8 +8,20 @@ from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1]
 #: The folders that hold a property across parts, not a part (tests/README.md), and helpers.
-SUITES = {"integration", "reliability", "security", "realmodels", "hostile", "support", "bench", "chart", "containers",
-          "tracking", "operator", "project"}
+SUITES = {
+    "integration",
+    "reliability",
+    "security",
+    "realmodels",
+    "hostile",
+    "support",
+    "bench",
+    "chart",
+    "containers",
+    "tracking",
+    "operator",
+    "project",
+}
 #: Packages and folders of the project a test folder may be named after.
 REPO = TESTS.parent
 PARTS = {p.name for p in (REPO / "hacrl_core").iterdir() if p.is_dir() and not p.name.startswith("__")}
@@ -17,7 +29,9 @@ PARTS = {p.name for p in (REPO / "hacrl_core").iterdir() if p.is_dir() and not p
 
 def test_every_test_folder_is_a_part_or_a_named_suite() -> None:
     folders = {p.name for p in TESTS.iterdir() if p.is_dir() and not p.name.startswith((".", "__"))}
-    assert folders <= PARTS | SUITES, f"test folders that are neither a part nor a suite: {sorted(folders - PARTS - SUITES)}"
+    assert folders <= PARTS | SUITES, (
+        f"test folders that are neither a part nor a suite: {sorted(folders - PARTS - SUITES)}"
+    )
 
 
 def test_files_in_folders_without_init_repeat_the_folder_name() -> None:

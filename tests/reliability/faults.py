@@ -50,8 +50,14 @@ class Figures:
         self.faults[kind] = self.faults.get(kind, 0) + count
 
     def as_dict(self) -> dict[str, Any]:
-        return {"faults": dict(sorted(self.faults.items())), "faults_total": sum(self.faults.values()),
-                "recoveries": self.recoveries, "runs_verified": self.runs_verified, "runs": self.runs, "notes": self.notes}
+        return {
+            "faults": dict(sorted(self.faults.items())),
+            "faults_total": sum(self.faults.values()),
+            "recoveries": self.recoveries,
+            "runs_verified": self.runs_verified,
+            "runs": self.runs,
+            "notes": self.notes,
+        }
 
 
 LEDGER = Figures()
@@ -136,12 +142,29 @@ class ChaosMonkey(threading.Thread):
     test can assert that the checkpoint step never went backwards.
     """
 
-    def __init__(self, workdir: Path, store: Any, agents: list[str], *, seed: int, kills: int,
-                 min_gap: float = 4.0, max_gap: float = 14.0, min_age: float = 6.0, roles: tuple[str, ...] = ROLES) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        store: Any,
+        agents: list[str],
+        *,
+        seed: int,
+        kills: int,
+        min_gap: float = 4.0,
+        max_gap: float = 14.0,
+        min_age: float = 6.0,
+        roles: tuple[str, ...] = ROLES,
+    ) -> None:
         super().__init__(name=f"chaos-{seed}", daemon=True)
         self.workdir, self.store, self.agents = workdir, store, agents
         self.rng = random.Random(seed)
-        self.kills_wanted, self.min_gap, self.max_gap, self.min_age, self.roles = kills, min_gap, max_gap, min_age, roles
+        self.kills_wanted, self.min_gap, self.max_gap, self.min_age, self.roles = (
+            kills,
+            min_gap,
+            max_gap,
+            min_age,
+            roles,
+        )
         self.kills: list[Kill] = []
         self.checkpoints: dict[str, list[int]] = {a: [] for a in agents}
         self.first_seen: dict[int, float] = {}
@@ -217,13 +240,24 @@ def stop_server(server: SeaweedS3) -> None:
 
 def restart_server(server: SeaweedS3, timeout: float = 60.0) -> None:
     """Start the same ``weed mini`` again: same command, ports and data directory."""
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": server.access_key, "AWS_SECRET_ACCESS_KEY": server.secret_key,
-           "TMPDIR": str(server.data_dir)}
+    env = {
+        **os.environ,
+        "AWS_ACCESS_KEY_ID": server.access_key,
+        "AWS_SECRET_ACCESS_KEY": server.secret_key,
+        "TMPDIR": str(server.data_dir),
+    }
     deadline = time.monotonic() + timeout
     while True:  # the ports of the killed server may take a moment to be free again
         with open(server.log_path, "ab") as log_file:
-            server.process = subprocess.Popen(server.command, cwd=server.data_dir, env=env, stdin=subprocess.DEVNULL,
-                                              stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+            server.process = subprocess.Popen(
+                server.command,
+                cwd=server.data_dir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         try:
             _wait_ready(server, max(5.0, deadline - time.monotonic()))
             return
@@ -254,7 +288,10 @@ def assert_every_step_shard_exactly_once(store: Any, steps: int, agents: list[st
         for agent in agents:
             # Rollouts: one part per rollout replica (the store's counts; one shard with one replica).
             shards = layout.rollouts_part_keys(store.experiment, step, agent, store.rollout_parts(agent))
-            shards += [layout.scores_key(store.experiment, step, agent), layout.metrics_key(store.experiment, step, agent)]
+            shards += [
+                layout.scores_key(store.experiment, step, agent),
+                layout.metrics_key(store.experiment, step, agent),
+            ]
             for key in shards:
                 expected |= {key, key + ".commit.json"}
                 if key not in keys or key + ".commit.json" not in keys:
@@ -267,7 +304,9 @@ def assert_every_step_shard_exactly_once(store: Any, steps: int, agents: list[st
             ids = [(r["prompt_uid"], r["sample_index"]) for r in rows]
             assert len(ids) == len(set(ids)), f"step {step} agent {agent}: a row appears twice"
             owed = max(0, step - max_staleness)
-            assert {r["policy_version"] for r in rows} == {owed}, f"step {step} agent {agent}: not sampled with weights {owed}"
+            assert {r["policy_version"] for r in rows} == {owed}, (
+                f"step {step} agent {agent}: not sampled with weights {owed}"
+            )
             scores = store.read_scores(step, agent)
             assert sorted((s["prompt_uid"], s["sample_index"]) for s in scores) == sorted(ids)
     LEDGER.runs_verified += 1
@@ -301,7 +340,11 @@ def rollout_digest(store: Any, steps: int, agents: list[str]) -> str:
     for step in range(steps):
         for agent in agents:
             for row in sorted(store.read_rollouts(step, agent), key=lambda r: (r["prompt_uid"], r["sample_index"])):
-                sha.update(json.dumps([step, agent, row["prompt_uid"], row["sample_index"], row["response"], row["reward"]]).encode())
+                sha.update(
+                    json.dumps(
+                        [step, agent, row["prompt_uid"], row["sample_index"], row["response"], row["reward"]]
+                    ).encode()
+                )
     return sha.hexdigest()
 
 

@@ -62,7 +62,9 @@ def run_pods(cluster: EmulatedCluster, experiment_name: str) -> None:
 
 
 def make_namespace(cluster: EmulatedCluster) -> None:
-    cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}))
+    cluster.kubectl(
+        "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    )
 
 
 class DroppingEmulator(PatchedEmulator):
@@ -123,9 +125,14 @@ def run_operator_patiently(cluster: EmulatedCluster, stop_timeout: float, **env:
     from hacrl_operator.config import OperatorConfig
     from hacrl_operator.handlers import register
 
-    settings = {"KUBECONFIG": str(cluster.kubeconfig), "HACRL_OPERATOR_METRICS_PORT": str(harness.free_port()),
-                "HACRL_OPERATOR_HEALTH_PORT": str(harness.free_port()), "HACRL_ROLLOUT_IMAGE": "registry.test/hacrl-rollout:test",
-                "HACRL_LEARNER_IMAGE": "registry.test/hacrl-learner:test", **env}
+    settings = {
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "HACRL_OPERATOR_METRICS_PORT": str(harness.free_port()),
+        "HACRL_OPERATOR_HEALTH_PORT": str(harness.free_port()),
+        "HACRL_ROLLOUT_IMAGE": "registry.test/hacrl-rollout:test",
+        "HACRL_LEARNER_IMAGE": "registry.test/hacrl-learner:test",
+        **env,
+    }
     config = OperatorConfig.from_env(settings)
     registry = kopf.OperatorRegistry()
     reconciler = register(registry, config)
@@ -134,7 +141,11 @@ def run_operator_patiently(cluster: EmulatedCluster, stop_timeout: float, **env:
         runner = KopfRunner(args, registry=registry, timeout=stop_timeout)
         handle = harness.OperatorHandle(runner, reconciler, config, logs, cluster)
         with runner:
-            wait_for(lambda: reconciler.kube is not None and harness._healthy(config.health_port), timeout=30, what="operator start-up")
+            wait_for(
+                lambda: reconciler.kube is not None and harness._healthy(config.health_port),
+                timeout=30,
+                what="operator start-up",
+            )
             yield handle
     assert runner.exit_code == 0, runner.output[-3000:]
     assert runner.exception is None, runner.exception
@@ -153,7 +164,9 @@ def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Droppab
         emulated.stop()
 
 
-def test_operator_restarted_mid_reconcile_creates_no_duplicate_pods_and_converges(cluster: DroppableCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_operator_restarted_mid_reconcile_creates_no_duplicate_pods_and_converges(
+    cluster: DroppableCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The first operator is stopped while its reconcile has created 2 of the 4 pods; a fresh
     operator completes the set (the 2 existing pods are kept, not recreated) and the status
     converges to Running."""
@@ -202,12 +215,23 @@ def test_fifty_experiments_created_at_once(cluster: DroppableCluster, tmp_path: 
     with run_operator_patiently(cluster, 240, HACRL_RECONCILE_INTERVAL="5") as op:
         began = time.monotonic()
         apply(cluster, *[experiment(f"load-{i:02d}", tmp_path / "store") for i in range(count)])
-        all_pods = wait_for(lambda: (found := pods(cluster)) and len(found) >= 4 * count and found, timeout=240, interval=1.0,
-                            what=f"{4 * count} pods")
+        all_pods = wait_for(
+            lambda: (found := pods(cluster)) and len(found) >= 4 * count and found,
+            timeout=240,
+            interval=1.0,
+            what=f"{4 * count} pods",
+        )
         seconds = time.monotonic() - began
-        wait_for(lambda: (found := cluster.get("hx", namespace=NS)) and len(found) == count
-                 and all((e.get("status") or {}).get("agentProgress") for e in found), timeout=120, interval=1.0,
-                 what="every experiment's status")
+        wait_for(
+            lambda: (
+                (found := cluster.get("hx", namespace=NS))
+                and len(found) == count
+                and all((e.get("status") or {}).get("agentProgress") for e in found)
+            ),
+            timeout=120,
+            interval=1.0,
+            what="every experiment's status",
+        )
         assert len(all_pods) == 4 * count and len({p["metadata"]["name"] for p in all_pods}) == 4 * count
         per_experiment: dict[str, int] = {}
         for pod in all_pods:
@@ -218,8 +242,12 @@ def test_fifty_experiments_created_at_once(cluster: DroppableCluster, tmp_path: 
         assert len([c for c in configmaps if c["metadata"]["name"].startswith("load-")]) == count
         assert op.reconciler.known >= {(NS, f"load-{i:02d}") for i in range(count)}
         stopping = time.monotonic()
-    LEDGER.notes.append(f"operator: stopped {time.monotonic() - stopping:.0f}s after the stop request with 50 experiments' events queued")
-    LEDGER.notes.append(f"operator: {count} experiments applied at once -> {4 * count} pods in {seconds:.1f}s (kmock + kopf on this machine)")
+    LEDGER.notes.append(
+        f"operator: stopped {time.monotonic() - stopping:.0f}s after the stop request with 50 experiments' events queued"
+    )
+    LEDGER.notes.append(
+        f"operator: {count} experiments applied at once -> {4 * count} pods in {seconds:.1f}s (kmock + kopf on this machine)"
+    )
 
 
 def test_watch_connections_dropped_and_reestablished(cluster: DroppableCluster, tmp_path: Path) -> None:
@@ -232,9 +260,15 @@ def test_watch_connections_dropped_and_reestablished(cluster: DroppableCluster, 
         wait_for(lambda: len(pods(cluster, "before-drop")) == 4, timeout=30, what="pods of the first experiment")
         cut = sum(cluster.drop_watches() for _ in range(2))
         apply(cluster, experiment("after-drop", tmp_path / "store"))
-        wait_for(lambda: len(pods(cluster, "after-drop")) == 4, timeout=60, what="pods of an experiment created after the drops")
+        wait_for(
+            lambda: len(pods(cluster, "after-drop")) == 4,
+            timeout=60,
+            what="pods of an experiment created after the drops",
+        )
         run_pods(cluster, "before-drop")
-        wait_for(lambda: status(cluster, "before-drop").get("phase") == "Running", timeout=60, what="status after the drops")
+        wait_for(
+            lambda: status(cluster, "before-drop").get("phase") == "Running", timeout=60, what="status after the drops"
+        )
         assert len(pods(cluster)) == 8
     LEDGER.fault("watch-dropped", cut)
     LEDGER.recoveries += cut

@@ -64,7 +64,12 @@ def staleness_of(mode: str) -> int:
 
 #: The uninterrupted run each mode is compared with: colocated workers compute exactly what split
 #: on-policy workers do (same sampled responses, metrics and final weights), so they share its baseline.
-BASELINE_OF = {"split": "split", "colocated": "split", "split-stale1": "split-stale1", "split-replicas": "split-replicas"}
+BASELINE_OF = {
+    "split": "split",
+    "colocated": "split",
+    "split-stale1": "split-stale1",
+    "split-replicas": "split-replicas",
+}
 
 
 def replicas_of(mode: str) -> dict[str, int]:
@@ -76,7 +81,15 @@ def open_run_store(uri: str, name: str, mode: str):
     return open_trajectory_store(uri, name, rollout_replicas=replicas_of(mode))
 
 
-def spec_file(directory: Path, name: str, store_uri: str, *, endpoint: str | None = None, restart_limit: int = 20, mode: str = "split") -> Path:
+def spec_file(
+    directory: Path,
+    name: str,
+    store_uri: str,
+    *,
+    endpoint: str | None = None,
+    restart_limit: int = 20,
+    mode: str = "split",
+) -> Path:
     options = {k: v for k, v in MODES[mode].items() if k not in ("roles", "replicas")}
     document = tiny_spec(name, store_uri, steps=STEPS, endpoint=endpoint, **options)
     for agent in document["spec"]["agents"]:
@@ -113,8 +126,12 @@ def assert_same_result(got: dict[str, Any], want: dict[str, Any]) -> None:
     for key, metrics in want["metrics"].items():
         # A colocated worker also reports its own sampling (rollout/*) in the step's metrics.
         extra = sorted(set(got["metrics"][key]) - set(metrics))
-        assert all(name.startswith("rollout/") for name in extra), f"metrics of {key} beyond the uninterrupted run's: {extra}"
-        assert {name: got["metrics"][key].get(name) for name in metrics} == metrics, f"metrics of {key} differ from the uninterrupted run"
+        assert all(name.startswith("rollout/") for name in extra), (
+            f"metrics of {key} beyond the uninterrupted run's: {extra}"
+        )
+        assert {name: got["metrics"][key].get(name) for name in metrics} == metrics, (
+            f"metrics of {key} differ from the uninterrupted run"
+        )
     assert got["weights"] == want["weights"], "final weights differ from the uninterrupted run"
 
 
@@ -129,7 +146,9 @@ def uninterrupted(directory: Path, model_cache: Path, mode: str) -> dict[str, An
     # The comparison is not vacuous: training changed the weights.
     assert weights_fingerprint(store, AGENTS, 0) != result["weights"]
     result["seconds"] = time.monotonic() - began
-    LEDGER.runs.append(f"uninterrupted ({mode}): {STEPS} steps x {len(AGENTS)} agents in {result['seconds']:.0f}s (model build included)")
+    LEDGER.runs.append(
+        f"uninterrupted ({mode}): {STEPS} steps x {len(AGENTS)} agents in {result['seconds']:.0f}s (model build included)"
+    )
     return result
 
 
@@ -142,6 +161,7 @@ def baselines(tmp_path_factory: pytest.TempPathFactory, model_cache: Path):
         if mode not in results:
             results[mode] = uninterrupted(tmp_path_factory.mktemp(f"baseline-{mode}"), model_cache, mode)
         return results[mode]
+
     return of
 
 
@@ -151,7 +171,9 @@ def baseline(baselines) -> dict[str, Any]:
     return baselines("split")
 
 
-def live_target(workdir: Path, agent: str, role: str, step: int, struck: set[int]) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
+def live_target(
+    workdir: Path, agent: str, role: str, step: int, struck: set[int]
+) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
     """(the worker table, the entry of the worker to kill) while that worker's process is alive;
     None while the table lacks it or still names a process that died or was struck already (a
     SIGKILLed process looks alive for the milliseconds its teardown takes: a restart pending)."""
@@ -176,8 +198,12 @@ def kill_plan(seed: int, kills: int, roles: tuple[str, ...]) -> list[tuple[int, 
     return [(s, rng.choice(AGENTS), rng.choice(sorted(roles)), rng.uniform(0.0, 0.15)) for s in steps]
 
 
-@pytest.mark.parametrize(("seed", "mode"), [(3, "split"), (5, "colocated"), (7, "split-stale1"), (14, "split-replicas")])
-def test_sigkilled_workers_at_random_points_resume_to_the_uninterrupted_result(tmp_path: Path, model_cache: Path, baselines, seed: int, mode: str) -> None:
+@pytest.mark.parametrize(
+    ("seed", "mode"), [(3, "split"), (5, "colocated"), (7, "split-stale1"), (14, "split-replicas")]
+)
+def test_sigkilled_workers_at_random_points_resume_to_the_uninterrupted_result(
+    tmp_path: Path, model_cache: Path, baselines, seed: int, mode: str
+) -> None:
     """Each seed: two SIGKILLs, each at a random moment of a random step, of a random worker; in
     each worker placement (split on-policy, colocated, split one step off-policy, split with two
     rollout replicas per agent: the step decides which replica a rollout kill strikes)."""
@@ -198,14 +224,29 @@ def test_sigkilled_workers_at_random_points_resume_to_the_uninterrupted_result(t
             # pass the step itself left it with at most one step to sample, which a fast worker
             # finished within the delay and exited before its kill.
             reached = step - (staleness_of(mode) if role == "rollout" else 0)
-            wait_for(lambda reached=reached: min((store.read_progress(a) or {}).get("step", 0) for a in AGENTS) >= reached or process.poll() is not None,
-                     RUN_TIMEOUT, f"every learner past step {reached}")
+            wait_for(
+                lambda reached=reached: (
+                    min((store.read_progress(a) or {}).get("step", 0) for a in AGENTS) >= reached
+                    or process.poll() is not None
+                ),
+                RUN_TIMEOUT,
+                f"every learner past step {reached}",
+            )
             # The target as the supervisor's table lists it, once its process is alive: right after
             # an earlier kill of the same worker the table still names the dead pid until the
             # restart, while the store's progress may already show the step reached.
-            found = wait_for(lambda step=step, agent=agent, role=role: live_target(tmp_path / "work", agent, role, step, struck_pids) or (process.poll() is not None and "ended"),
-                             RUN_TIMEOUT, f"a live {role} worker of {agent}", interval=0.01)
-            assert found != "ended", f"the run ended before the planned SIGKILL of the {role} worker of {agent} at step {step}"
+            found = wait_for(
+                lambda step=step, agent=agent, role=role: (
+                    live_target(tmp_path / "work", agent, role, step, struck_pids)
+                    or (process.poll() is not None and "ended")
+                ),
+                RUN_TIMEOUT,
+                f"a live {role} worker of {agent}",
+                interval=0.01,
+            )
+            assert found != "ended", (
+                f"the run ended before the planned SIGKILL of the {role} worker of {agent} at step {step}"
+            )
             workers, entry = found
             # Every other worker held during the delay: the target cannot run out of work (its next
             # steps need their rollouts, weights or scores) and exit before its kill, on any machine.
@@ -217,8 +258,10 @@ def test_sigkilled_workers_at_random_points_resume_to_the_uninterrupted_result(t
                 progress = {a: store.read_progress(a) for a in AGENTS}
                 process.kill()
                 output, _ = process.communicate()
-                raise AssertionError(f"the {role} worker of {agent} (pid {entry['pid']}) had exited before its planned SIGKILL at step {step}; "
-                                     f"workers {workers}; progress {progress}; the run's output:\n{output[-4000:]}")
+                raise AssertionError(
+                    f"the {role} worker of {agent} (pid {entry['pid']}) had exited before its planned SIGKILL at step {step}; "
+                    f"workers {workers}; progress {progress}; the run's output:\n{output[-4000:]}"
+                )
             killed.append((step, agent, role, round(delay, 2)))
         output = finish(process, f"the run with SIGKILLs {plan}")
     finally:
@@ -236,10 +279,14 @@ def test_sigkilled_workers_at_random_points_resume_to_the_uninterrupted_result(t
     assert_same_result(outcome(store), baselines(BASELINE_OF[mode]))
     LEDGER.fault("sigkill", len(killed))
     LEDGER.recoveries += len(restarted)
-    LEDGER.runs.append(f"seed {seed} ({mode}): SIGKILL (step reached, agent, role, delay s) {killed}; restarts {len(restarted)}; no step lost or repeated; result equal to uninterrupted")
+    LEDGER.runs.append(
+        f"seed {seed} ({mode}): SIGKILL (step reached, agent, role, delay s) {killed}; restarts {len(restarted)}; no step lost or repeated; result equal to uninterrupted"
+    )
 
 
-def test_s3_server_killed_mid_run_and_restarted_on_same_ports(tmp_path: Path, model_cache: Path, baseline: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_s3_server_killed_mid_run_and_restarted_on_same_ports(
+    tmp_path: Path, model_cache: Path, baseline: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """SeaweedFS SIGKILLed after the first step for OUTAGE seconds, then started again with the
     same ports and data directory: the run completes with the uninterrupted result.
 
@@ -261,11 +308,16 @@ def test_s3_server_killed_mid_run_and_restarted_on_same_ports(tmp_path: Path, mo
             monkeypatch.setenv(key, value)
         store = open_trajectory_store(uri, "rel-s3-outage", endpoint=server.endpoint)
         process = start_run(spec, tmp_path, env, "--quiet")
-        watcher = ChaosMonkey(tmp_path / "work", store, AGENTS, seed=0, kills=0, min_age=0.0)  # records pids and checkpoints
+        watcher = ChaosMonkey(
+            tmp_path / "work", store, AGENTS, seed=0, kills=0, min_age=0.0
+        )  # records pids and checkpoints
         watcher.start()
         try:
-            wait_for(lambda: (store.read_progress("qwen") or {}).get("step", 0) >= 1 or process.poll() is not None,
-                     RUN_TIMEOUT, "a first step through S3")
+            wait_for(
+                lambda: (store.read_progress("qwen") or {}).get("step", 0) >= 1 or process.poll() is not None,
+                RUN_TIMEOUT,
+                "a first step through S3",
+            )
             steps_at_outage = {agent: (store.read_progress(agent) or {}).get("step", 0) for agent in AGENTS}
             stop_server(server)
             down_at = time.monotonic()
@@ -295,8 +347,9 @@ def test_s3_server_killed_mid_run_and_restarted_on_same_ports(tmp_path: Path, mo
         )
         # read now: pytest removes a passed test's tmp_path (tmp_path_retention_policy "failed")
         S3_RUN["files"] = {str(p): p.read_bytes() for p in (tmp_path / "work").rglob("*") if p.is_file()}
-        S3_RUN["objects"] = {k: server.client().get_object(Bucket=server.bucket, Key=k)["Body"].read()
-                             for k in _all_bucket_keys(server)}
+        S3_RUN["objects"] = {
+            k: server.client().get_object(Bucket=server.bucket, Key=k)["Body"].read() for k in _all_bucket_keys(server)
+        }
         S3_RUN["output"] = output
     finally:
         server.stop()

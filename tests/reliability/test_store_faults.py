@@ -57,9 +57,21 @@ class CrashingStore:
 
 def rows(step: int, agent: str, reward: float, n: int = 6, experiment: str = "faults") -> list[dict[str, Any]]:
     return [
-        {"experiment": experiment, "step": step, "source_agent": agent, "policy_version": step, "tokenizer_id": "tok",
-         "prompt_uid": f"p{i // 2}", "sample_index": i % 2, "prompt": "1+1=", "response": "2", "token_ids": [1, 2],
-         "reward": reward, "finish_reason": "stop", "extra": "{}"}
+        {
+            "experiment": experiment,
+            "step": step,
+            "source_agent": agent,
+            "policy_version": step,
+            "tokenizer_id": "tok",
+            "prompt_uid": f"p{i // 2}",
+            "sample_index": i % 2,
+            "prompt": "1+1=",
+            "response": "2",
+            "token_ids": [1, 2],
+            "reward": reward,
+            "finish_reason": "stop",
+            "extra": "{}",
+        }
         for i in range(n)
     ]
 
@@ -83,7 +95,10 @@ def test_shard_whose_marker_write_failed_is_invisible_and_a_rewrite_heals_it(s3:
         store.read_rollouts(0, "a", wait=0.3)
     store.write_rollouts(0, "a", rows(0, "a", 0.5))
     assert [r["reward"] for r in store.read_rollouts(0, "a")] == [0.5] * 6
-    assert s3.list("faults/steps/") == ["faults/steps/000000/rollouts/a.parquet", "faults/steps/000000/rollouts/a.parquet.commit.json"]
+    assert s3.list("faults/steps/") == [
+        "faults/steps/000000/rollouts/a.parquet",
+        "faults/steps/000000/rollouts/a.parquet.commit.json",
+    ]
     LEDGER.fault("half-written-object")
 
 
@@ -113,7 +128,7 @@ def publish_dir(tmp_path: Path, name: str, files: dict[str, bytes]) -> Path:
 def test_checkpoint_whose_upload_died_half_way_is_ignored_and_replaced(s3: S3ObjectStore, tmp_path: Path) -> None:
     store = TrajectoryStore(s3, "faults")
     store.save_checkpoint("a", 1, publish_dir(tmp_path, "c1", {"model/w.bin": b"one", "state.json": b"{}"}))
-    files = {"model/w.bin": b"two" * 1000, "optimizer.pt": b"o" * 5000, "state.json": b"{\"s\": 2}"}
+    files = {"model/w.bin": b"two" * 1000, "optimizer.pt": b"o" * 5000, "state.json": b'{"s": 2}'}
     crashing = CrashingStore(s3, lambda key, n: n == 3)  # dies after two of three files
     with pytest.raises(Crash):
         TrajectoryStore(crashing, "faults").save_checkpoint("a", 2, publish_dir(tmp_path, "c2", files))
@@ -124,7 +139,11 @@ def test_checkpoint_whose_upload_died_half_way_is_ignored_and_replaced(s3: S3Obj
     store.save_checkpoint("a", 2, publish_dir(tmp_path, "c2-again", files))
     assert store.list_checkpoints("a") == [1, 2]
     store.load_checkpoint("a", 2, tmp_path / "restored")
-    assert {p.relative_to(tmp_path / "restored").as_posix(): p.read_bytes() for p in (tmp_path / "restored").rglob("*") if p.is_file()} == files
+    assert {
+        p.relative_to(tmp_path / "restored").as_posix(): p.read_bytes()
+        for p in (tmp_path / "restored").rglob("*")
+        if p.is_file()
+    } == files
     LEDGER.fault("half-written-checkpoint")
 
 
@@ -141,7 +160,7 @@ def test_corrupted_or_truncated_shard_is_refused_naming_its_key(s3: S3ObjectStor
     elif damage == "empty":
         s3.put(key, b"")
     else:
-        s3.put(key + ".commit.json", b"{\"size\": 12, \"sha")
+        s3.put(key + ".commit.json", b'{"size": 12, "sha')
     with pytest.raises(CorruptObject, match="rollouts/b.parquet"):
         store.read_rollouts(2, "b", wait=1.0)  # raised at once: a stable mismatch is not waited on
     LEDGER.fault("corrupted-shard")
@@ -162,12 +181,18 @@ def test_a_stale_weights_version_is_never_used_for_a_newer_step(s3: S3ObjectStor
     """Step t needs weights version t: with only t-1 published the reader waits (and times out
     naming the version), and a local directory holding version t-1's files gets version t's."""
     store = TrajectoryStore(s3, "faults")
-    store.publish_weights("a", 4, publish_dir(tmp_path, "w4", {"model.safetensors": b"old" * 100, "config.json": b"{\"v\": 4}"}))
+    store.publish_weights(
+        "a", 4, publish_dir(tmp_path, "w4", {"model.safetensors": b"old" * 100, "config.json": b'{"v": 4}'})
+    )
     local = tmp_path / "rollout-weights"
     store.fetch_weights("a", 4, local)
     with pytest.raises(TimeoutError, match="weights version 5 of agent 'a'"):
         store.fetch_weights("a", 5, local, wait=0.3)
-    publisher = threading.Timer(0.5, store.publish_weights, args=("a", 5, publish_dir(tmp_path, "w5", {"model.safetensors": b"new" * 100, "config.json": b"{\"v\": 5}"})))
+    publisher = threading.Timer(
+        0.5,
+        store.publish_weights,
+        args=("a", 5, publish_dir(tmp_path, "w5", {"model.safetensors": b"new" * 100, "config.json": b'{"v": 5}'})),
+    )
     publisher.start()
     store.fetch_weights("a", 5, local, wait=30)  # waits for the new version, then replaces the stale files
     publisher.join()
@@ -192,10 +217,14 @@ def own_server(tmp_path_factory: pytest.TempPathFactory):
 def store_on(server: SeaweedS3, monkeypatch: pytest.MonkeyPatch, attempts: int = 5) -> S3ObjectStore:
     for name, value in server.env().items():
         monkeypatch.setenv(name, value)
-    return open_object_store(f"s3://{server.bucket}/restart", endpoint=server.endpoint, attempts=attempts, connect_timeout=1.0)
+    return open_object_store(
+        f"s3://{server.bucket}/restart", endpoint=server.endpoint, attempts=attempts, connect_timeout=1.0
+    )
 
 
-def test_writes_ride_over_a_server_restart_on_the_same_ports_and_data_dir(own_server: SeaweedS3, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_writes_ride_over_a_server_restart_on_the_same_ports_and_data_dir(
+    own_server: SeaweedS3, monkeypatch: pytest.MonkeyPatch
+) -> None:
     patient = store_on(own_server, monkeypatch, attempts=60)
     store = TrajectoryStore(patient, "restart")
     store.write_rollouts(0, "a", rows(0, "a", 1.0, experiment="restart"))
@@ -222,7 +251,9 @@ def test_writes_ride_over_a_server_restart_on_the_same_ports_and_data_dir(own_se
     LEDGER.recoveries += 1
 
 
-def test_store_down_beyond_the_retry_window_fails_fast_naming_the_endpoint(own_server: SeaweedS3, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_store_down_beyond_the_retry_window_fails_fast_naming_the_endpoint(
+    own_server: SeaweedS3, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With the default 5 attempts a worker gives up after a few seconds with a clear message
     (and `hacrl run`/the operator restart it); it never hangs and never names a credential."""
     store = store_on(own_server, monkeypatch)
@@ -241,7 +272,13 @@ def test_store_down_beyond_the_retry_window_fails_fast_naming_the_endpoint(own_s
 
 # -- clock skew ------------------------------------------------------------------------------
 
-WALL_CLOCK_CALLS = {("time", "time"), ("time", "time_ns"), ("datetime", "now"), ("datetime", "utcnow"), ("date", "today")}
+WALL_CLOCK_CALLS = {
+    ("time", "time"),
+    ("time", "time_ns"),
+    ("datetime", "now"),
+    ("datetime", "utcnow"),
+    ("date", "today"),
+}
 # Informational timestamps only, never compared: the heartbeat's `time`, when an owner record
 # or a lease was claimed (for people reading the store), and the timestamp MLflow's API requires
 # on each metric (the step number orders them; the tracker never reads the time back).
@@ -284,15 +321,39 @@ def test_operator_status_ignores_a_skewed_heartbeat_clock(skew_seconds: int) -> 
     now = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)
     experiment = parse_experiment(yaml.safe_load((REPO / "examples/quickstart.yaml").read_text()))
     agents = [a.name for a in experiment.spec.agents]
-    pods = [{"metadata": {"name": f"quickstart-{a}-{r}", "labels": {"hacrl.io/agent": a, "hacrl.io/role": r, "hacrl.io/experiment": "quickstart"}},
-             "status": {"phase": "Running"}} for a in agents for r in ("rollout", "learner")]
+    pods = [
+        {
+            "metadata": {
+                "name": f"quickstart-{a}-{r}",
+                "labels": {"hacrl.io/agent": a, "hacrl.io/role": r, "hacrl.io/experiment": "quickstart"},
+            },
+            "status": {"phase": "Running"},
+        }
+        for a in agents
+        for r in ("rollout", "learner")
+    ]
 
     def heartbeat(at: float) -> dict[str, Any]:
-        return {a: {"agent": a, "step": 3, "steps": 12, "weights_version": 3, "reward": 0.5, "accuracy": None, "capability": 0.5,
-                    "last_checkpoint": 3, "done": False, "time": at} for a in agents}
+        return {
+            a: {
+                "agent": a,
+                "step": 3,
+                "steps": 12,
+                "weights_version": 3,
+                "reward": 0.5,
+                "accuracy": None,
+                "capability": 0.5,
+                "last_checkpoint": 3,
+                "done": False,
+                "time": at,
+            }
+            for a in agents
+        }
 
     def observe(at: float) -> dict[str, Any]:
-        return plan_reconcile(Observed(experiment=experiment, status={}, pods=pods, progress=heartbeat(at), now=now)).status
+        return plan_reconcile(
+            Observed(experiment=experiment, status={}, pods=pods, progress=heartbeat(at), now=now)
+        ).status
 
     assert observe(now.timestamp() + skew_seconds) == observe(now.timestamp())
     LEDGER.fault("clock-skew")

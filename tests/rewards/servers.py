@@ -23,6 +23,7 @@ def running(server: ThreadingHTTPServer) -> Iterator[str]:
 @contextmanager
 def raw(respond: Callable[[BaseHTTPRequestHandler], None]) -> Iterator[str]:
     """A server whose ``respond(handler)`` writes whatever bytes it likes once the request is read."""
+
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # noqa: N802
             self.rfile.read(int(self.headers["Content-Length"]))

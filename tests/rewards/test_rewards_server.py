@@ -20,8 +20,12 @@ from tests.rewards.servers import raw, running, send
 
 def items(n: int, right: int = 0) -> list[RewardItem]:
     """``n`` items whose first ``right`` responses answer 7 (the gold), the rest 8."""
-    return [RewardItem("2+5=?", f"#### {7 if i < right else 8}", "7", {"question": "2+5"}, f"prompt p{i // 4} sample {i % 4}")
-            for i in range(n)]
+    return [
+        RewardItem(
+            "2+5=?", f"#### {7 if i < right else 8}", "7", {"question": "2+5"}, f"prompt p{i // 4} sample {i % 4}"
+        )
+        for i in range(n)
+    ]
 
 
 @contextmanager
@@ -71,7 +75,9 @@ def test_a_bearer_token_is_required_when_the_server_has_one(monkeypatch: pytest.
 
 
 def test_unavailable_then_back_is_retried_and_counted() -> None:
-    with misbehaving(lambda n, batch: (503, {"error": "busy"}) if n <= 2 else (200, {"scores": [0.5] * len(batch)})) as url:
+    with misbehaving(
+        lambda n, batch: (503, {"error": "busy"}) if n <= 2 else (200, {"scores": [0.5] * len(batch)})
+    ) as url:
         assert RemoteReward(url, retries=3, backoff_seconds=0.01).score(items(3)) == [0.5] * 3
     assert take_retries() == {"rollout/reward_retries/http_503": 2}
 
@@ -85,21 +91,29 @@ def test_a_server_that_stays_down_stops_the_worker_with_the_reason() -> None:
     assert take_retries() == {"rollout/reward_retries/connection": 2}
 
 
-@pytest.mark.parametrize(("body", "expected"), [
-    ({"scores": [0.5, float("nan")]}, r"scored prompt p0 sample 1 nan: a score must be a finite number in \[0, 1\]"),
-    ({"scores": [0.5, 1.5]}, r"scored prompt p0 sample 1 1.5"),
-    ({"scores": [0.5, True]}, r"scored prompt p0 sample 1 True"),
-    ({"scores": [0.5, "1"]}, r"scored prompt p0 sample 1 '1'"),
-    ({"scores": [0.5]}, r"answered 1 scores for 2 items"),
-    ({"rewards": [0.5, 0.5]}, r"expected \{\"scores\": \[...\]\}"),
-])
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (
+            {"scores": [0.5, float("nan")]},
+            r"scored prompt p0 sample 1 nan: a score must be a finite number in \[0, 1\]",
+        ),
+        ({"scores": [0.5, 1.5]}, r"scored prompt p0 sample 1 1.5"),
+        ({"scores": [0.5, True]}, r"scored prompt p0 sample 1 True"),
+        ({"scores": [0.5, "1"]}, r"scored prompt p0 sample 1 '1'"),
+        ({"scores": [0.5]}, r"answered 1 scores for 2 items"),
+        ({"rewards": [0.5, 0.5]}, r"expected \{\"scores\": \[...\]\}"),
+    ],
+)
 def test_an_answer_that_is_not_a_score_per_item_is_refused_naming_the_item(body: dict, expected: str) -> None:
     with misbehaving(lambda n, batch: (200, body)) as url, pytest.raises(RewardServerError, match=expected):
         RemoteReward(url, retries=0).score(items(2))
 
 
 def test_the_spec_takes_a_reward_name_or_a_server_url() -> None:
-    data = DataSpec.model_validate({"train": {"source": "x"}, "reward": "https://rewards.example/score", "rewardServer": {"retries": 2}})
+    data = DataSpec.model_validate(
+        {"train": {"source": "x"}, "reward": "https://rewards.example/score", "rewardServer": {"retries": 2}}
+    )
     assert data.reward_server.retries == 2 and data.reward_server.batch_size == 256
     for bad in ("nosuch", "ftp://x/score", "http://", "https://a b"):
         with pytest.raises(ValueError, match="neither a reward"):
@@ -123,7 +137,10 @@ def test_the_kubernetes_example_runs_the_command_the_experiment_names() -> None:
     assert (args.command, args.host) == ("reward-server", "0.0.0.0")
     assert container["ports"][0]["containerPort"] == args.port == service["spec"]["ports"][0]["port"]
     experiment = load_experiment(folder / "experiment.yaml")
-    assert experiment.spec.data.reward == f"http://{service['metadata']['name']}:{service['spec']['ports'][0]['port']}/score"
+    assert (
+        experiment.spec.data.reward
+        == f"http://{service['metadata']['name']}:{service['spec']['ports'][0]['port']}/score"
+    )
     server_token = next(e for e in container["env"] if e["name"] == "REWARD_SERVER_TOKEN")["valueFrom"]
     client_token = next(e for e in experiment.spec.env if e.name == "REWARD_SERVER_TOKEN").value_from
     assert client_token.secret_key_ref.name == server_token["secretKeyRef"]["name"]
@@ -170,12 +187,15 @@ def garbage(handler: BaseHTTPRequestHandler) -> None:
     handler.close_connection = True
 
 
-@pytest.mark.parametrize(("respond", "last"), [(trickle, "timeout"), (endless, "timeout"), (dropped, "connection"),
-                                               (garbage, "connection")])
+@pytest.mark.parametrize(
+    ("respond", "last"), [(trickle, "timeout"), (endless, "timeout"), (dropped, "connection"), (garbage, "connection")]
+)
 def test_timeout_seconds_bounds_the_whole_request_and_a_broken_answer_is_retried(respond, last: str) -> None:
     with raw(respond) as url:
         began = time.monotonic()
-        with pytest.raises(RewardServerError, match=rf"no answer after 2 tries \(last: {last}\).*data.rewardServer.timeoutSeconds"):
+        with pytest.raises(
+            RewardServerError, match=rf"no answer after 2 tries \(last: {last}\).*data.rewardServer.timeoutSeconds"
+        ):
             RemoteReward(url, timeout_seconds=1.0, retries=1, backoff_seconds=0.01).score(items(2))
         took = time.monotonic() - began
     assert took < 4.0, f"two tries of a 1 s deadline took {took:.1f} s"
@@ -183,18 +203,28 @@ def test_timeout_seconds_bounds_the_whole_request_and_a_broken_answer_is_retried
 
 
 def test_an_answer_that_floods_is_refused_at_the_limit() -> None:
-    with raw(lambda handler: endless(handler, pause=0)) as url, \
-            pytest.raises(RewardServerError, match=f"answered over {MAX_ANSWER_BYTES} bytes for 2 items"):
+    with (
+        raw(lambda handler: endless(handler, pause=0)) as url,
+        pytest.raises(RewardServerError, match=f"answered over {MAX_ANSWER_BYTES} bytes for 2 items"),
+    ):
         RemoteReward(url, timeout_seconds=60, retries=0).score(items(2))
 
 
-@pytest.mark.parametrize(("status", "body", "expected"), [
-    (400, {"error": "bad items"}, r"refused the batch: HTTP 400 \{\"error\": \"bad items\"\}"),
-    (404, {"error": "no /score"}, "refused the batch: HTTP 404"),
-    (200, {"scores": "[" * 100_000}, r"answered .*expected \{\"scores\": \[...\]\}"),
-])
-def test_a_refusal_or_an_answer_nested_too_deep_is_a_reward_server_error(status: int, body: dict, expected: str) -> None:
+@pytest.mark.parametrize(
+    ("status", "body", "expected"),
+    [
+        (400, {"error": "bad items"}, r"refused the batch: HTTP 400 \{\"error\": \"bad items\"\}"),
+        (404, {"error": "no /score"}, "refused the batch: HTTP 404"),
+        (200, {"scores": "[" * 100_000}, r"answered .*expected \{\"scores\": \[...\]\}"),
+    ],
+)
+def test_a_refusal_or_an_answer_nested_too_deep_is_a_reward_server_error(
+    status: int, body: dict, expected: str
+) -> None:
     nested = json.dumps(body).replace('"' + "[" * 100_000 + '"', "[" * 100_000)  # JSON nested 100,000 deep
-    with raw(lambda handler: send(handler, status, nested.encode())) as url, pytest.raises(RewardServerError, match=expected):
+    with (
+        raw(lambda handler: send(handler, status, nested.encode())) as url,
+        pytest.raises(RewardServerError, match=expected),
+    ):
         RemoteReward(url, retries=2, backoff_seconds=0).score(items(2))
     assert take_retries() == {}, "a refusal is not retried"

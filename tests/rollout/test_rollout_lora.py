@@ -23,18 +23,30 @@ IDS = torch.tensor([[5, 9, 12, 7, 3, 14, 8, 6]])
 @pytest.fixture
 def context(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> WorkerContext:
     monkeypatch.setenv("HACRL_CACHE", str(tmp_path / "cache"))
-    experiment = parse_experiment({
-        "apiVersion": "hacrl.io/v1alpha1",
-        "kind": "HACRLExperiment",
-        "metadata": {"name": "lora-rollout"},
-        "spec": {
-            "agents": [{"name": "solo", "model": "tiny://llama-char?seed=0&warmup_steps=0", "learner": {"lr": 1e-2, "lora": {"rank": 4}}},
-                       {"name": "peer", "model": "tiny://qwen2-bpe"}],
-            "algorithm": {"groupSize": 2, "promptsPerStep": 4, "miniBatchPrompts": 2},
-            "data": {"train": {"source": "builtin://arithmetic"}},
-        },
-    })
-    context = WorkerContext(experiment=experiment, agent_name="solo", store=open_trajectory_store((tmp_path / "store").as_uri(), "lora-rollout"))
+    experiment = parse_experiment(
+        {
+            "apiVersion": "hacrl.io/v1alpha1",
+            "kind": "HACRLExperiment",
+            "metadata": {"name": "lora-rollout"},
+            "spec": {
+                "agents": [
+                    {
+                        "name": "solo",
+                        "model": "tiny://llama-char?seed=0&warmup_steps=0",
+                        "learner": {"lr": 1e-2, "lora": {"rank": 4}},
+                    },
+                    {"name": "peer", "model": "tiny://qwen2-bpe"},
+                ],
+                "algorithm": {"groupSize": 2, "promptsPerStep": 4, "miniBatchPrompts": 2},
+                "data": {"train": {"source": "builtin://arithmetic"}},
+            },
+        }
+    )
+    context = WorkerContext(
+        experiment=experiment,
+        agent_name="solo",
+        store=open_trajectory_store((tmp_path / "store").as_uri(), "lora-rollout"),
+    )
     context.work_dir = tmp_path / "work"
     context.work_dir.mkdir()
     return context
@@ -45,7 +57,9 @@ def logits(model: torch.nn.Module) -> torch.Tensor:
         return model.eval()(input_ids=IDS).logits
 
 
-def test_a_rollout_started_at_a_later_version_samples_with_the_trained_adapter(context: WorkerContext, tmp_path: Path) -> None:
+def test_a_rollout_started_at_a_later_version_samples_with_the_trained_adapter(
+    context: WorkerContext, tmp_path: Path
+) -> None:
     state = initialize(context, "cpu")
     publish_weights(context, state, 0)
     for _ in range(2):

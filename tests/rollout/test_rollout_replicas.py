@@ -9,17 +9,28 @@ from hacrl_core.rollout.sampling import sampling_params
 from hacrl_core.spec import ROLLOUT_REPLICA_ENV, RolloutSettings
 
 
-@pytest.mark.parametrize(("prompts", "replicas", "sizes"), [
-    (8, 1, [8]), (8, 2, [4, 4]), (10, 4, [3, 3, 2, 2]), (5, 5, [1, 1, 1, 1, 1]), (7, 3, [3, 2, 2]),
-])
-def test_replicas_split_the_prompts_contiguously_the_first_ones_one_more(prompts: int, replicas: int, sizes: list[int]) -> None:
+@pytest.mark.parametrize(
+    ("prompts", "replicas", "sizes"),
+    [
+        (8, 1, [8]),
+        (8, 2, [4, 4]),
+        (10, 4, [3, 3, 2, 2]),
+        (5, 5, [1, 1, 1, 1, 1]),
+        (7, 3, [3, 2, 2]),
+    ],
+)
+def test_replicas_split_the_prompts_contiguously_the_first_ones_one_more(
+    prompts: int, replicas: int, sizes: list[int]
+) -> None:
     slices = [replica_slice(prompts, replicas, r) for r in range(replicas)]
     assert [s.stop - s.start for s in slices] == sizes
     assert [i for s in slices for i in range(prompts)[s]] == list(range(prompts))  # each prompt once, in order
 
 
 def test_more_replicas_than_prompts_is_refused_naming_the_field() -> None:
-    with pytest.raises(ValueError, match=r"rollout.replicas: 5 replicas for 4 prompts per step .* use at most 4 replicas"):
+    with pytest.raises(
+        ValueError, match=r"rollout.replicas: 5 replicas for 4 prompts per step .* use at most 4 replicas"
+    ):
         replica_slice(4, 5, 0)
 
 
@@ -27,10 +38,15 @@ def test_the_replica_index_comes_from_the_environment() -> None:
     where = "spec.agents[1].rollout.replicas"
     assert rollout_replica(1, where, {}) == 0  # one replica: nothing to set
     assert rollout_replica(3, where, {ROLLOUT_REPLICA_ENV: "2"}) == 2
-    with pytest.raises(ValueError, match=rf"{ROLLOUT_REPLICA_ENV} is not set, but spec.agents\[1\].rollout.replicas is 3: .* 0..2"):
+    with pytest.raises(
+        ValueError, match=rf"{ROLLOUT_REPLICA_ENV} is not set, but spec.agents\[1\].rollout.replicas is 3: .* 0..2"
+    ):
         rollout_replica(3, where, {})
     for bad in ("3", "-1", "one"):
-        with pytest.raises(ValueError, match=rf"{ROLLOUT_REPLICA_ENV}='{bad}' is not a replica of spec.agents\[1\].rollout.replicas 3: use 0..2"):
+        with pytest.raises(
+            ValueError,
+            match=rf"{ROLLOUT_REPLICA_ENV}='{bad}' is not a replica of spec.agents\[1\].rollout.replicas 3: use 0..2",
+        ):
             rollout_replica(3, where, {ROLLOUT_REPLICA_ENV: bad})
 
 
@@ -48,13 +64,27 @@ def test_hacrl_run_starts_a_process_per_rollout_replica() -> None:
     from hacrl_core.runtime.local import LocalRun, worker_slots
     from hacrl_core.spec import parse_experiment
 
-    document = {"apiVersion": "hacrl.io/v1alpha1", "kind": "HACRLExperiment", "metadata": {"name": "slots"},
-                "spec": {"agents": [{"name": "a", "model": "tiny://llama-char", "rollout": {"replicas": 3}},
-                                    {"name": "b", "model": "tiny://qwen2-bpe"}],
-                         "data": {"train": {"source": "builtin://arithmetic"}}}}
+    document = {
+        "apiVersion": "hacrl.io/v1alpha1",
+        "kind": "HACRLExperiment",
+        "metadata": {"name": "slots"},
+        "spec": {
+            "agents": [
+                {"name": "a", "model": "tiny://llama-char", "rollout": {"replicas": 3}},
+                {"name": "b", "model": "tiny://qwen2-bpe"},
+            ],
+            "data": {"train": {"source": "builtin://arithmetic"}},
+        },
+    }
     run = LocalRun(parse_experiment(document), Path("spec.yaml"), Path("work"), store=None)
-    assert worker_slots(run) == [("a", "rollout", 0), ("a", "rollout", 1), ("a", "rollout", 2), ("a", "learner", None),
-                                 ("b", "rollout", None), ("b", "learner", None)]
+    assert worker_slots(run) == [
+        ("a", "rollout", 0),
+        ("a", "rollout", 1),
+        ("a", "rollout", 2),
+        ("a", "learner", None),
+        ("b", "rollout", None),
+        ("b", "learner", None),
+    ]
 
 
 def test_the_progress_table_shows_each_agents_replicas_running(tmp_path) -> None:
@@ -65,14 +95,24 @@ def test_the_progress_table_shows_each_agents_replicas_running(tmp_path) -> None
     from hacrl_core.runtime.local import LocalRun, WorkerProcess
     from hacrl_core.spec import parse_experiment
 
-    document = {"apiVersion": "hacrl.io/v1alpha1", "kind": "HACRLExperiment", "metadata": {"name": "shown"},
-                "spec": {"agents": [{"name": "a", "model": "tiny://llama-char", "rollout": {"replicas": 2}},
-                                    {"name": "b", "model": "tiny://qwen2-bpe"}],
-                         "data": {"train": {"source": "builtin://arithmetic"}}}}
+    document = {
+        "apiVersion": "hacrl.io/v1alpha1",
+        "kind": "HACRLExperiment",
+        "metadata": {"name": "shown"},
+        "spec": {
+            "agents": [
+                {"name": "a", "model": "tiny://llama-char", "rollout": {"replicas": 2}},
+                {"name": "b", "model": "tiny://qwen2-bpe"},
+            ],
+            "data": {"train": {"source": "builtin://arithmetic"}},
+        },
+    }
     experiment = parse_experiment(document)
     run = LocalRun(experiment, tmp_path / "spec.yaml", tmp_path, store=None)
-    run.workers = [WorkerProcess("a", "rollout", [command], {}, tmp_path / f"{replica}.log", replica=replica)
-                   for replica, command in ((0, "sleep"), (1, "true"))]
+    run.workers = [
+        WorkerProcess("a", "rollout", [command], {}, tmp_path / f"{replica}.log", replica=replica)
+        for replica, command in ((0, "sleep"), (1, "true"))
+    ]
     run.workers[0].command.append("30")
     for worker in run.workers:
         worker.start()

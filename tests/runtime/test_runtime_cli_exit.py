@@ -20,7 +20,9 @@ print("never reached")
 
 
 def console(*arguments: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", PROGRAM, *arguments], cwd=REPO, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", PROGRAM, *arguments], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_console_keeps_exit_code_output_and_atexit_handlers() -> None:
@@ -53,7 +55,9 @@ def test_a_learner_that_left_its_process_group_takes_the_fast_exit() -> None:
     a process like any other for console's fast exit."""
     from hacrl_core.learner.launcher import free_port
 
-    result = subprocess.run([sys.executable, "-c", GROUP_PROGRAM, str(free_port())], cwd=REPO, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", GROUP_PROGRAM, str(free_port())], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["False", "True", "False"]
 
@@ -84,8 +88,13 @@ def test_a_rank_that_ends_still_in_its_group_leaves_it_and_keeps_its_exit_code(h
     (a fenced-out rank restarted)."""
     from hacrl_core.learner.launcher import free_port
 
-    result = subprocess.run([sys.executable, "-c", FAILING_RANK_PROGRAM, str(free_port()), how], cwd=REPO,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", FAILING_RANK_PROGRAM, str(free_port()), how],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == code, result.stderr
     assert "joined at exit: False" in result.stdout, result.stdout + result.stderr
     assert how != "raise" or "RuntimeError: the learner failed" in result.stderr
@@ -109,11 +118,14 @@ def test_an_escaping_exception_is_one_line_and_a_hint_unless_debug(debug: bool) 
     """The last-resort handler: one line naming the command and the error, exit 70, counted;
     ``--debug`` (anywhere on the line) lets the traceback through."""
     argv = ["validate", "x.yaml"] + (["--debug"] if debug else [])
-    done = subprocess.run([sys.executable, "-c", HANDLER_PROGRAM, *argv], cwd=REPO, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", HANDLER_PROGRAM, *argv], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     if debug:
         assert done.returncode == 1 and "Traceback (most recent call last)" in done.stderr
         assert "ValueError: an input no command handles" in done.stderr
     else:
         assert done.stdout.strip() == "exit 70 fired 1", done.stdout + done.stderr
-        assert done.stderr.strip() == ("hacrl validate: unexpected ValueError: an input no command handles "
-                                       "(rerun with --debug for the traceback)")
+        assert done.stderr.strip() == (
+            "hacrl validate: unexpected ValueError: an input no command handles (rerun with --debug for the traceback)"
+        )

@@ -31,7 +31,9 @@ def test_warning_fires_after_consecutive_clipped_majorities_and_names_causes_and
     clipped = [step(t, 0.8) for t in range(WARN_AFTER_STEPS)]
     text = sharing_warning("qwen", clipped, delta=0.2)
     assert text is not None
-    assert text.startswith(f"qwen: 80% of the rows shared by other agents fell outside HACPO's clipping window [0.8, 1] in {WARN_AFTER_STEPS}")
+    assert text.startswith(
+        f"qwen: 80% of the rows shared by other agents fell outside HACPO's clipping window [0.8, 1] in {WARN_AFTER_STEPS}"
+    )
     for named in ("few tokens", "tokenizers", "diverged", "algorithm.delta", "algorithm.alpha"):
         assert named in text
 
@@ -50,7 +52,9 @@ def test_report_shows_shared_rows_used_per_agent_the_warning_and_the_data(tmp_pa
         store.write_metrics(t, "clipped", step(t, 0.75))
         store.write_metrics(t, "fine", step(t, 0.25))
     data = [DatasetReport("data.train", "train.jsonl", 40, {"invalid_json": 1, "missing_answer": 1})]
-    summary = (write_report(store, ["clipped", "fine"], 4, tmp_path / "report", datasets=data) / "summary.md").read_text()
+    summary = (
+        write_report(store, ["clipped", "fine"], 4, tmp_path / "report", datasets=data) / "summary.md"
+    ).read_text()
     assert "| clipped | 4 | 0.500 → 0.500 | – | 25% |" in summary
     assert "| fine | 4 | 0.500 → 0.500 | – | 75% |" in summary
     assert "- clipped: 75% of the rows shared by other agents fell outside" in summary

@@ -10,7 +10,9 @@ import pytest
 from hacrl_core.metrics import WorkerMetrics
 
 
-def test_a_taken_port_moves_the_endpoint_instead_of_failing_the_worker(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_taken_port_moves_the_endpoint_instead_of_failing_the_worker(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.delenv("HACRL_METRICS_PORT", raising=False)
     monkeypatch.delenv("HACRL_METRICS_BIND", raising=False)
     with socket.socket() as other_run:
@@ -35,7 +37,9 @@ def scrape(metrics: WorkerMetrics) -> dict[str, float]:
     samples = {}
     for family in text_string_to_metric_families(generate_latest(metrics.registry).decode()):
         for sample in family.samples:
-            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()) if k not in ("experiment", "agent", "role"))
+            labels = ",".join(
+                f"{k}={v}" for k, v in sorted(sample.labels.items()) if k not in ("experiment", "agent", "role")
+            )
             samples[f"{sample.name}{{{labels}}}"] = sample.value
     return samples
 
@@ -51,10 +55,20 @@ def test_step_counts_add_up_as_counters_and_durations_fill_histograms() -> None:
     metrics = WorkerMetrics("exp", "agent", "learner")
     retries = [0]
     metrics.count_from("hacrl_store_retries", "retries", lambda: retries[0])
-    step = {"learner/own_rows": 8, "learner/cross_rows": 8, "learner/cross_clip_frac": 0.25, "learner/trained_tokens": 120,
-            "learner/updates": 2, "learner/skipped_updates": 0, "learner/pg_loss": 0.5,
-            "learner/seconds_update": 0.2, "learner/seconds_score": 0.05, "learner/seconds_publish": 0.1,
-            "learner/weights_bytes_written": 1000, "learner/weights_publish_share": 0.05}
+    step = {
+        "learner/own_rows": 8,
+        "learner/cross_rows": 8,
+        "learner/cross_clip_frac": 0.25,
+        "learner/trained_tokens": 120,
+        "learner/updates": 2,
+        "learner/skipped_updates": 0,
+        "learner/pg_loss": 0.5,
+        "learner/seconds_update": 0.2,
+        "learner/seconds_score": 0.05,
+        "learner/seconds_publish": 0.1,
+        "learner/weights_bytes_written": 1000,
+        "learner/weights_publish_share": 0.05,
+    }
     metrics.publish_step(step)
     metrics.publish_step({**step, "learner/pg_loss": 0.25})
     retries[0] = 3
@@ -65,7 +79,16 @@ def test_step_counts_add_up_as_counters_and_durations_fill_histograms() -> None:
     assert samples["hacrl_learner_trained_tokens_total{}"] == 240 and samples["hacrl_learner_updates_total{}"] == 4
     assert samples["hacrl_learner_pg_loss{}"] == 0.25  # a step's value stays a gauge: the last one
     assert "hacrl_learner_own_rows{}" not in samples  # a counted key is not a gauge too
-    assert samples["hacrl_learner_update_seconds_count{}"] == 2 and abs(samples["hacrl_learner_update_seconds_sum{}"] - 0.4) < 1e-9
-    assert samples["hacrl_learner_step_seconds_count{}"] == 2 and abs(samples["hacrl_learner_step_seconds_sum{}"] - 0.7) < 1e-9
+    assert (
+        samples["hacrl_learner_update_seconds_count{}"] == 2
+        and abs(samples["hacrl_learner_update_seconds_sum{}"] - 0.4) < 1e-9
+    )
+    assert (
+        samples["hacrl_learner_step_seconds_count{}"] == 2
+        and abs(samples["hacrl_learner_step_seconds_sum{}"] - 0.7) < 1e-9
+    )
     assert samples["hacrl_store_retries_total{}"] == 3
-    assert samples["hacrl_learner_weights_published_bytes_total{}"] == 2000 and samples["hacrl_learner_weights_publish_share{}"] == 0.05
+    assert (
+        samples["hacrl_learner_weights_published_bytes_total{}"] == 2000
+        and samples["hacrl_learner_weights_publish_share{}"] == 0.05
+    )

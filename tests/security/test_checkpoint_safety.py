@@ -69,7 +69,9 @@ def test_a_genuine_checkpoint_restores_optimizer_and_rng_state(model_dir: Path, 
     assert (random.random(), *torch.rand(3).tolist()) == (expected_python, *expected_torch.tolist())  # RNG restored
     saved = backend.optimizer_state()
     assert optimizer_state["state"][0]["step"] == saved["state"][0]["step"] == 1
-    torch.testing.assert_close(optimizer_state["state"][0]["exp_avg_sq"], saved["state"][0]["exp_avg_sq"], rtol=0, atol=0)
+    torch.testing.assert_close(
+        optimizer_state["state"][0]["exp_avg_sq"], saved["state"][0]["exp_avg_sq"], rtol=0, atol=0
+    )
 
 
 @pytest.mark.parametrize("file", [OPTIMIZER_FILE, RNG_FILE])
@@ -90,6 +92,8 @@ def test_a_crafted_pickle_in_a_checkpoint_is_refused_and_never_runs(model_dir: P
     assert marker.read_text() == "pwned"
     marker.unlink()
 
-    with pytest.raises(UnsafeCheckpointError, match=rf"{file} of a checkpoint holds objects other than tensors and plain data"):
+    with pytest.raises(
+        UnsafeCheckpointError, match=rf"{file} of a checkpoint holds objects other than tensors and plain data"
+    ):
         restore_checkpoint(store, "a", 1, tmp_path / "work", "cpu", torch.float32)
     assert not marker.exists()

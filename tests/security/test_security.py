@@ -82,8 +82,11 @@ def test_chart_workloads_are_restricted(values: Path) -> None:
     assert any(d["kind"] == "Deployment" for d in workloads)
     for workload in workloads:
         pod_spec = workload["spec"]["template"]["spec"] if workload["kind"] != "Pod" else workload["spec"]
-        assert_restricted(pod_spec, f"{values.name}: {workload['kind']} {workload['metadata']['name']}",
-                          read_only_root=workload["kind"] == "Deployment")
+        assert_restricted(
+            pod_spec,
+            f"{values.name}: {workload['kind']} {workload['metadata']['name']}",
+            read_only_root=workload["kind"] == "Deployment",
+        )
 
 
 @pytest.mark.parametrize("values", CI_VALUES, ids=[p.name for p in CI_VALUES])
@@ -97,7 +100,14 @@ def test_chart_rbac_is_least_privilege(values: Path) -> None:
                 assert "*" not in rule.get(field, []), where
             assert not set(rule.get("verbs", [])) & {"escalate", "bind", "impersonate"}, where
             resources = set(rule.get("resources", []))
-            assert not resources & {"secrets", "pods/exec", "pods/attach", "pods/portforward", "nodes/proxy", "serviceaccounts/token"}, where
+            assert not resources & {
+                "secrets",
+                "pods/exec",
+                "pods/attach",
+                "pods/portforward",
+                "nodes/proxy",
+                "serviceaccounts/token",
+            }, where
     for binding in objects(docs, "ClusterRoleBinding") + objects(docs, "RoleBinding"):
         assert binding["roleRef"]["name"] not in ("cluster-admin", "admin", "edit"), binding["metadata"]["name"]
 
@@ -112,11 +122,18 @@ def test_operator_passes_credentials_by_reference_and_never_writes_them(cluster_
     cluster, op = cluster_with_secret
     document = yaml.safe_load((REPO / "examples/quickstart.yaml").read_text())
     closed = _closed_port()
-    document["spec"]["store"] = {"uri": "s3://bucket/runs", "endpoint": f"http://127.0.0.1:{closed}", "credentialsSecret": "store-creds"}
+    document["spec"]["store"] = {
+        "uri": "s3://bucket/runs",
+        "endpoint": f"http://127.0.0.1:{closed}",
+        "credentialsSecret": "store-creds",
+    }
     cluster.kubectl("apply", "-n", NS, "-f", "-", input=yaml.safe_dump(document))
     pods = wait_for(lambda: len(found := cluster.get("pods", namespace=NS)) == 4 and found, timeout=30, what="4 pods")
-    wait_for(lambda: any(e["reason"] == "StoreUnreachable" for e in cluster.get("events", namespace=NS)), timeout=60,
-             what="the StoreUnreachable event")
+    wait_for(
+        lambda: any(e["reason"] == "StoreUnreachable" for e in cluster.get("events", namespace=NS)),
+        timeout=60,
+        what="the StoreUnreachable event",
+    )
     for pod in pods:
         env = pod["spec"]["containers"][0]["env"]
         refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in env if "secretKeyRef" in e.get("valueFrom", {})}
@@ -148,11 +165,24 @@ def cluster_with_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", KNOWN_SECRET)
     cluster = EmulatedCluster(tmp_path).start()
     try:
-        cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}))
-        cluster.kubectl("apply", "-n", NS, "-f", "-", input=json.dumps({
-            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "store-creds"},
-            "stringData": {"AWS_ACCESS_KEY_ID": "known-access-key", "AWS_SECRET_ACCESS_KEY": KNOWN_SECRET},
-        }))
+        cluster.kubectl(
+            "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+        )
+        cluster.kubectl(
+            "apply",
+            "-n",
+            NS,
+            "-f",
+            "-",
+            input=json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "metadata": {"name": "store-creds"},
+                    "stringData": {"AWS_ACCESS_KEY_ID": "known-access-key", "AWS_SECRET_ACCESS_KEY": KNOWN_SECRET},
+                }
+            ),
+        )
         with run_operator(cluster) as op:
             op.expect_errors("StoreUnreachable", "cannot read progress")
             yield cluster, op
@@ -192,7 +222,9 @@ def test_worker_metrics_bind_where_the_spec_says(bind: str, monkeypatch: pytest.
     assert WorkerMetrics("exp", "agent", "rollout").serve(0, bind) is None  # port 0: nothing listens
 
 
-def test_hacrl_run_passes_the_spec_bind_address_to_every_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hacrl_run_passes_the_spec_bind_address_to_every_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`hacrl run` gives each worker the spec's metrics.bindAddress (default 127.0.0.1)."""
     from hacrl_core.runtime import local
 

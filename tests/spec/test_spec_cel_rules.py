@@ -18,7 +18,7 @@ PAIRED_TESTS = (ROOT / "tests" / "spec" / "test_spec_crd_rules.py").read_text()
 def documented_rules() -> list[tuple[str, list[str]]]:
     """``(CRD path, [test case, ...])`` of each row of the table."""
     text = (ROOT / "docs" / "architecture.md").read_text()
-    table = text[text.index("**Rules stated twice.**"):].split("\n\n")[1]
+    table = text[text.index("**Rules stated twice.**") :].split("\n\n")[1]
     rows = [line for line in table.splitlines() if line.startswith("| `")]
     found = []
     for row in rows:

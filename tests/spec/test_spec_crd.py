@@ -22,7 +22,9 @@ def test_committed_crd_matches_generated():
 def test_check_flag_fails_on_drift(tmp_path):
     stale = tmp_path / "crd.yaml"
     stale.write_text("stale\n")
-    result = subprocess.run([sys.executable, "-m", "hacrl_core.cli", "crd", "--check", "-o", str(stale)], capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "hacrl_core.cli", "crd", "--check", "-o", str(stale)], capture_output=True, text=True
+    )
     assert result.returncode == 1 and "out of date" in result.stderr
 
 
@@ -43,7 +45,11 @@ def test_schema_is_structural():
         assert "$ref" not in node and "anyOf" not in node and "allOf" not in node, path
         assert "type" in node, f"{path} has no type"
         if node["type"] == "object" and path != "$.metadata":  # the API server owns metadata's schema
-            assert "properties" in node or "additionalProperties" in node or node.get("x-kubernetes-preserve-unknown-fields"), path
+            assert (
+                "properties" in node
+                or "additionalProperties" in node
+                or node.get("x-kubernetes-preserve-unknown-fields")
+            ), path
 
 
 def test_crd_names_and_printer_columns():

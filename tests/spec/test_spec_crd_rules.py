@@ -80,48 +80,123 @@ def test_the_quickstart_passes_every_rule() -> None:
     assert violations(QUICKSTART, old=QUICKSTART) == []
 
 
-@pytest.mark.parametrize(("case", "document", "message"), [
-    ("mini-batch-does-not-divide", changed("spec.algorithm.miniBatchPrompts", 5), "miniBatchPrompts must divide promptsPerStep"),
-    ("mini-batch-larger", changed("spec.algorithm.miniBatchPrompts", 1024), "miniBatchPrompts must divide promptsPerStep"),
-    ("ratio-bounds", changed("spec.algorithm.ratioBounds", [1.5, 10.0]), "ratioBounds must be [low, high]"),
-    ("hacpo-alone", changed("spec.agents", QUICKSTART["spec"]["agents"][:1]), "need at least 2 agents"),
-    ("name-upper-case", changed("metadata.name", "Quick_Start"), "metadata.name must be a DNS label"),
-    ("name-too-long", changed("metadata.name", "q" * 41), "metadata.name must be a DNS label"),
-    ("queue-without-gang", changed("spec.scheduling", {"queueName": "team-a"}), "set scheduling.gang to kueue or volcano"),
-    ("kueue-without-queue", changed("spec.scheduling", {"gang": "kueue"}), "scheduling.gang kueue needs scheduling.queueName"),
-    ("volcano-other-scheduler", changed("spec.scheduling", {"gang": "volcano", "schedulerName": "my-scheduler"}),
-     "scheduling.gang volcano schedules the pods with schedulerName volcano"),
-    ("env-value-and-value-from", changed("spec.env", [{"name": "A", "value": "1", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}]),
-     "give value or valueFrom, not both"),
-    ("env-value-from-both-refs", changed("spec.env", [{"name": "A", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"},
-                                                                                  "secretKeyRef": {"name": "s", "key": "k"}}}]),
-     "valueFrom takes exactly one of configMapKeyRef and secretKeyRef"),
-    ("env-value-from-empty", changed("spec.env", [{"name": "A", "valueFrom": {}}]), "valueFrom takes exactly one"),
-    ("env-operator-variable", changed("spec.env", [{"name": "HF_HOME", "value": "/x"}]), "are set by the operator"),
-    ("env-operator-prefix", changed("spec.env", [{"name": "HACRL_AGENT", "value": "x"}]), "are set by the operator"),
-    ("env-token-by-hand", changed("spec.env", [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "HF_TOKEN"}}}]),
-     "HF_TOKEN: spec.modelTokenSecret"),
-    ("env-from-both", changed("spec.envFrom", [{"configMapRef": {"name": "c"}, "secretRef": {"name": "s"}}]),
-     "each entry takes exactly one of configMapRef and secretRef"),
-    ("env-from-neither", changed("spec.envFrom", [{"prefix": "X_"}]), "each entry takes exactly one"),
-    ("colocate-stale", changed("spec.algorithm.maxStaleness", 1, changed("spec.colocate", True)), "colocate: true needs algorithm.maxStaleness 0"),
-    ("colocate-vllm", changed("spec.agents.1.rollout.engine", "vllm", changed("spec.colocate", True)), "every agent's rollout.engine hf"),
-    ("colocate-replicas", changed("spec.agents.1.rollout.replicas", 2, changed("spec.colocate", True)), "and rollout.replicas 1"),
-    ("lora-module-twice", changed("spec.agents.0.learner", {"lora": {"targetModules": ["q_proj", "q_proj"]}}),
-     "lora.targetModules lists a module twice"),
-    ("replicas-above-prompts", changed("spec.agents.0.rollout.replicas", 9, changed("spec.algorithm.promptsPerStep", 8)),
-     "rollout.replicas must be at most algorithm.promptsPerStep"),
-])
+@pytest.mark.parametrize(
+    ("case", "document", "message"),
+    [
+        (
+            "mini-batch-does-not-divide",
+            changed("spec.algorithm.miniBatchPrompts", 5),
+            "miniBatchPrompts must divide promptsPerStep",
+        ),
+        (
+            "mini-batch-larger",
+            changed("spec.algorithm.miniBatchPrompts", 1024),
+            "miniBatchPrompts must divide promptsPerStep",
+        ),
+        ("ratio-bounds", changed("spec.algorithm.ratioBounds", [1.5, 10.0]), "ratioBounds must be [low, high]"),
+        ("hacpo-alone", changed("spec.agents", QUICKSTART["spec"]["agents"][:1]), "need at least 2 agents"),
+        ("name-upper-case", changed("metadata.name", "Quick_Start"), "metadata.name must be a DNS label"),
+        ("name-too-long", changed("metadata.name", "q" * 41), "metadata.name must be a DNS label"),
+        (
+            "queue-without-gang",
+            changed("spec.scheduling", {"queueName": "team-a"}),
+            "set scheduling.gang to kueue or volcano",
+        ),
+        (
+            "kueue-without-queue",
+            changed("spec.scheduling", {"gang": "kueue"}),
+            "scheduling.gang kueue needs scheduling.queueName",
+        ),
+        (
+            "volcano-other-scheduler",
+            changed("spec.scheduling", {"gang": "volcano", "schedulerName": "my-scheduler"}),
+            "scheduling.gang volcano schedules the pods with schedulerName volcano",
+        ),
+        (
+            "env-value-and-value-from",
+            changed(
+                "spec.env", [{"name": "A", "value": "1", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}]
+            ),
+            "give value or valueFrom, not both",
+        ),
+        (
+            "env-value-from-both-refs",
+            changed(
+                "spec.env",
+                [
+                    {
+                        "name": "A",
+                        "valueFrom": {
+                            "configMapKeyRef": {"name": "c", "key": "k"},
+                            "secretKeyRef": {"name": "s", "key": "k"},
+                        },
+                    }
+                ],
+            ),
+            "valueFrom takes exactly one of configMapKeyRef and secretKeyRef",
+        ),
+        ("env-value-from-empty", changed("spec.env", [{"name": "A", "valueFrom": {}}]), "valueFrom takes exactly one"),
+        ("env-operator-variable", changed("spec.env", [{"name": "HF_HOME", "value": "/x"}]), "are set by the operator"),
+        (
+            "env-operator-prefix",
+            changed("spec.env", [{"name": "HACRL_AGENT", "value": "x"}]),
+            "are set by the operator",
+        ),
+        (
+            "env-token-by-hand",
+            changed(
+                "spec.env", [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "HF_TOKEN"}}}]
+            ),
+            "HF_TOKEN: spec.modelTokenSecret",
+        ),
+        (
+            "env-from-both",
+            changed("spec.envFrom", [{"configMapRef": {"name": "c"}, "secretRef": {"name": "s"}}]),
+            "each entry takes exactly one of configMapRef and secretRef",
+        ),
+        ("env-from-neither", changed("spec.envFrom", [{"prefix": "X_"}]), "each entry takes exactly one"),
+        (
+            "colocate-stale",
+            changed("spec.algorithm.maxStaleness", 1, changed("spec.colocate", True)),
+            "colocate: true needs algorithm.maxStaleness 0",
+        ),
+        (
+            "colocate-vllm",
+            changed("spec.agents.1.rollout.engine", "vllm", changed("spec.colocate", True)),
+            "every agent's rollout.engine hf",
+        ),
+        (
+            "colocate-replicas",
+            changed("spec.agents.1.rollout.replicas", 2, changed("spec.colocate", True)),
+            "and rollout.replicas 1",
+        ),
+        (
+            "lora-module-twice",
+            changed("spec.agents.0.learner", {"lora": {"targetModules": ["q_proj", "q_proj"]}}),
+            "lora.targetModules lists a module twice",
+        ),
+        (
+            "replicas-above-prompts",
+            changed("spec.agents.0.rollout.replicas", 9, changed("spec.algorithm.promptsPerStep", 8)),
+            "rollout.replicas must be at most algorithm.promptsPerStep",
+        ),
+    ],
+)
 def test_cross_field_rules_refuse_what_the_spec_refuses(case: str, document: dict[str, Any], message: str) -> None:
     found = violations(document)
     assert any(message in m for m in found), found
     assert python_refuses(document), f"{case}: the CRD refuses what `hacrl validate` accepts"
 
 
-@pytest.mark.parametrize("scheduling", [
-    {"gang": "kueue", "queueName": "team-a"}, {"gang": "volcano"}, {"gang": "volcano", "queueName": "research", "schedulerName": "volcano"},
-    {"gang": "none", "pendingTimeoutSeconds": 0},
-])
+@pytest.mark.parametrize(
+    "scheduling",
+    [
+        {"gang": "kueue", "queueName": "team-a"},
+        {"gang": "volcano"},
+        {"gang": "volcano", "queueName": "research", "schedulerName": "volcano"},
+        {"gang": "none", "pendingTimeoutSeconds": 0},
+    ],
+)
 def test_gang_settings_both_accept(scheduling: dict[str, Any]) -> None:
     document = changed("spec.scheduling", scheduling)
     assert violations(document) == [] and not python_refuses(document)
@@ -137,17 +212,30 @@ def test_colocation_both_accept_where_it_can_run(colocate: bool) -> None:
 
 
 def test_env_env_from_and_model_cache_both_accept() -> None:
-    document = changed("spec.env", [{"name": "HF_HUB_ENABLE_HF_TRANSFER", "value": "1"}, {"name": "NCCL_DEBUG", "value": "WARN"},
-                                    {"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "wandb", "key": "key"}}},
-                                    {"name": "PROXY", "valueFrom": {"configMapKeyRef": {"name": "net", "key": "proxy", "optional": True}}}])
-    document = changed("spec.envFrom", [{"configMapRef": {"name": "tuning"}}, {"secretRef": {"name": "extra"}, "prefix": "X_"}], document)
+    document = changed(
+        "spec.env",
+        [
+            {"name": "HF_HUB_ENABLE_HF_TRANSFER", "value": "1"},
+            {"name": "NCCL_DEBUG", "value": "WARN"},
+            {"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "wandb", "key": "key"}}},
+            {"name": "PROXY", "valueFrom": {"configMapKeyRef": {"name": "net", "key": "proxy", "optional": True}}},
+        ],
+    )
+    document = changed(
+        "spec.envFrom",
+        [{"configMapRef": {"name": "tuning"}}, {"secretRef": {"name": "extra"}, "prefix": "X_"}],
+        document,
+    )
     document = changed("spec.modelCache", {"claimName": "models"}, document)
     document = changed("spec.agents.0.modelCache", {"claimName": "models-a"}, document)
     assert violations(document) == [] and not python_refuses(document)
 
 
 def test_lora_settings_both_accept() -> None:
-    document = changed("spec.agents.0.learner", {"lora": {"rank": 8, "alpha": 16, "dropout": 0.05, "targetModules": ["q_proj", "self_attn.v_proj"]}})
+    document = changed(
+        "spec.agents.0.learner",
+        {"lora": {"rank": 8, "alpha": 16, "dropout": 0.05, "targetModules": ["q_proj", "self_attn.v_proj"]}},
+    )
     document = changed("spec.agents.1.learner", {"lora": {}}, document)
     assert violations(document) == [] and not python_refuses(document)
 
@@ -161,12 +249,15 @@ def started(document: dict[str, Any]) -> dict[str, Any]:
     return {**copy.deepcopy(document), "status": {"phase": "Running", "startTime": "2026-12-03T10:00:00Z"}}
 
 
-@pytest.mark.parametrize(("field", "value", "message"), [
-    ("spec.algorithm.steps", 99, "spec.algorithm cannot change"),
-    ("spec.agents.0.model", "tiny://llama-char?seed=1", "spec.agents (names and models) cannot change"),
-    ("spec.agents.1.name", "renamed", "spec.agents (names and models) cannot change"),
-    ("spec.data.train.source", "builtin://arithmetic?difficulty=4-5", "spec.data cannot change"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("spec.algorithm.steps", 99, "spec.algorithm cannot change"),
+        ("spec.agents.0.model", "tiny://llama-char?seed=1", "spec.agents (names and models) cannot change"),
+        ("spec.agents.1.name", "renamed", "spec.agents (names and models) cannot change"),
+        ("spec.data.train.source", "builtin://arithmetic?difficulty=4-5", "spec.data cannot change"),
+    ],
+)
 def test_agents_algorithm_and_data_are_immutable_once_started(field: str, value: Any, message: str) -> None:
     old = started(QUICKSTART)
     new = changed(field, value, old)
@@ -181,7 +272,9 @@ def test_rollout_replicas_are_fixed_once_started() -> None:
     message = "spec.agents[].rollout.replicas cannot change once the experiment started"
     old = started(QUICKSTART)
     for replicas, before in ((2, old), (1, changed("spec.agents.0.rollout.replicas", 3, old))):
-        assert any(message in m for m in violations(changed("spec.agents.0.rollout.replicas", replicas, before), old=before))
+        assert any(
+            message in m for m in violations(changed("spec.agents.0.rollout.replicas", replicas, before), old=before)
+        )
     assert violations(changed("spec.agents.0.rollout.replicas", 1, old), old=old) == []  # 1 is the default: no change
     suspended = changed("spec.suspend", True, old)
     assert any(message in m for m in violations(changed("spec.agents.1.rollout.replicas", 2, suspended), old=suspended))
@@ -197,12 +290,15 @@ def test_resources_scheduling_and_suspend_may_change_while_running() -> None:
     assert violations(new, old=old) == []
 
 
-@pytest.mark.parametrize(("field", "value"), [
-    ("spec.agents.0.name", "Llama_Char"),
-    ("spec.agents.0.name", "a" * 41),
-    ("spec.agents.0.model", "m" * 1025),
-    ("spec.data.eval", [{"name": f"e{i}", "source": "builtin://arithmetic"} for i in range(33)]),
-])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("spec.agents.0.name", "Llama_Char"),
+        ("spec.agents.0.name", "a" * 41),
+        ("spec.agents.0.model", "m" * 1025),
+        ("spec.data.eval", [{"name": f"e{i}", "source": "builtin://arithmetic"} for i in range(33)]),
+    ],
+)
 def test_names_and_sizes_are_limited_in_the_schema_as_in_the_spec(field: str, value: Any) -> None:
     document = changed(field, value)
     jsonschema.validate(QUICKSTART, openapi_to_jsonschema(SCHEMA))
@@ -213,12 +309,19 @@ def test_names_and_sizes_are_limited_in_the_schema_as_in_the_spec(field: str, va
 
 def test_agents_are_a_list_map_keyed_by_name_and_conditions_by_type() -> None:
     agents = SCHEMA["properties"]["spec"]["properties"]["agents"]
-    assert (agents["x-kubernetes-list-type"], agents["x-kubernetes-list-map-keys"], agents["maxItems"]) == ("map", ["name"], 32)
+    assert (agents["x-kubernetes-list-type"], agents["x-kubernetes-list-map-keys"], agents["maxItems"]) == (
+        "map",
+        ["name"],
+        32,
+    )
     conditions = SCHEMA["properties"]["status"]["properties"]["conditions"]
     assert (conditions["x-kubernetes-list-type"], conditions["x-kubernetes-list-map-keys"]) == ("map", ["type"])
     item = conditions["items"]
     assert set(item["required"]) == {"type", "status", "reason", "lastTransitionTime"}
-    assert item["properties"]["lastTransitionTime"]["format"] == "date-time" and item["properties"]["message"]["maxLength"] == 32768
+    assert (
+        item["properties"]["lastTransitionTime"]["format"] == "date-time"
+        and item["properties"]["message"]["maxLength"] == 32768
+    )
 
 
 def apply_defaults(value: Any, schema: dict[str, Any]) -> Any:
@@ -238,7 +341,11 @@ def apply_defaults(value: Any, schema: dict[str, Any]) -> Any:
 def test_schema_defaults_are_the_spec_defaults() -> None:
     spec_schema = SCHEMA["properties"]["spec"]
     algorithm = spec_schema["properties"]["algorithm"]["properties"]
-    assert (algorithm["groupSize"]["default"], algorithm["delta"]["default"], algorithm["ratioBounds"]["default"]) == (8, 0.2, [0.1, 10.0])
+    assert (algorithm["groupSize"]["default"], algorithm["delta"]["default"], algorithm["ratioBounds"]["default"]) == (
+        8,
+        0.2,
+        [0.1, 10.0],
+    )
     minimal = copy.deepcopy(QUICKSTART)
     defaulted = copy.deepcopy(minimal)
     defaulted["spec"] = apply_defaults(defaulted["spec"], spec_schema)
@@ -267,7 +374,9 @@ def test_without_mini_batch_prompts_a_step_64_does_not_divide_is_refused_by_both
     document = without_mini_batch(100)
     found = violations(document)
     assert any("without miniBatchPrompts" in m for m in found), found
-    with pytest.raises(SpecError, match=r"spec.algorithm.*miniBatchPrompts \(64, the default\) must divide promptsPerStep \(100\)"):
+    with pytest.raises(
+        SpecError, match=r"spec.algorithm.*miniBatchPrompts \(64, the default\) must divide promptsPerStep \(100\)"
+    ):
         parse_experiment(document)
 
 

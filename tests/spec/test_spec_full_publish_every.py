@@ -10,9 +10,16 @@ from hacrl_core.spec import SpecError, parse_experiment
 
 
 def document(learner: dict) -> dict:
-    return {"apiVersion": "hacrl.io/v1alpha1", "kind": "HACRLExperiment", "metadata": {"name": "fpe"},
-            "spec": {"agents": [{"name": "a", "model": "tiny://llama-char", "learner": learner}],
-                     "algorithm": {"name": "gspo"}, "data": {"train": {"source": "builtin://arithmetic"}}}}
+    return {
+        "apiVersion": "hacrl.io/v1alpha1",
+        "kind": "HACRLExperiment",
+        "metadata": {"name": "fpe"},
+        "spec": {
+            "agents": [{"name": "a", "model": "tiny://llama-char", "learner": learner}],
+            "algorithm": {"name": "gspo"},
+            "data": {"train": {"source": "builtin://arithmetic"}},
+        },
+    }
 
 
 def test_default_is_a_full_publish_every_10_versions() -> None:
@@ -24,7 +31,9 @@ def test_default_is_a_full_publish_every_10_versions() -> None:
 def test_out_of_range_or_not_an_int_is_refused_naming_the_field(value) -> None:
     with pytest.raises(SpecError) as caught:
         parse_experiment(document({"fullPublishEvery": value}), "bad.yaml")
-    assert any(line.startswith("spec.agents[0].learner.fullPublishEvery:") for line in caught.value.errors), caught.value.errors
+    assert any(line.startswith("spec.agents[0].learner.fullPublishEvery:") for line in caught.value.errors), (
+        caught.value.errors
+    )
 
 
 def test_the_crd_has_the_same_bounds() -> None:

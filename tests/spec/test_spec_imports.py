@@ -23,8 +23,12 @@ print(json.dumps({"name": experiment.name, "loaded": sorted(m for m in ("torch",
 def test_importing_and_loading_a_spec_loads_no_ml_library() -> None:
     result = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(ROOT / "examples" / "quickstart.yaml")],
-        cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-        capture_output=True, text=True, timeout=120, check=False,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)

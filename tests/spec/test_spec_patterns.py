@@ -21,9 +21,36 @@ from hacrl_core.spec import SpecError, parse_experiment
 from tests.integration.runs import tiny_spec
 
 HOSTILE = [
-    "llama-char", "llama-char\n", "llama-char\n\n", "\nllama-char", "llama-char\r\n", "llama char", "llama\tchar",
-    "", "a", "-a", "a-", "A", "a.b", "a..b", ".a", "a_b", "a/b", "../../x", "x\x00", "é", "日本", "a" * 41, "a" * 64,
-    "a" * 254, "key.name_1", "_x", "9x", "x:y", "a\u2028", "ok\u00a0",
+    "llama-char",
+    "llama-char\n",
+    "llama-char\n\n",
+    "\nllama-char",
+    "llama-char\r\n",
+    "llama char",
+    "llama\tchar",
+    "",
+    "a",
+    "-a",
+    "a-",
+    "A",
+    "a.b",
+    "a..b",
+    ".a",
+    "a_b",
+    "a/b",
+    "../../x",
+    "x\x00",
+    "é",
+    "日本",
+    "a" * 41,
+    "a" * 64,
+    "a" * 254,
+    "key.name_1",
+    "_x",
+    "9x",
+    "x:y",
+    "a\u2028",
+    "ok\u00a0",
 ]
 
 BASE = tiny_spec("patterns", "file:///tmp/patterns-store")
@@ -39,6 +66,7 @@ def _key_ref(kind: str, field: str) -> Callable[[str], Callable[[dict], None]]:
     def setter(value: str) -> Callable[[dict], None]:
         ref = {"name": "cfg", "key": "k", field: value}
         return lambda spec: spec.update(env=[{"name": "V", "valueFrom": {kind: ref}}])
+
     return setter
 
 
@@ -57,7 +85,9 @@ SETTERS: dict[str, Callable[[str], Callable[[dict], None]]] = {
     "spec.data.reward": lambda v: lambda spec: spec["data"].update(reward=v),
     "spec.tracking.mlflow.trackingUri": lambda v: lambda spec: spec.update(tracking={"mlflow": {"trackingUri": v}}),
     "spec.tracking.wandb.project": lambda v: lambda spec: spec.update(tracking={"wandb": {"project": v}}),
-    "spec.agents[].learner.lora.targetModules[]": lambda v: lambda spec: spec["agents"][0].update(learner={"lora": {"targetModules": [v]}}),
+    "spec.agents[].learner.lora.targetModules[]": lambda v: (
+        lambda spec: spec["agents"][0].update(learner={"lora": {"targetModules": [v]}})
+    ),
 }
 
 
@@ -85,8 +115,11 @@ def patterned_fields() -> dict[str, dict[str, Any]]:
 def crd_accepts(schema: dict[str, Any], value: str) -> bool:
     """The API server's reading: RE2 search, ``$`` only at the end of the text; maxLength in characters."""
     pattern = re.sub(r"\$$", r"\\Z", schema["pattern"])
-    return re.search(pattern, value) is not None and len(value) <= schema.get("maxLength", len(value)) \
+    return (
+        re.search(pattern, value) is not None
+        and len(value) <= schema.get("maxLength", len(value))
         and len(value) >= schema.get("minLength", 0)
+    )
 
 
 def spec_accepts(path: str, value: str) -> bool:
@@ -105,16 +138,24 @@ def test_every_patterned_crd_field_is_checked_here() -> None:
 @pytest.mark.parametrize("path", sorted(SETTERS))
 def test_spec_and_crd_agree_on_hostile_strings(path: str) -> None:
     schema = patterned_fields()[path]
-    disagreements = [(value, crd_accepts(schema, value)) for value in HOSTILE if spec_accepts(path, value) != crd_accepts(schema, value)]
+    disagreements = [
+        (value, crd_accepts(schema, value))
+        for value in HOSTILE
+        if spec_accepts(path, value) != crd_accepts(schema, value)
+    ]
     assert not disagreements, f"{path}: (value, CRD accepts) where `hacrl validate` says otherwise: {disagreements}"
 
 
-@pytest.mark.parametrize("put", [
-    lambda spec: spec["store"].update(credentialsSecret="hacrl-store\n"),
-    lambda spec: spec.update(modelTokenSecret="hf-token\n"),
-    lambda spec: spec["store"].update(uri="s3://bucket/p", endpoint="http://minio:9000\n"),
-    lambda spec: spec.update(scheduling={"gang": "kueue", "queueName": "q\n"}),
-], ids=["credentialsSecret", "modelTokenSecret", "endpoint", "queueName"])
+@pytest.mark.parametrize(
+    "put",
+    [
+        lambda spec: spec["store"].update(credentialsSecret="hacrl-store\n"),
+        lambda spec: spec.update(modelTokenSecret="hf-token\n"),
+        lambda spec: spec["store"].update(uri="s3://bucket/p", endpoint="http://minio:9000\n"),
+        lambda spec: spec.update(scheduling={"gang": "kueue", "queueName": "q\n"}),
+    ],
+    ids=["credentialsSecret", "modelTokenSecret", "endpoint", "queueName"],
+)
 def test_names_checked_only_here_refuse_a_trailing_newline(put) -> None:
     with pytest.raises(SpecError, match=r"\\n"):
         parse_experiment(spec_with("", put))

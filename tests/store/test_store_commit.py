@@ -52,9 +52,7 @@ def test_waiting_reader_gets_the_object_once_committed(store: ObjectStore) -> No
         writer.join()
 
 
-@pytest.mark.parametrize(
-    "corrupt", [b"hellO", b"hello!", b""], ids=["same-size", "longer", "empty"]
-)
+@pytest.mark.parametrize("corrupt", [b"hellO", b"hello!", b""], ids=["same-size", "longer", "empty"])
 def test_data_changed_after_commit_is_corrupt(store: ObjectStore, corrupt: bytes) -> None:
     put_committed(store, "x/data.bin", b"hello")
     store.put("x/data.bin", corrupt)
@@ -129,9 +127,7 @@ def test_put_dir_get_dir_round_trip_with_manifest(store: ObjectStore, tmp_path: 
     for rel, data in files.items():
         assert (tmp_path / "dst" / rel).read_bytes() == data
     assert sorted(
-        p.relative_to(tmp_path / "dst").as_posix()
-        for p in (tmp_path / "dst").rglob("*")
-        if p.is_file()
+        p.relative_to(tmp_path / "dst").as_posix() for p in (tmp_path / "dst").rglob("*") if p.is_file()
     ) == sorted(files)
 
 
@@ -144,9 +140,7 @@ def test_get_dir_waits_for_the_manifest(store: ObjectStore, tmp_path: Path) -> N
     assert not (tmp_path / "dst").exists()
 
 
-def test_get_dir_rejects_a_corrupt_file_and_leaves_nothing_behind(
-    store: ObjectStore, tmp_path: Path
-) -> None:
+def test_get_dir_rejects_a_corrupt_file_and_leaves_nothing_behind(store: ObjectStore, tmp_path: Path) -> None:
     _make_dir(tmp_path / "src")
     put_dir(store, "w/agent/000003", tmp_path / "src")
     store.put("w/agent/000003/config.json", b'{"hidden_size": 9}')
@@ -166,9 +160,7 @@ def test_republishing_a_dir_drops_stale_files(store: ObjectStore, tmp_path: Path
     assert not (tmp_path / "dst" / "model.safetensors").exists()
 
 
-def test_list_committed_dirs_ignores_uncommitted_children(
-    store: ObjectStore, tmp_path: Path
-) -> None:
+def test_list_committed_dirs_ignores_uncommitted_children(store: ObjectStore, tmp_path: Path) -> None:
     _make_dir(tmp_path / "src")
     put_dir(store, "w/agent/000001", tmp_path / "src")
     put_dir(store, "w/agent/000005", tmp_path / "src")

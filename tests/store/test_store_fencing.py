@@ -25,9 +25,16 @@ def test_a_newer_lease_fences_the_older_writer_before_its_next_write(store: Obje
     assert (old.generation, new.generation) == (1, 2)
     with pytest.raises(FencedOut) as fenced:
         old_view.write_metrics(1, "llama", {"from": "old"})
-    assert "superseded" in str(fenced.value) and "generation 2" in str(fenced.value) and "generation 1" in str(fenced.value)
-    for write in (lambda: old_view.write_progress("llama", {"step": 9}), lambda: old_view.delete_checkpoint("llama", 0),
-                  lambda: old_view.save_checkpoint("llama", 1, Path("/nonexistent"))):
+    assert (
+        "superseded" in str(fenced.value)
+        and "generation 2" in str(fenced.value)
+        and "generation 1" in str(fenced.value)
+    )
+    for write in (
+        lambda: old_view.write_progress("llama", {"step": 9}),
+        lambda: old_view.delete_checkpoint("llama", 0),
+        lambda: old_view.save_checkpoint("llama", 1, Path("/nonexistent")),
+    ):
         with pytest.raises(FencedOut):
             write()
     assert new_view.read_progress("llama") is None and not new_view.metrics_ready(1, "llama")  # nothing landed

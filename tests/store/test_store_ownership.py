@@ -35,7 +35,10 @@ def experiment(tmp_path: Path, namespace: str | None, **store):
 
 
 def test_same_name_and_uri_in_two_namespaces_are_two_prefixes(tmp_path: Path) -> None:
-    team_a, team_b = open_experiment_store(experiment(tmp_path, "team-a")), open_experiment_store(experiment(tmp_path, "team-b"))
+    team_a, team_b = (
+        open_experiment_store(experiment(tmp_path, "team-a")),
+        open_experiment_store(experiment(tmp_path, "team-b")),
+    )
     team_a.write_progress("small", {"step": 7})
     assert team_b.read_progress("small") is None  # team-b can neither resume from nor see team-a's run
     assert team_b.delete_experiment() == 0 and team_a.read_progress("small") == {"step": 7}
@@ -86,7 +89,9 @@ def test_cleanup_deletes_only_an_owned_prefix(tmp_path: Path) -> None:
     assert read_owner(store) is None
 
 
-def test_an_operator_worker_stops_before_touching_a_prefix_another_experiment_owns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_operator_worker_stops_before_touching_a_prefix_another_experiment_owns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     exp = experiment(tmp_path, "ml")
     claim(open_experiment_store(exp), Owner(name="shared-name", uid="old-uid", namespace="ml"), adopt=False, where="p/")
     spec_file = tmp_path / "spec.yaml"

@@ -45,7 +45,9 @@ def test_a_step_is_invisible_until_every_part_is_committed_then_read_in_replica_
     table = ts.read_rollouts_columns(4, "alpha")
     assert table.column("response").to_pylist() == [r["response"] for r in expected]
     assert ts.objects.list(f"{EXP}/steps/000004/") == sorted(
-        f"{EXP}/steps/000004/rollouts/alpha/part-{r:02d}-of-03.parquet{marker}" for r in range(3) for marker in ("", ".commit.json")
+        f"{EXP}/steps/000004/rollouts/alpha/part-{r:02d}-of-03.parquet{marker}"
+        for r in range(3)
+        for marker in ("", ".commit.json")
     )
     # An agent with one replica keeps the single shard of docs/architecture.md, "The trajectory store".
     ts.write_rollouts(4, "beta", [rollout(4, "beta", 0)])
@@ -94,7 +96,9 @@ def test_a_restarted_replica_resumes_at_its_own_first_uncommitted_part(store: Ob
     assert not ts.rollouts_ready(0, "alpha")  # replica 2's part of step 0 is still missing
 
 
-def test_each_replica_holds_its_own_lease_and_a_restart_fences_only_its_own_older_incarnation(store: ObjectStore) -> None:
+def test_each_replica_holds_its_own_lease_and_a_restart_fences_only_its_own_older_incarnation(
+    store: ObjectStore,
+) -> None:
     views = [parts_store(store) for _ in range(3)]
     for replica in range(2):
         Lease.acquire(views[replica], "alpha", "rollout", 5, replica=replica)  # one `hacrl run` generation

@@ -71,17 +71,13 @@ def s3_store(seaweedfs: tuple[str, str, dict[str, str]], s3_env: dict[str, str])
     return S3ObjectStore(bucket, f"t-{uuid.uuid4().hex[:12]}", attempts=FAST_ATTEMPTS)
 
 
-def test_transient_errors_are_retried_until_success(
-    s3_store: S3ObjectStore, seaweed_server: Any
-) -> None:
+def test_transient_errors_are_retried_until_success(s3_store: S3ObjectStore, seaweed_server: Any) -> None:
     hook = FailFirst(_slow_down, _connection_refused)
     s3_store.client.meta.events.register("before-send.s3.PutObject", hook)
     s3_store.put("retry/obj", b"made it")
     assert hook.calls == 3
     assert s3_store.retries == 2
-    stored = seaweed_server.client().get_object(
-        Bucket=s3_store.bucket, Key=f"{s3_store.prefix}/retry/obj"
-    )
+    stored = seaweed_server.client().get_object(Bucket=s3_store.bucket, Key=f"{s3_store.prefix}/retry/obj")
     assert stored["Body"].read() == b"made it"
 
     get_hook = FailFirst(_connection_refused, _slow_down)
@@ -116,9 +112,7 @@ def test_missing_bucket_is_not_retried_and_says_create_it(
         lambda: store.exists("k"),
         lambda: store.put("k", b"x"),
     ):
-        with pytest.raises(
-            StoreUnavailable, match="'hacrl-no-such-bucket'.*create the bucket"
-        ) as info:
+        with pytest.raises(StoreUnavailable, match="'hacrl-no-such-bucket'.*create the bucket") as info:
             operation()
         assert endpoint in str(info.value)
     assert store.retries == 0
@@ -133,9 +127,7 @@ def test_refused_credentials_are_not_retried_and_never_echoed(
     _endpoint, bucket, _env = seaweedfs
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong-secret-do-not-print")
     store = S3ObjectStore(bucket, "p", attempts=FAST_ATTEMPTS)
-    with pytest.raises(
-        StoreUnavailable, match=f"access denied .*'{bucket}'.*AWS_SECRET_ACCESS_KEY"
-    ) as info:
+    with pytest.raises(StoreUnavailable, match=f"access denied .*'{bucket}'.*AWS_SECRET_ACCESS_KEY") as info:
         store.get("k")
     assert "wrong-secret-do-not-print" not in str(info.value)
     assert store.retries == 0
@@ -162,9 +154,7 @@ def test_unreachable_endpoint_fails_fast_naming_the_endpoint(
     assert store.retries == 3
 
 
-def test_missing_key_is_object_not_found_not_unavailable(
-    s3_store: S3ObjectStore, tmp_path: Any
-) -> None:
+def test_missing_key_is_object_not_found_not_unavailable(s3_store: S3ObjectStore, tmp_path: Any) -> None:
     with pytest.raises(ObjectNotFound):
         s3_store.get("absent")
     with pytest.raises(ObjectNotFound):
@@ -188,7 +178,9 @@ def test_a_skewed_clock_is_reported_as_clock_skew_not_access_denied(
     skewed = datetime.datetime.now(datetime.UTC).replace(tzinfo=None) - datetime.timedelta(hours=1)
     monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda *args, **kwargs: skewed)  # the node's clock
     store = S3ObjectStore(bucket, "p", attempts=FAST_ATTEMPTS)
-    with pytest.raises(StoreUnavailable, match=r"clock .* differs from the S3 server's .*RequestTimeTooSkewed.*NTP") as info:
+    with pytest.raises(
+        StoreUnavailable, match=r"clock .* differs from the S3 server's .*RequestTimeTooSkewed.*NTP"
+    ) as info:
         store.get("k")
     assert "access denied" not in str(info.value) and bucket in str(info.value)
     assert store.retries == 0

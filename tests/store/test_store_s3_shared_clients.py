@@ -10,7 +10,9 @@ from hacrl_core.store.s3_clients import SharedS3Clients
 from tests.support.seaweed import SeaweedS3, closed_port
 
 
-def test_one_client_per_endpoint_and_credentials_closed_with_its_last_user(seaweed_server: SeaweedS3, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_one_client_per_endpoint_and_credentials_closed_with_its_last_user(
+    seaweed_server: SeaweedS3, monkeypatch: pytest.MonkeyPatch
+) -> None:
     for key, value in seaweed_server.env().items():
         monkeypatch.setenv(key, value)
     clients = SharedS3Clients()

@@ -78,15 +78,11 @@ def test_rollouts_round_trip_unicode_and_empty_tokens() -> None:
 def test_rollouts_use_the_explicit_schema() -> None:
     table = pq.read_table(pa.BufferReader(rollouts_to_parquet([rollout()])))
     assert table.schema.remove_metadata() == ROLLOUT_SCHEMA
-    assert table.schema.field("token_ids").type == pa.list_(
-        pa.field("item", pa.int32(), nullable=False)
-    )
+    assert table.schema.field("token_ids").type == pa.list_(pa.field("item", pa.int32(), nullable=False))
 
 
 def test_extra_may_be_a_dict_or_absent() -> None:
-    [row] = rollouts_from_parquet(
-        rollouts_to_parquet([rollout(extra={"correct": False, "answer": "5"})])
-    )
+    [row] = rollouts_from_parquet(rollouts_to_parquet([rollout(extra={"correct": False, "answer": "5"})]))
     assert row["extra"] == '{"answer": "5", "correct": false}'
     without = rollout()
     del without["extra"]
@@ -150,7 +146,7 @@ def test_reading_the_wrong_kind_fails() -> None:
 def random_rollouts(seed: int, count: int = 40) -> list[dict[str, Any]]:
     """Rows with random lengths, unicode, empty responses, both finish reasons, shared extras."""
     rng = random.Random(seed)
-    alphabet = "ab 7+=\n日本🚀é\"\\"
+    alphabet = 'ab 7+=\n日本🚀é"\\'
     rows = []
     for i in range(count):
         length = rng.choice([0, 1, rng.randrange(2, 300)])
@@ -225,9 +221,7 @@ def test_a_shard_of_another_schema_is_cast_on_read() -> None:
         ("", "is not valid JSON"),
     ],
 )
-def test_a_shard_whose_extra_is_not_a_json_object_is_refused_naming_the_column(
-    extra: str, problem: str
-) -> None:
+def test_a_shard_whose_extra_is_not_a_json_object_is_refused_naming_the_column(extra: str, problem: str) -> None:
     data = foreign_shard(extra=['{"answer": "4"}', extra], sample_index=[0, 1])
     for read in (rollouts_from_parquet, rollouts_table_from_parquet):
         with pytest.raises(ValueError, match=f"rollouts file: row 1: field 'extra' {problem}"):
@@ -243,9 +237,7 @@ def test_a_shard_whose_extra_is_not_a_json_object_is_refused_naming_the_column(
         ({"step": ["three"]}, "does not fit the rollouts schema"),
     ],
 )
-def test_a_shard_with_bad_values_is_refused_naming_the_field(
-    columns: dict[str, list[Any]], message: str
-) -> None:
+def test_a_shard_with_bad_values_is_refused_naming_the_field(columns: dict[str, list[Any]], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         rollouts_table_from_parquet(foreign_shard(**columns))
 

@@ -149,17 +149,11 @@ def test_latest_versions_ignore_uncommitted_dirs(ts: TrajectoryStore, tmp_path: 
 
 
 def test_waiting_readers_name_experiment_step_and_agent(ts: TrajectoryStore) -> None:
-    with pytest.raises(
-        TimeoutError, match=r"experiment 'exp1': rollouts of step 4 from agent 'alpha'"
-    ):
+    with pytest.raises(TimeoutError, match=r"experiment 'exp1': rollouts of step 4 from agent 'alpha'"):
         ts.read_rollouts(4, "alpha", wait=0.1)
-    with pytest.raises(
-        TimeoutError, match=r"experiment 'exp1': scores of step 4 from agent 'beta'"
-    ):
+    with pytest.raises(TimeoutError, match=r"experiment 'exp1': scores of step 4 from agent 'beta'"):
         ts.read_scores(4, "beta", wait=0.05)
-    with pytest.raises(
-        TimeoutError, match=r"experiment 'exp1': checkpoint of step 4 of agent 'beta'"
-    ):
+    with pytest.raises(TimeoutError, match=r"experiment 'exp1': checkpoint of step 4 of agent 'beta'"):
         ts.load_checkpoint("beta", 4, "/nonexistent-never-written", wait=0.05)
 
 

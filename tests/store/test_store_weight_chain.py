@@ -24,9 +24,11 @@ AGENT = "a"
 def states(versions: int, *, changed: float = 0.02, seed: int = 0) -> list[dict[str, torch.Tensor]]:
     """Successive bf16 states: each changes about ``changed`` of the previous one's elements."""
     generator = torch.Generator().manual_seed(seed)
-    state = {"model.embed.weight": torch.randn(64, 32, generator=generator).to(torch.bfloat16),
-             "model.layers.0.mlp.weight": torch.randn(96, 32, generator=generator).to(torch.bfloat16),
-             "model.norm.weight": torch.ones(32, dtype=torch.bfloat16)}
+    state = {
+        "model.embed.weight": torch.randn(64, 32, generator=generator).to(torch.bfloat16),
+        "model.layers.0.mlp.weight": torch.randn(96, 32, generator=generator).to(torch.bfloat16),
+        "model.norm.weight": torch.ones(32, dtype=torch.bfloat16),
+    }
     out = [state]
     for _ in range(versions - 1):
         state = {name: t.clone() for name, t in state.items()}
@@ -42,8 +44,12 @@ def model_dir(path: Path, state: dict[str, torch.Tensor]) -> Path:
     """A model directory as save_policy writes one: two safetensors shards, config, tokenizer."""
     path.mkdir(parents=True)
     names = sorted(state)
-    save_file({n: state[n] for n in names[:1]}, str(path / "model-00001-of-00002.safetensors"), metadata={"format": "pt"})
-    save_file({n: state[n] for n in names[1:]}, str(path / "model-00002-of-00002.safetensors"), metadata={"format": "pt"})
+    save_file(
+        {n: state[n] for n in names[:1]}, str(path / "model-00001-of-00002.safetensors"), metadata={"format": "pt"}
+    )
+    save_file(
+        {n: state[n] for n in names[1:]}, str(path / "model-00002-of-00002.safetensors"), metadata={"format": "pt"}
+    )
     (path / "config.json").write_text('{"model_type": "tiny"}')
     (path / "tokenizer.json").write_text("{}")
     return path
@@ -54,8 +60,10 @@ def held_state(path: Path) -> dict[str, torch.Tensor]:
 
 
 def publish_all(ts: TrajectoryStore, tmp: Path, chain: list[dict], full_every: int) -> list:
-    return [publish_policy(ts, AGENT, v, model_dir(tmp / f"out-{v}", s), tmp / "reference", full_every=full_every)
-            for v, s in enumerate(chain)]
+    return [
+        publish_policy(ts, AGENT, v, model_dir(tmp / f"out-{v}", s), tmp / "reference", full_every=full_every)
+        for v, s in enumerate(chain)
+    ]
 
 
 @pytest.fixture
@@ -77,14 +85,20 @@ def test_every_version_rebuilds_bit_identical_from_any_start(ts: TrajectoryStore
         fresh = fetch_policy(ts, AGENT, version, tmp_path / f"fresh-{version}")  # a new replica: full + its deltas
         assert state_sha256(held_state(tmp_path / f"fresh-{version}")) == state_sha256(expected)
         assert fresh.full_read and fresh.deltas_applied == version % 3 and fresh.version == version
-        assert (tmp_path / f"fresh-{version}" / "config.json").is_file() and not (tmp_path / f"fresh-{version}" / DELTA).exists()
+        assert (tmp_path / f"fresh-{version}" / "config.json").is_file() and not (
+            tmp_path / f"fresh-{version}" / DELTA
+        ).exists()
         step = fetch_policy(ts, AGENT, version, follower)
-        assert state_sha256(held_state(follower)) == state_sha256(expected) == get_meta(ts, AGENT, version)["state_sha256"]
+        assert (
+            state_sha256(held_state(follower)) == state_sha256(expected) == get_meta(ts, AGENT, version)["state_sha256"]
+        )
         if version:  # steady state: the delta only, also at a full version (its delta beside it)
             assert not step.full_read and step.deltas_applied == 1 and step.bytes_read < 0.2 * full
 
 
-def test_a_replica_that_missed_versions_applies_only_the_deltas_after_what_it_holds(ts: TrajectoryStore, tmp_path: Path) -> None:
+def test_a_replica_that_missed_versions_applies_only_the_deltas_after_what_it_holds(
+    ts: TrajectoryStore, tmp_path: Path
+) -> None:
     chain = states(5)
     publish_all(ts, tmp_path, chain, full_every=10)
     fetch_policy(ts, AGENT, 1, tmp_path / "r")
@@ -114,8 +128,9 @@ def corrupt(ts: TrajectoryStore, version: int, name: str = DELTA) -> None:
     ts.objects.put(key, bytes(data))
 
 
-def test_a_corrupt_delta_falls_back_to_the_newest_verified_version(ts: TrajectoryStore, tmp_path: Path,
-                                                                  caplog: pytest.LogCaptureFixture) -> None:
+def test_a_corrupt_delta_falls_back_to_the_newest_verified_version(
+    ts: TrajectoryStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     chain = states(7)
     publish_all(ts, tmp_path, chain, full_every=4)  # full 0, deltas 1-3, full 4, deltas 5-6
     corrupt(ts, 2)
@@ -130,7 +145,9 @@ def test_a_corrupt_delta_falls_back_to_the_newest_verified_version(ts: Trajector
     assert state_sha256(held_state(tmp_path / "new")) == state_sha256(chain[5])
 
 
-def test_a_missing_delta_falls_back_to_the_full_publish(ts: TrajectoryStore, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_missing_delta_falls_back_to_the_full_publish(
+    ts: TrajectoryStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     chain = states(4)
     publish_all(ts, tmp_path, chain, full_every=10)
     ts.objects.delete(f"{weights_prefix(ts.experiment, AGENT, 1)}/{DELTA}")
@@ -140,8 +157,9 @@ def test_a_missing_delta_falls_back_to_the_full_publish(ts: TrajectoryStore, tmp
     assert state_sha256(held_state(tmp_path / "new")) == state_sha256(chain[0])
 
 
-def test_a_delta_whose_result_misses_its_checksum_is_refused(ts: TrajectoryStore, tmp_path: Path,
-                                                             caplog: pytest.LogCaptureFixture) -> None:
+def test_a_delta_whose_result_misses_its_checksum_is_refused(
+    ts: TrajectoryStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """A delta that verifies against its manifest but rebuilds another state (a learner that published
     a wrong delta) is caught by the state checksum, not applied."""
     chain = states(3)
@@ -174,7 +192,14 @@ def test_a_learner_without_its_reference_rebuilds_it_from_the_store(ts: Trajecto
     the next publish is still a delta; if it cannot be rebuilt, the publish is full."""
     chain = states(5)
     for version in range(3):
-        publish_policy(ts, AGENT, version, model_dir(tmp_path / f"out-{version}", chain[version]), tmp_path / "reference", full_every=10)
+        publish_policy(
+            ts,
+            AGENT,
+            version,
+            model_dir(tmp_path / f"out-{version}", chain[version]),
+            tmp_path / "reference",
+            full_every=10,
+        )
     shutil.rmtree(tmp_path / "reference")
     third = publish_policy(ts, AGENT, 3, model_dir(tmp_path / "out-3", chain[3]), tmp_path / "new-pod", full_every=10)
     assert third.kind == "delta"

@@ -27,7 +27,9 @@ DTYPES = [torch.bfloat16, torch.float16, torch.float32, torch.float64, torch.int
 
 def changed_elements(a: torch.Tensor, b: torch.Tensor) -> int:
     """Elements whose bits differ, counted one element at a time."""
-    return sum(state_sha256({"x": x}) != state_sha256({"x": y}) for x, y in zip(a.reshape(-1), b.reshape(-1), strict=True))
+    return sum(
+        state_sha256({"x": x}) != state_sha256({"x": y}) for x, y in zip(a.reshape(-1), b.reshape(-1), strict=True)
+    )
 
 
 def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -54,7 +56,11 @@ def tensor_pairs(draw):
     flat = new.reshape(-1)
     for position in torch.randperm(numel, generator=generator)[: int(round(fraction * numel))].tolist():
         if dtype.is_floating_point:
-            flat[position] = draw(st.sampled_from([float("nan"), -0.0, float("inf"), 1e-3, -7.5])) if draw(st.booleans()) else flat[position] + 1
+            flat[position] = (
+                draw(st.sampled_from([float("nan"), -0.0, float("inf"), 1e-3, -7.5]))
+                if draw(st.booleans())
+                else flat[position] + 1
+            )
         elif dtype == torch.bool:
             flat[position] = ~flat[position]
         else:
@@ -86,16 +92,21 @@ def test_state_delta_round_trips_through_its_flat_form(pairs) -> None:
 
 def test_each_encoding_is_chosen_where_it_is_smallest() -> None:
     old = torch.zeros(10_000, dtype=torch.bfloat16)
-    for where, encoding in ((torch.arange(0, 10_000, 2_000), "index"),  # long gaps: 8 bytes each
-                            (torch.arange(0, 10_000, 20), "gaps"), (torch.arange(0, 3_000), "mask"),
-                            (torch.arange(0, 9_900), "dense")):
+    for where, encoding in (
+        (torch.arange(0, 10_000, 2_000), "index"),  # long gaps: 8 bytes each
+        (torch.arange(0, 10_000, 20), "gaps"),
+        (torch.arange(0, 3_000), "mask"),
+        (torch.arange(0, 9_900), "dense"),
+    ):
         new = old.clone()
         new[where] = 1.0
         delta = tensor_delta(old, new)
         assert delta is not None and delta.encoding == encoding and delta.changed == where.numel()
         assert bits_equal(apply_tensor_delta(old, delta), new)
     sparse = tensor_delta(old, torch.cat([torch.ones(10), torch.zeros(9_990)]).to(torch.bfloat16))
-    assert sparse is not None and sparse.encoding == "gaps" and sparse.nbytes == 10 * (2 + 1)  # a byte per gap + bf16 values
+    assert (
+        sparse is not None and sparse.encoding == "gaps" and sparse.nbytes == 10 * (2 + 1)
+    )  # a byte per gap + bf16 values
 
 
 @settings(max_examples=200, deadline=None)
@@ -117,8 +128,12 @@ def test_signed_zero_and_nan_payloads_count_as_changes() -> None:
 def test_checksum_tells_states_apart_by_name_dtype_shape_and_bits() -> None:
     base = {"a": torch.arange(6, dtype=torch.float32)}
     assert state_sha256(base) == state_sha256({"a": torch.arange(6, dtype=torch.float32)})
-    others = [{"b": base["a"]}, {"a": base["a"].to(torch.float64)}, {"a": base["a"].reshape(2, 3)},
-              {"a": base["a"] + 1e-6}]
+    others = [
+        {"b": base["a"]},
+        {"a": base["a"].to(torch.float64)},
+        {"a": base["a"].reshape(2, 3)},
+        {"a": base["a"] + 1e-6},
+    ]
     assert len({state_sha256(s) for s in others} | {state_sha256(base)}) == 5
 
 

@@ -15,7 +15,11 @@ def openapi_to_jsonschema(node):
         for exclusive, inclusive in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
             if out.get(exclusive) is True:
                 out[exclusive] = out.pop(inclusive)
-        if node.get("type") == "object" and "properties" in node and not node.get("x-kubernetes-preserve-unknown-fields"):
+        if (
+            node.get("type") == "object"
+            and "properties" in node
+            and not node.get("x-kubernetes-preserve-unknown-fields")
+        ):
             out["additionalProperties"] = False
         return out
     if isinstance(node, list):

@@ -58,24 +58,44 @@ class PrometheusServer:
 
 
 @contextmanager
-def prometheus_server(workdir: Path, targets: Sequence[str], *, job: str = "hacrl", interval: str = "1s") -> Iterator[PrometheusServer]:
+def prometheus_server(
+    workdir: Path, targets: Sequence[str], *, job: str = "hacrl", interval: str = "1s"
+) -> Iterator[PrometheusServer]:
     if not Path(PROMETHEUS).exists() and not shutil.which(PROMETHEUS):
-        raise RuntimeError(f"no Prometheus server binary at {PROMETHEUS}: install Debian's `prometheus` package "
-                           "(make test does where apt is available) or set HACRL_PROMETHEUS_BIN")
+        raise RuntimeError(
+            f"no Prometheus server binary at {PROMETHEUS}: install Debian's `prometheus` package "
+            "(make test does where apt is available) or set HACRL_PROMETHEUS_BIN"
+        )
     workdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "prometheus.yml"
-    config.write_text(yaml.safe_dump({
-        "global": {"scrape_interval": interval, "evaluation_interval": interval},
-        "scrape_configs": [{"job_name": job, "scrape_interval": interval, "scrape_timeout": interval,
-                            "static_configs": [{"targets": list(targets)}]}],
-    }))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "global": {"scrape_interval": interval, "evaluation_interval": interval},
+                "scrape_configs": [
+                    {
+                        "job_name": job,
+                        "scrape_interval": interval,
+                        "scrape_timeout": interval,
+                        "static_configs": [{"targets": list(targets)}],
+                    }
+                ],
+            }
+        )
+    )
     port = _free_port()
     log = workdir / "prometheus.log"
     with log.open("w") as out:
         process = subprocess.Popen(
-            [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-            stdout=out, stderr=subprocess.STDOUT,
+            [
+                PROMETHEUS,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={workdir / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--log.level=warn",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
     server = PrometheusServer(f"http://127.0.0.1:{port}", log)
     try:

@@ -55,8 +55,15 @@ class Clock:
 
 def hub(edge, *, record=None, buffer=3, clock=None, saved=None):
     saved = saved if saved is not None else []
-    return TrackingHub([edge], buffer, record=record or {}, run_name="agent", params={"a": 1},
-                       save_record=saved.append, clock=clock or Clock())
+    return TrackingHub(
+        [edge],
+        buffer,
+        record=record or {},
+        run_name="agent",
+        params={"a": 1},
+        save_record=saved.append,
+        clock=clock or Clock(),
+    )
 
 
 def test_steps_reach_the_tracker_only_once_released_and_the_record_follows() -> None:
@@ -69,7 +76,9 @@ def test_steps_reach_the_tracker_only_once_released_and_the_record_follows() -> 
     assert saved[-1] == {"runs": {"edge": "run-1"}, "logged_through": 0}
 
 
-def test_a_tracker_down_warns_once_buffers_drops_the_oldest_and_catches_up_in_order(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_tracker_down_warns_once_buffers_drops_the_oldest_and_catches_up_in_order(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     edge, clock = ServiceEdge(), Clock()
     tracking = hub(edge, clock=clock, buffer=3)
     edge.up = False
@@ -123,16 +132,24 @@ def test_finish_sends_what_was_released_but_not_what_a_resume_trains_again() -> 
     assert edge.logged == [(0, {"x": 0.0})] and edge.finished
 
 
-def test_the_real_mlflow_client_against_a_dead_server_never_stops_training(tmp_path: Path, caplog: pytest.LogCaptureFixture,
-                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_real_mlflow_client_against_a_dead_server_never_stops_training(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "2")
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         dead = probe.getsockname()[1]
     clock = Clock()
-    tracking = TrackingHub([MlflowTracker(f"http://127.0.0.1:{dead}", "exp")], 2, record={}, run_name="agent", params={"a": 1},
-                           save_record=lambda record: None, clock=clock)
+    tracking = TrackingHub(
+        [MlflowTracker(f"http://127.0.0.1:{dead}", "exp")],
+        2,
+        record={},
+        run_name="agent",
+        params={"a": 1},
+        save_record=lambda record: None,
+        clock=clock,
+    )
     caplog.set_level(logging.WARNING)
     for step in range(4):
         clock.now += 100  # every step past the backoff: each one tries the server
@@ -143,7 +160,9 @@ def test_the_real_mlflow_client_against_a_dead_server_never_stops_training(tmp_p
     assert "tracker mlflow unreachable" in caplog.text and "2 steps never sent" in caplog.text
 
 
-def test_a_tracker_whose_client_is_not_installed_is_refused_before_the_run_names_the_field(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_tracker_whose_client_is_not_installed_is_refused_before_the_run_names_the_field(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import yaml
 
     from hacrl_core.context import unsupported_settings
@@ -156,4 +175,7 @@ def test_a_tracker_whose_client_is_not_installed_is_refused_before_the_run_names
     assert not [p for p in unsupported_settings(experiment) if "tracking" in p]  # both installed here
     monkeypatch.setitem(backends.TRACKER_PACKAGES, "wandb", "wandb_not_installed")  # as on a machine without it
     (problem,) = [p for p in unsupported_settings(experiment) if "tracking" in p]
-    assert problem.startswith("spec.tracking.wandb: needs the 'wandb_not_installed' package") and "hacrl[tracking]" in problem
+    assert (
+        problem.startswith("spec.tracking.wandb: needs the 'wandb_not_installed' package")
+        and "hacrl[tracking]" in problem
+    )

@@ -19,8 +19,9 @@ AGENTS = ("llama", "qwen", "phi", "gemma")
 
 
 @pytest.mark.parametrize("attempt", range(8))
-def test_learners_starting_together_share_one_experiment_of_the_name(tmp_path: Path, attempt: int,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_learners_starting_together_share_one_experiment_of_the_name(
+    tmp_path: Path, attempt: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import mlflow
 
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")

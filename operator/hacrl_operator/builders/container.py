@@ -64,39 +64,65 @@ def _store_env(experiment: Experiment, uid: str | None) -> list[dict[str, Any]]:
     if spec.store.region:
         env.append({"name": "AWS_REGION", "value": spec.store.region})
     if spec.store.credentials_secret:
-        env += [{"name": key, "valueFrom": {"secretKeyRef": {"name": spec.store.credentials_secret, "key": key}}}
-                for key in CREDENTIAL_KEYS]
+        env += [
+            {"name": key, "valueFrom": {"secretKeyRef": {"name": spec.store.credentials_secret, "key": key}}}
+            for key in CREDENTIAL_KEYS
+        ]
     if uid:
         env.append({"name": "HACRL_EXPERIMENT_UID", "value": uid})
     if spec.model_token_secret:
-        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": spec.model_token_secret, "key": "HF_TOKEN"}}})
+        env.append(
+            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": spec.model_token_secret, "key": "HF_TOKEN"}}}
+        )
     return env
 
 
-def _index_env(experiment: Experiment, agent: str, role: str, node: int, namespace: str | None, replica: int) -> list[dict[str, Any]]:
+def _index_env(
+    experiment: Experiment, agent: str, role: str, node: int, namespace: str | None, replica: int
+) -> list[dict[str, Any]]:
     """One node of several: where it sits and where node 0 serves the rendezvous. One replica of
     several: the slice of each step's prompts it samples."""
     env: list[dict[str, Any]] = []
     if node_count(experiment, agent, role) > 1:
-        env += [{"name": NODE_RANK_ENV, "value": str(node)},
-                {"name": "MASTER_ADDR", "value": rendezvous_address(experiment.name, agent, role, namespace or "default")},
-                {"name": "MASTER_PORT", "value": str(RENDEZVOUS_PORT)}]
+        env += [
+            {"name": NODE_RANK_ENV, "value": str(node)},
+            {"name": "MASTER_ADDR", "value": rendezvous_address(experiment.name, agent, role, namespace or "default")},
+            {"name": "MASTER_PORT", "value": str(RENDEZVOUS_PORT)},
+        ]
     if replica_count(experiment, agent, role) > 1:
         env.append({"name": ROLLOUT_REPLICA_ENV, "value": str(replica)})
     return env
 
 
-def worker_env(experiment: Experiment, agent: str, role: str, uid: str | None = None, node: int = 0,
-               namespace: str | None = None, replica: int = 0) -> list[dict[str, Any]]:
+def worker_env(
+    experiment: Experiment,
+    agent: str,
+    role: str,
+    uid: str | None = None,
+    node: int = 0,
+    namespace: str | None = None,
+    replica: int = 0,
+) -> list[dict[str, Any]]:
     """The worker's env: the operator's variables, then the user's ``spec.env`` (so `$(HACRL_AGENT)`
     expands in them); the spec refuses the operator's names (hacrl_core.spec.OPERATOR_ENV), so
     none is set twice."""
-    env = _base_env(experiment, agent, role) + _store_env(experiment, uid) + _index_env(experiment, agent, role, node, namespace, replica)
+    env = (
+        _base_env(experiment, agent, role)
+        + _store_env(experiment, uid)
+        + _index_env(experiment, agent, role, node, namespace, replica)
+    )
     return env + [var.model_dump(by_alias=True, exclude_none=True) for var in experiment.spec.env]
 
 
-def worker_container(experiment: Experiment, agent: str, role: str, config: OperatorConfig, owner: dict[str, Any],
-                     node: int, replica: int) -> dict[str, Any]:
+def worker_container(
+    experiment: Experiment,
+    agent: str,
+    role: str,
+    config: OperatorConfig,
+    owner: dict[str, Any],
+    node: int,
+    replica: int,
+) -> dict[str, Any]:
     """``agent``'s worker container of ``role``, named after its template role (``TEMPLATE_ROLE``):
     image (the spec's, else the operator's), command, env, mounts, resources and metrics port."""
     spec = experiment.spec

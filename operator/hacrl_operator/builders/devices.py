@@ -39,6 +39,9 @@ def may_hold_gpu(resources: Any) -> bool:
         return False
     if resources.get("claims"):
         return True
-    return any(gpu_like(str(name)) and not _zero(quantity)
-               for section in ("limits", "requests") if isinstance(resources.get(section), dict)
-               for name, quantity in resources[section].items())
+    return any(
+        gpu_like(str(name)) and not _zero(quantity)
+        for section in ("limits", "requests")
+        if isinstance(resources.get(section), dict)
+        for name, quantity in resources[section].items()
+    )

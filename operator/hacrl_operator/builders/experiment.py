@@ -36,7 +36,9 @@ def rendered_store(configmap: dict[str, Any] | None, uid: str | None) -> StoreSp
     if not any(owner.get("uid") == uid for owner in owners):
         return None
     try:
-        store = ((yaml.safe_load((configmap.get("data") or {}).get(SPEC_FILE) or "") or {}).get("spec") or {}).get("store")
+        store = ((yaml.safe_load((configmap.get("data") or {}).get(SPEC_FILE) or "") or {}).get("spec") or {}).get(
+            "store"
+        )
         return StoreSpec.model_validate(store) if isinstance(store, dict) else None
     except (yaml.YAMLError, ValueError, AttributeError):
         return None

@@ -18,7 +18,9 @@ LABEL_EXPERIMENT = f"{API_GROUP}/experiment"
 LABEL_AGENT = f"{API_GROUP}/agent"
 LABEL_ROLE = f"{API_GROUP}/role"
 LABEL_NODE = f"{API_GROUP}/node"  # the node rank of a pod of a learner over several nodes (absent otherwise)
-LABEL_REPLICA = f"{API_GROUP}/replica"  # the replica index of a pod of a rollout with several replicas (absent otherwise)
+LABEL_REPLICA = (
+    f"{API_GROUP}/replica"  # the replica index of a pod of a rollout with several replicas (absent otherwise)
+)
 
 # What cluster autoscalers read before evicting a pod to remove its node: Cluster Autoscaler and
 # Karpenter. On both roles by default: an evicted learner loses the steps since its checkpoint,
@@ -119,8 +121,14 @@ def child_metadata(name: str, owner: dict[str, Any], labels: dict[str, str]) -> 
     }
 
 
-def pod_metadata(name: str, owner: dict[str, Any], labels: dict[str, str], user: dict[str, Any],
-                 gang: tuple[dict[str, str], dict[str, str]], annotations: dict[str, str]) -> dict[str, Any]:
+def pod_metadata(
+    name: str,
+    owner: dict[str, Any],
+    labels: dict[str, str],
+    user: dict[str, Any],
+    gang: tuple[dict[str, str], dict[str, str]],
+    annotations: dict[str, str],
+) -> dict[str, Any]:
     """A worker pod's metadata: ``user``'s labels and annotations (its podTemplate's, e.g. a
     priority class of their scheduler) over the defaults (autoscaler eviction), under the
     operator's own: the ``labels`` the operator, its NetworkPolicy and the PodMonitor select by,
@@ -128,5 +136,10 @@ def pod_metadata(name: str, owner: dict[str, Any], labels: dict[str, str], user:
     be changed."""
     gang_labels, gang_annotations = gang
     metadata = child_metadata(name, owner, {**(user.get("labels") or {}), **gang_labels, **labels})
-    metadata["annotations"] = {**NO_AUTOSCALER_EVICTION, **(user.get("annotations") or {}), **gang_annotations, **annotations}
+    metadata["annotations"] = {
+        **NO_AUTOSCALER_EVICTION,
+        **(user.get("annotations") or {}),
+        **gang_annotations,
+        **annotations,
+    }
     return metadata

@@ -51,7 +51,9 @@ def build_rendezvous_service(experiment: Experiment, agent: str, owner: dict[str
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
             "selector": {LABEL_EXPERIMENT: experiment.name, LABEL_AGENT: agent, LABEL_ROLE: role},
-            "ports": [{"name": "rendezvous", "port": RENDEZVOUS_PORT, "targetPort": RENDEZVOUS_PORT, "protocol": "TCP"}],
+            "ports": [
+                {"name": "rendezvous", "port": RENDEZVOUS_PORT, "targetPort": RENDEZVOUS_PORT, "protocol": "TCP"}
+            ],
         },
     }
 

@@ -26,16 +26,24 @@ def _check_slot(experiment: Experiment, agent: str, role: str, node: int, replic
         raise ValueError(f"node must be 0 to {nodes - 1} for agent {agent!r}'s {role} pods, got {node}")
     replicas = replica_count(experiment, agent, role)
     if not 0 <= replica < replicas:
-        raise ValueError(f"replica must be 0 to {replicas - 1} for agent {agent!r}'s {role} pods (rollout.replicas {replicas}), got {replica}")
+        raise ValueError(
+            f"replica must be 0 to {replicas - 1} for agent {agent!r}'s {role} pods (rollout.replicas {replicas}), got {replica}"
+        )
 
 
 def _pod_security_context(config: OperatorConfig) -> dict[str, Any]:
     """Non-root, the runtime's seccomp profile, and the install's uid, gid and fsGroup if it sets one."""
-    ids = {} if config.run_as_user is None else {"runAsUser": config.run_as_user, "runAsGroup": config.run_as_user, "fsGroup": config.run_as_user}
+    ids = (
+        {}
+        if config.run_as_user is None
+        else {"runAsUser": config.run_as_user, "runAsGroup": config.run_as_user, "fsGroup": config.run_as_user}
+    )
     return {"runAsNonRoot": True, **ids, "seccompProfile": {"type": "RuntimeDefault"}}
 
 
-def base_pod_spec(experiment: Experiment, agent: str, container: dict[str, Any], config: OperatorConfig) -> dict[str, Any]:
+def base_pod_spec(
+    experiment: Experiment, agent: str, container: dict[str, Any], config: OperatorConfig
+) -> dict[str, Any]:
     """The pod spec before the agent's podTemplate: one worker container, its volumes, the install's
     image pull secrets and the spec's placement. Restarts are the operator's (``restartPolicy:
     Never``): a failed worker shows up as a Failed pod, which the operator replaces and counts
@@ -56,8 +64,14 @@ def base_pod_spec(experiment: Experiment, agent: str, container: dict[str, Any],
 
 
 def build_pod(
-    experiment: Experiment, agent: str, role: str, owner: dict[str, Any], config: OperatorConfig, name: str | None = None,
-    node: int = 0, replica: int = 0,
+    experiment: Experiment,
+    agent: str,
+    role: str,
+    owner: dict[str, Any],
+    config: OperatorConfig,
+    name: str | None = None,
+    node: int = 0,
+    replica: int = 0,
 ) -> dict[str, Any]:
     """The Pod of ``role`` (one of ``roles_of(experiment)``) of ``agent`` (of its node ``node`` when
     the learner spans several, of its replica ``replica`` when the rollout has several), named as
@@ -80,8 +94,11 @@ def build_pod(
     if nodes > 1:
         place_node(pod_spec, experiment.name, agent, role, node)
     metadata = pod_metadata(
-        name or pod_names(experiment, agent, role)[node if nodes > 1 else replica], owner,
-        {**pod_labels(experiment.name, agent, role), **index_labels(nodes, node, replicas, replica)}, user_metadata,
-        gang_metadata(experiment, owner["metadata"].get("uid")), scrape_annotations(experiment),
+        name or pod_names(experiment, agent, role)[node if nodes > 1 else replica],
+        owner,
+        {**pod_labels(experiment.name, agent, role), **index_labels(nodes, node, replicas, replica)},
+        user_metadata,
+        gang_metadata(experiment, owner["metadata"].get("uid")),
+        scrape_annotations(experiment),
     )
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}

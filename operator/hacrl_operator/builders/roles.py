@@ -41,4 +41,8 @@ def role_pod_count(experiment: Experiment, agent: str, role: str) -> int:
 def pod_count(experiment: Experiment) -> int:
     """The experiment's pods (the gang's size): one per role per agent, one per node of a learner
     over several nodes, and one per replica of a rollout with several replicas."""
-    return sum(role_pod_count(experiment, agent.name, role) for agent in experiment.spec.agents for role in roles_of(experiment))
+    return sum(
+        role_pod_count(experiment, agent.name, role)
+        for agent in experiment.spec.agents
+        for role in roles_of(experiment)
+    )

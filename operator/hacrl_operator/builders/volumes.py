@@ -34,7 +34,10 @@ def worker_volume_mounts() -> list[dict[str, Any]]:
 def worker_volumes(experiment: str) -> list[dict[str, Any]]:
     """The volumes of every worker pod of ``experiment``."""
     return [
-        {"name": "spec", "configMap": {"name": configmap_name(experiment), "items": [{"key": SPEC_FILE, "path": SPEC_FILE}]}},
+        {
+            "name": "spec",
+            "configMap": {"name": configmap_name(experiment), "items": [{"key": SPEC_FILE, "path": SPEC_FILE}]},
+        },
         {"name": "tmp", "emptyDir": {}},
         {"name": "cache", "emptyDir": {}},
         {"name": "work", "emptyDir": {}},
@@ -48,8 +51,10 @@ def model_cache_mount(experiment: Experiment, agent: str) -> tuple[dict[str, Any
     cache = experiment.spec.model_cache_of(agent)
     if cache is None:
         return None
-    return ({"name": MODEL_CACHE_VOLUME, "persistentVolumeClaim": {"claimName": cache.claim_name}},
-            {"name": MODEL_CACHE_VOLUME, "mountPath": MODEL_CACHE_DIR})
+    return (
+        {"name": MODEL_CACHE_VOLUME, "persistentVolumeClaim": {"claimName": cache.claim_name}},
+        {"name": MODEL_CACHE_VOLUME, "mountPath": MODEL_CACHE_DIR},
+    )
 
 
 def mount_model_cache(pod_spec: dict[str, Any], container: dict[str, Any], experiment: Experiment, agent: str) -> None:

@@ -18,7 +18,9 @@ from hacrl_operator.handlers.stores import StoreOpener
 from hacrl_operator.metrics import OperatorMetrics
 
 
-def register(registry: kopf.OperatorRegistry, config: OperatorConfig, store_opener: StoreOpener | None = None) -> Reconciler:
+def register(
+    registry: kopf.OperatorRegistry, config: OperatorConfig, store_opener: StoreOpener | None = None
+) -> Reconciler:
     reconciler = Reconciler(config, OperatorMetrics(), store_opener)
     register_lifecycle(registry, config, reconciler)
     register_experiment_changed(registry, config, reconciler)

@@ -11,7 +11,9 @@ from hacrl_operator.config import OperatorConfig
 from hacrl_operator.handlers.reconcile import Reconciler
 
 
-def register_experiment_changed(registry: kopf.OperatorRegistry, config: OperatorConfig, reconciler: Reconciler) -> None:
+def register_experiment_changed(
+    registry: kopf.OperatorRegistry, config: OperatorConfig, reconciler: Reconciler
+) -> None:
     def in_scope(namespace: str | None, **_: Any) -> bool:
         return config.watches(namespace)
 

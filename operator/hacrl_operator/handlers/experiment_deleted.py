@@ -26,7 +26,9 @@ def needs_store_cleanup(spec: Any) -> bool:
     return "delete-store" in (cleanup.get("onSuccess"), cleanup.get("onFailure"))
 
 
-def register_experiment_deleted(registry: kopf.OperatorRegistry, config: OperatorConfig, reconciler: Reconciler) -> None:
+def register_experiment_deleted(
+    registry: kopf.OperatorRegistry, config: OperatorConfig, reconciler: Reconciler
+) -> None:
     def wanted(namespace: str | None, spec: Any, **_: Any) -> bool:
         return config.watches(namespace) and needs_store_cleanup(spec)
 
@@ -49,5 +51,14 @@ def register_experiment_deleted(registry: kopf.OperatorRegistry, config: Operato
             logger.warning("store of %s/%s left alone: %s", namespace, name, error)
             return
         except Exception as error:
-            raise kopf.TemporaryError(f"cannot delete the store prefix of {name} in {experiment.spec.store.uri}: {error}", delay=5) from error
-        logger.info("deleted %s objects of %s from %s (cleanup policy %s, phase %s)", deleted, name, experiment.spec.store.uri, action, phase)
+            raise kopf.TemporaryError(
+                f"cannot delete the store prefix of {name} in {experiment.spec.store.uri}: {error}", delay=5
+            ) from error
+        logger.info(
+            "deleted %s objects of %s from %s (cleanup policy %s, phase %s)",
+            deleted,
+            name,
+            experiment.spec.store.uri,
+            action,
+            phase,
+        )

@@ -44,7 +44,9 @@ def configure_settings(settings: kopf.OperatorSettings, config: OperatorConfig) 
     # kopf's bookkeeping in annotations of our group, so `status` holds only what the CRD
     # declares and the operator writes (kopf's default also writes status.kopf).
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="hacrl.io")
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="hacrl.io", key="last-handled-configuration")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="hacrl.io", key="last-handled-configuration"
+    )
     # Limited to listed namespaces (exact names, no globs), the operator has nothing to discover:
     # kopf's scanning would list and watch every namespace and CRD of the cluster, which needs a
     # ClusterRole (hacrl_operator.rbac); without it such an install needs no cluster-wide right.
@@ -60,13 +62,17 @@ def configure_settings(settings: kopf.OperatorSettings, config: OperatorConfig) 
     settings.posting.level = logging.WARNING
 
 
-def connection_info(configuration: kubernetes.client.Configuration, settings: kopf.OperatorSettings) -> kopf.ConnectionInfo:
+def connection_info(
+    configuration: kubernetes.client.Configuration, settings: kopf.OperatorSettings
+) -> kopf.ConnectionInfo:
     """kopf's credentials from the client configuration the operator's own client uses, read as
     ``kopf.login_via_client`` reads it. That function itself cannot be used: it loads the
     configuration anew, in-cluster first and then the ``KUBECONFIG`` the process had when the
     kubernetes package was imported, whereas ``OperatorConfig.kubeconfig`` (``KUBECONFIG``, also
     set per operator by in-process tests) must win over the service account (docs/operator.md)."""
-    header = configuration.get_api_key_with_prefix("BearerToken") or configuration.get_api_key_with_prefix("authorization")
+    header = configuration.get_api_key_with_prefix("BearerToken") or configuration.get_api_key_with_prefix(
+        "authorization"
+    )
     parts = header.split(" ", 1) if header else []
     scheme, token = (None, None) if not parts else (None, parts[0]) if len(parts) == 1 else (parts[0], parts[1])
     return kopf.ConnectionInfo(
@@ -115,4 +121,7 @@ def register_lifecycle(registry: kopf.OperatorRegistry, config: OperatorConfig, 
 
     @kopf.on.probe(id="experiments", registry=registry)
     def probe(**_: Any) -> dict[str, Any]:
-        return {"known": len(reconciler.known), "uptime_s": round(time.time() - started["at"], 1) if started["at"] else 0}
+        return {
+            "known": len(reconciler.known),
+            "uptime_s": round(time.time() - started["at"], 1) if started["at"] else 0,
+        }

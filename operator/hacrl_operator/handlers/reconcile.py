@@ -77,7 +77,9 @@ class _Slot:
 
 
 class Reconciler:
-    def __init__(self, config: OperatorConfig, metrics: OperatorMetrics, store_opener: StoreOpener | None = None) -> None:
+    def __init__(
+        self, config: OperatorConfig, metrics: OperatorMetrics, store_opener: StoreOpener | None = None
+    ) -> None:
         self.config = config
         self.metrics = metrics
         self.kube: Kube | None = None
@@ -169,9 +171,15 @@ class Reconciler:
             if store_error is None and reading:
                 blocked += [("StoreOwnedByAnother", m) for m in self.store_owner_refusal(experiment, body)]
         observed = Observed(
-            experiment=experiment, spec_errors=errors, status=status, pods=pods, progress=progress,
-            store_error=store_error, blocked=blocked,
-            generation=body.get("metadata", {}).get("generation"), now=now_utc(),
+            experiment=experiment,
+            spec_errors=errors,
+            status=status,
+            pods=pods,
+            progress=progress,
+            store_error=store_error,
+            blocked=blocked,
+            generation=body.get("metadata", {}).get("generation"),
+            now=now_utc(),
         )
         plan = plan_reconcile(observed)
         if experiment is not None:
@@ -205,7 +213,9 @@ class Reconciler:
         default = (self.store_in_use(body) if builders.omits_store(body) else None) or self.config.default_store
         errors: list[str] = []
         try:
-            experiment = parse_experiment(builders.experiment_from_body(body, default), f"{metadata.get('namespace')}/{metadata.get('name')}")
+            experiment = parse_experiment(
+                builders.experiment_from_body(body, default), f"{metadata.get('namespace')}/{metadata.get('name')}"
+            )
         except SpecError as error:
             experiment, errors = None, error.errors
         if default is None and builders.omits_store(body):
@@ -220,7 +230,9 @@ class Reconciler:
         name, namespace = metadata.get("name"), metadata.get("namespace")
         if not name or not namespace:
             return None
-        return builders.rendered_store(self.kube.get_configmap(namespace, builders.configmap_name(name)), metadata.get("uid"))
+        return builders.rendered_store(
+            self.kube.get_configmap(namespace, builders.configmap_name(name)), metadata.get("uid")
+        )
 
     def store_owner_refusal(self, experiment: Experiment, body: dict[str, Any]) -> list[str]:
         """Why this experiment object may not use its store prefix (another uid owns it), if so.
@@ -231,7 +243,12 @@ class Reconciler:
         metadata = body.get("metadata") or {}
         claimant = Owner(name=experiment.name, uid=str(metadata.get("uid")), namespace=metadata.get("namespace"))
         try:
-            check_owner(self.store(experiment), claimant, adopt=experiment.spec.store.adopt_existing, where=describe_prefix(experiment))
+            check_owner(
+                self.store(experiment),
+                claimant,
+                adopt=experiment.spec.store.adopt_existing,
+                where=describe_prefix(experiment),
+            )
         except StoreOwnedByAnother as error:
             return [str(error)]
         except Exception:  # noqa: BLE001 - unreachable store: StoreReachable already says why
@@ -278,7 +295,9 @@ class Reconciler:
         if restarts:
             self.metrics.restarts.inc(restarts)
         if outcome.created:
-            outcome += said("Normal", "PodsCreated", f"created {len(outcome.created)} pods: {', '.join(outcome.created)}")
+            outcome += said(
+                "Normal", "PodsCreated", f"created {len(outcome.created)} pods: {', '.join(outcome.created)}"
+            )
         if plan.delete_store:
             outcome += self.delete_store(experiment, body)
         return outcome
@@ -289,7 +308,9 @@ class Reconciler:
             kube.delete_pod(namespace, name)
         return ActionOutcome(deleted=tuple(names))
 
-    def create_pods(self, experiment: Experiment, body: dict[str, Any], slot: PodSlot, renamed: dict[str, str]) -> ActionOutcome:
+    def create_pods(
+        self, experiment: Experiment, body: dict[str, Any], slot: PodSlot, renamed: dict[str, str]
+    ) -> ActionOutcome:
         """The pods of ``slot`` (every node's of a learner over several, after their headless
         Service, or one replica's), under the names ``renamed`` gives where a terminating pod holds
         the usual one. The slot is Pending once created, CreateFailed when a pod could not be."""
@@ -303,7 +324,9 @@ class Reconciler:
         failed = False
         for index, usual in slot.members(experiment):
             where = {"replica": index} if replicated else {"node": index}
-            manifest = builders.build_pod(experiment, agent, role, body, self.config, renamed.get(usual, usual), **where)
+            manifest = builders.build_pod(
+                experiment, agent, role, body, self.config, renamed.get(usual, usual), **where
+            )
             name = manifest["metadata"]["name"]
             try:
                 if kube.create(manifest):
@@ -326,12 +349,17 @@ class Reconciler:
         except StoreOwnedByAnother as error:
             return failure("CleanedUp", "StoreNotOwned", f"cleanup skipped: {error}")
         except Exception as error:
-            return failure("CleanedUp", "StoreUnreachable", f"cannot delete the store prefix: {type(error).__name__}: {error}")
-        return said("Normal", "StoreDeleted", f"deleted {deleted} objects of {experiment.name} from {experiment.spec.store.uri}")
+            return failure(
+                "CleanedUp", "StoreUnreachable", f"cannot delete the store prefix: {type(error).__name__}: {error}"
+            )
+        return said(
+            "Normal", "StoreDeleted", f"deleted {deleted} objects of {experiment.name} from {experiment.spec.store.uri}"
+        )
 
     @staticmethod
-    def check_pod_owner(kube, namespace: str, name: str, body: dict[str, Any], agent: str, role: str,
-                        replica: int | None = None) -> ActionOutcome:
+    def check_pod_owner(
+        kube, namespace: str, name: str, body: dict[str, Any], agent: str, role: str, replica: int | None = None
+    ) -> ActionOutcome:
         """A pod that exists already but is not ours (another experiment whose name and agent join
         to the same pod name, or anything else) would leave this experiment waiting forever: say so."""
         existing = kube.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
@@ -342,10 +370,14 @@ class Reconciler:
         if any(owner.get("uid") == uid for owner in owners):
             return ActionOutcome()  # ours: created by an earlier reconcile
         holder = ", ".join(f"{o.get('kind')} {o.get('name')}" for o in owners) or "no owner"
-        message = (f"cannot create pod {name}: a pod of that name already exists and belongs to {holder}; "
-                   "rename this experiment or the agent so that experiment-agent-role names differ")
+        message = (
+            f"cannot create pod {name}: a pod of that name already exists and belongs to {holder}; "
+            "rename this experiment or the agent so that experiment-agent-role names differ"
+        )
         logger.warning("%s/%s: %s", namespace, body["metadata"].get("name"), message)
-        return ActionOutcome(pod_states=(PodStateChange(agent, role, "CreateFailed", replica),)) + failure("Ready", "PodNameTaken", message)
+        return ActionOutcome(pod_states=(PodStateChange(agent, role, "CreateFailed", replica),)) + failure(
+            "Ready", "PodNameTaken", message
+        )
 
     def ensure_configmap(self, experiment: Experiment, body: dict[str, Any]) -> ActionOutcome:
         kube = self._kube()
@@ -357,7 +389,11 @@ class Reconciler:
                 return said("Normal", "ConfigMapCreated", f"rendered spec in ConfigMap {name}")
         elif (current.get("data") or {}) != manifest["data"]:
             kube.patch_configmap_data(namespace, name, manifest["data"])
-            return said("Normal", "ConfigMapUpdated", f"rendered spec in ConfigMap {name} updated; pods created from now on use it")
+            return said(
+                "Normal",
+                "ConfigMapUpdated",
+                f"rendered spec in ConfigMap {name} updated; pods created from now on use it",
+            )
         return ActionOutcome()
 
     def ensure_rendezvous_service(self, experiment: Experiment, agent: str, body: dict[str, Any]) -> ActionOutcome:
@@ -371,9 +407,13 @@ class Reconciler:
         name = manifest["metadata"]["name"]
         try:
             if kube.get_object(manifest) is None and kube.create(manifest):
-                return said("Normal", "ServiceCreated", f"headless Service {name}: DNS names of agent {agent}'s learner pods")
+                return said(
+                    "Normal", "ServiceCreated", f"headless Service {name}: DNS names of agent {agent}'s learner pods"
+                )
         except KubeError as error:
-            message = f"cannot create the headless Service {name} of agent {agent}'s learner pods (their rendezvous): {error}"
+            message = (
+                f"cannot create the headless Service {name} of agent {agent}'s learner pods (their rendezvous): {error}"
+            )
             logger.warning("%s/%s: %s", body["metadata"]["namespace"], experiment.name, message)
             return failure("Ready", "ServiceCreateFailed", message)
         return ActionOutcome()
@@ -392,14 +432,20 @@ class Reconciler:
             current = kube.get_object(manifest)
             if current is None:
                 if kube.create(manifest):
-                    return said("Normal", "PodGroupCreated", f"Volcano PodGroup {name} (minMember {manifest['spec']['minMember']})")
+                    return said(
+                        "Normal",
+                        "PodGroupCreated",
+                        f"Volcano PodGroup {name} (minMember {manifest['spec']['minMember']})",
+                    )
             elif any((current.get("spec") or {}).get(key) != value for key, value in manifest["spec"].items()):
                 kube.patch_spec(manifest)
                 return said("Normal", "PodGroupUpdated", f"Volcano PodGroup {name}: {manifest['spec']}")
         except KubeError as error:
             message = f"cannot create the Volcano PodGroup {name} (spec.scheduling.gang volcano; is Volcano installed?): {error}"
             logger.warning("%s/%s: %s", body["metadata"]["namespace"], experiment.name, message)
-            return failure("Ready", "PodGroupCreateFailed", message, warn=ready is None or ready.reason != "PodGroupCreateFailed")
+            return failure(
+                "Ready", "PodGroupCreateFailed", message, warn=ready is None or ready.reason != "PodGroupCreateFailed"
+            )
         return ActionOutcome()
 
     def post_event(self, body: dict[str, Any], event: Event) -> None:
@@ -409,10 +455,16 @@ class Reconciler:
         manifest = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"name": f"{metadata.get('name')}.{uuid.uuid4().hex[:16]}", "namespace": metadata.get("namespace")},
+            "metadata": {
+                "name": f"{metadata.get('name')}.{uuid.uuid4().hex[:16]}",
+                "namespace": metadata.get("namespace"),
+            },
             "involvedObject": {
-                "apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "name": metadata.get("name"),
-                "namespace": metadata.get("namespace"), "uid": metadata.get("uid"),
+                "apiVersion": body.get("apiVersion"),
+                "kind": body.get("kind"),
+                "name": metadata.get("name"),
+                "namespace": metadata.get("namespace"),
+                "uid": metadata.get("uid"),
             },
             "type": event.type,
             "reason": event.reason,
@@ -435,4 +487,3 @@ class Reconciler:
         if self.kube is None:
             raise RuntimeError("the Kubernetes client is not configured yet (login has not run)")
         return self.kube
-

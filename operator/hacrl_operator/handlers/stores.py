@@ -69,10 +69,15 @@ def open_store(experiment: Experiment, clients: Any = None, on_request: Callable
         key = clients.key(endpoint=spec.endpoint, region=spec.region, **OPERATOR_S3_LIMITS)
         client = clients.acquire(key)
         if on_request is not None:  # once per client, however many stores share it
-            client.meta.events.register("before-send.s3", lambda event_name, **_: on_request(event_name.rsplit(".", 1)[-1]),
-                                        unique_id="hacrl-operator-store-requests")
+            client.meta.events.register(
+                "before-send.s3",
+                lambda event_name, **_: on_request(event_name.rsplit(".", 1)[-1]),
+                unique_id="hacrl-operator-store-requests",
+            )
         try:
-            objects = S3ObjectStore(location.bucket, location.path, client, attempts=OPERATOR_S3_LIMITS["attempts"], shared_client=True)
+            objects = S3ObjectStore(
+                location.bucket, location.path, client, attempts=OPERATOR_S3_LIMITS["attempts"], shared_client=True
+            )
         except BaseException:
             clients.release(key)
             raise
@@ -84,7 +89,9 @@ def open_store(experiment: Experiment, clients: Any = None, on_request: Callable
 class ExperimentStores:
     """The open store of each experiment that holds one, by (namespace, name)."""
 
-    def __init__(self, opener: Callable[[Experiment], Opened] | None = None, on_request: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self, opener: Callable[[Experiment], Opened] | None = None, on_request: Callable[[str], None] | None = None
+    ) -> None:
         from hacrl_core.store.s3_clients import SharedS3Clients
 
         self.clients = SharedS3Clients(max_connections=RECONCILE_THREADS)

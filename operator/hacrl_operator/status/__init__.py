@@ -29,4 +29,16 @@ from hacrl_operator.status.plan import Observed, Plan, cleanup_action, plan_reco
 from hacrl_operator.status.pods import PodView, summarize_pod
 from hacrl_operator.status.wire import read_status, status_patch
 
-__all__ = ["ActionOutcome", "Event", "Observed", "Plan", "PodView", "cleanup_action", "fold_outcome", "plan_reconcile", "read_status", "status_patch", "summarize_pod"]
+__all__ = [
+    "ActionOutcome",
+    "Event",
+    "Observed",
+    "Plan",
+    "PodView",
+    "cleanup_action",
+    "fold_outcome",
+    "plan_reconcile",
+    "read_status",
+    "status_patch",
+    "summarize_pod",
+]

@@ -14,8 +14,13 @@ _ORDER = ("Ready", "StoreReachable", "Suspended", "Succeeded", "Failed", "Cleane
 
 # Ready's reason when several pods are not running: the most actionable first.
 _REASON_PRIORITY = (
-    "ImagePullBackOff", "CreateContainerConfigError", "CrashLoop", "Unschedulable",
-    "PodCreateFailed", "Restarting", "PodsPending",
+    "ImagePullBackOff",
+    "CreateContainerConfigError",
+    "CrashLoop",
+    "Unschedulable",
+    "PodCreateFailed",
+    "Restarting",
+    "PodsPending",
 )
 
 
@@ -33,7 +38,9 @@ class Conditions:
         value = "True" if status else "False"
         previous = self.old.get(type_)
         since = previous.last_transition_time if previous is not None and previous.status == value else self.now
-        self.new[type_] = Condition(type=type_, status=value, reason=reason, message=message, last_transition_time=since)
+        self.new[type_] = Condition(
+            type=type_, status=value, reason=reason, message=message, last_transition_time=since
+        )
 
     def keep(self, type_: str) -> None:
         if type_ in self.old:
@@ -49,7 +56,9 @@ class Conditions:
 
 def most_actionable(problems: Iterable[tuple[str, str]]) -> tuple[str, str]:
     """The (reason, message) Ready reports when pods are not running: the first of the most actionable reason."""
-    return min(problems, key=lambda p: _REASON_PRIORITY.index(p[0]) if p[0] in _REASON_PRIORITY else len(_REASON_PRIORITY))
+    return min(
+        problems, key=lambda p: _REASON_PRIORITY.index(p[0]) if p[0] in _REASON_PRIORITY else len(_REASON_PRIORITY)
+    )
 
 
 def store_deleted(status: ExperimentStatus) -> bool:

@@ -47,7 +47,9 @@ class PodRules:
     now: dt.datetime | None = None
     where_to_look: str = ""  # appended to an Unschedulable message (the gang scheduler's object)
     roles: tuple[str, ...] = ("rollout", "learner")  # each agent's pods (builders.roles_of); the last one trains
-    replicas: Mapping[tuple[str, str], int] = dataclasses.field(default_factory=dict)  # (agent, role): replicas when several
+    replicas: Mapping[tuple[str, str], int] = dataclasses.field(
+        default_factory=dict
+    )  # (agent, role): replicas when several
     # (agent, role) whose pods are of another count than the spec's (learner.nodes or
     # rollout.replicas changed): the pods of the new count are created, none counted as lost.
     resized: frozenset[tuple[str, str]] = frozenset()
@@ -82,14 +84,21 @@ class AgentDecision:
 
 
 def decide_agent(
-    entry: AgentProgress, heartbeat: Heartbeat, views: Mapping[tuple[str, str], PodView],
-    previous: AgentProgress | None, rules: PodRules,
+    entry: AgentProgress,
+    heartbeat: Heartbeat,
+    views: Mapping[tuple[str, str], PodView],
+    previous: AgentProgress | None,
+    rules: PodRules,
 ) -> AgentDecision:
     """The decisions for one agent's pods. ``entry`` holds its progress as of this reconcile,
     ``previous`` the progress last written (each pod's last state)."""
     agent = entry.name
     trainer = views.get((agent, rules.roles[-1]))
-    done = heartbeat.get("done") is True or entry.step >= rules.steps or (trainer is not None and trainer.phase == "Succeeded")
+    done = (
+        heartbeat.get("done") is True
+        or entry.step >= rules.steps
+        or (trainer is not None and trainer.phase == "Succeeded")
+    )
     restarts = entry.restarts
     pods = []
     for role in rules.roles:
@@ -113,7 +122,9 @@ def _members(view: PodView | None, count: int) -> tuple[PodView | None, ...]:
     return view.replicas if view is not None and view.replicas is not None else (None,) * count
 
 
-def _decide_pod(label: str, role: str, view: PodView | None, last: str | None, done: bool, restarts: int, rules: PodRules) -> PodDecision:
+def _decide_pod(
+    label: str, role: str, view: PodView | None, last: str | None, done: bool, restarts: int, rules: PodRules
+) -> PodDecision:
     limit = rules.restart_limit
     if view is not None and view.terminating and view.phase in ("Failed", "Succeeded"):
         # Its containers are done; only a finalizer holds the object (Kueue keeps its own on a
@@ -123,11 +134,21 @@ def _decide_pod(label: str, role: str, view: PodView | None, last: str | None, d
         return _missing(label, role, last, done, restarts, limit)
     if view.disruption and not done and (view.terminating or view.phase != "Failed"):
         # Announced (DisruptionTarget) or on its way out: once gone it is recreated, not counted.
-        return PodDecision(role, "Disrupted", problem=("Restarting", f"{label} {view.name} is being stopped by the cluster "
-                                                                    f"({view.disruption}); it is recreated once gone, not counted against restartLimit"))
+        return PodDecision(
+            role,
+            "Disrupted",
+            problem=(
+                "Restarting",
+                f"{label} {view.name} is being stopped by the cluster "
+                f"({view.disruption}); it is recreated once gone, not counted against restartLimit",
+            ),
+        )
     if view.terminating:
-        return PodDecision(role, last if last in ("Restarting", "Disrupted") else "Terminating",
-                           problem=("Restarting", f"{label} {view.name} is terminating"))
+        return PodDecision(
+            role,
+            last if last in ("Restarting", "Disrupted") else "Terminating",
+            problem=("Restarting", f"{label} {view.name} is terminating"),
+        )
     if view.phase == "Failed" and not done:  # once the agent finished, a worker exiting badly changes nothing
         return _disrupted(label, role, view) if view.disruption else _failed(label, role, view, restarts, limit)
     if view.missing and not done:
@@ -150,10 +171,19 @@ def _unscheduled(label: str, role: str, view: PodView, rules: PodRules) -> PodDe
     waited = (rules.now - since).total_seconds() if rules.now and since else None
     if waited is None or waited < rules.pending_timeout:
         when = f" since {rfc3339(since)}" if since else ""
-        return PodDecision(role, "Pending", problem=("PodsPending", f"{label} {view.name}: waiting to be scheduled{when} "
-                                                                    f"(Unschedulable after pendingTimeoutSeconds {rules.pending_timeout}): {detail}"))
-    message = (f"{label} {view.name} not scheduled since {rfc3339(since)}, longer than spec.scheduling.pendingTimeoutSeconds "
-               f"{rules.pending_timeout}: {detail}{rules.where_to_look}")
+        return PodDecision(
+            role,
+            "Pending",
+            problem=(
+                "PodsPending",
+                f"{label} {view.name}: waiting to be scheduled{when} "
+                f"(Unschedulable after pendingTimeoutSeconds {rules.pending_timeout}): {detail}",
+            ),
+        )
+    message = (
+        f"{label} {view.name} not scheduled since {rfc3339(since)}, longer than spec.scheduling.pendingTimeoutSeconds "
+        f"{rules.pending_timeout}: {detail}{rules.where_to_look}"
+    )
     return PodDecision(role, "Unschedulable", problem=("Unschedulable", message))
 
 
@@ -165,9 +195,16 @@ def _them(view: PodView) -> str:
 def _disrupted(label: str, role: str, view: PodView) -> PodDecision:
     """A pod the cluster evicted or preempted: delete and recreate it, no restart counted."""
     return PodDecision(
-        role, "Disrupted", create=True, delete=view.alive or (view.name,),
-        notice=Event("Normal", "PodDisrupted", f"{label} {view.name} was stopped by the cluster ({view.disruption}); recreating {_them(view)}, "
-                                               "resuming from its checkpoint (not counted against restartLimit)"),
+        role,
+        "Disrupted",
+        create=True,
+        delete=view.alive or (view.name,),
+        notice=Event(
+            "Normal",
+            "PodDisrupted",
+            f"{label} {view.name} was stopped by the cluster ({view.disruption}); recreating {_them(view)}, "
+            "resuming from its checkpoint (not counted against restartLimit)",
+        ),
         problem=("Restarting", f"{label}: recreating after an eviction or preemption"),
     )
 
@@ -180,11 +217,22 @@ def _missing(label: str, role: str, last: str | None, done: bool, restarts: int,
     restart = None
     if last not in _NOT_LOST:
         if restarts >= limit:
-            return PodDecision(role, "Missing", failure=f"{label} disappeared (deleted or evicted) after {restarts} restarts (restartLimit {limit})")
-        restart = Event("Warning", "PodLost", f"{label} disappeared (was {last}); recreating it, resuming from its checkpoint "
-                                              f"(restart {restarts + 1} of {limit})")
+            return PodDecision(
+                role,
+                "Missing",
+                failure=f"{label} disappeared (deleted or evicted) after {restarts} restarts (restartLimit {limit})",
+            )
+        restart = Event(
+            "Warning",
+            "PodLost",
+            f"{label} disappeared (was {last}); recreating it, resuming from its checkpoint "
+            f"(restart {restarts + 1} of {limit})",
+        )
     return PodDecision(
-        role, "Restarting" if last == "Restarting" else "Pending", create=True, restart=restart,
+        role,
+        "Restarting" if last == "Restarting" else "Pending",
+        create=True,
+        restart=restart,
         problem=("Restarting" if last not in (None, "CreateFailed") else "PodsPending", f"{label}: being created"),
     )
 
@@ -192,11 +240,22 @@ def _missing(label: str, role: str, last: str | None, done: bool, restarts: int,
 def _failed(label: str, role: str, view: PodView, restarts: int, limit: int) -> PodDecision:
     """A failed pod: delete and recreate it (the worker resumes from its checkpoint), a restart."""
     if restarts >= limit:
-        return PodDecision(role, view.state, failure=f"{label} {view.name} failed ({view.message}) after {restarts} restarts (restartLimit {limit})")
+        return PodDecision(
+            role,
+            view.state,
+            failure=f"{label} {view.name} failed ({view.message}) after {restarts} restarts (restartLimit {limit})",
+        )
     return PodDecision(
-        role, "Restarting", create=True, delete=view.alive or (view.name,),
-        restart=Event("Warning", "PodFailed", f"{label} {view.name} failed ({view.message}); recreating {_them(view)}, resuming from its "
-                                              f"checkpoint (restart {restarts + 1} of {limit})"),
+        role,
+        "Restarting",
+        create=True,
+        delete=view.alive or (view.name,),
+        restart=Event(
+            "Warning",
+            "PodFailed",
+            f"{label} {view.name} failed ({view.message}); recreating {_them(view)}, resuming from its "
+            f"checkpoint (restart {restarts + 1} of {limit})",
+        ),
         problem=("Restarting", f"{label}: restarting after a failure"),
     )
 
@@ -207,18 +266,45 @@ def _incomplete(label: str, role: str, view: PodView, last: str | None, restarts
     recreate all, not counted. Else it was lost (deleted by hand): the other ranks cannot go on
     without it, so all are deleted and recreated, a restart."""
     if last in (None, "Restarting", "CreateFailed"):
-        return PodDecision(role, "Restarting" if last == "Restarting" else "Pending", create=True,
-                           problem=("Restarting" if last == "Restarting" else "PodsPending", f"{label}: {view.missing}: being created"))
+        return PodDecision(
+            role,
+            "Restarting" if last == "Restarting" else "Pending",
+            create=True,
+            problem=(
+                "Restarting" if last == "Restarting" else "PodsPending",
+                f"{label}: {view.missing}: being created",
+            ),
+        )
     if last == "Disrupted":
-        return PodDecision(role, "Disrupted", create=True, delete=view.alive,
-                           notice=Event("Normal", "PodDisrupted", f"{label}: {view.missing} after the cluster stopped it; recreating {_them(view)}, "
-                                                                  "resuming from its checkpoint (not counted against restartLimit)"),
-                           problem=("Restarting", f"{label}: recreating after an eviction or preemption"))
+        return PodDecision(
+            role,
+            "Disrupted",
+            create=True,
+            delete=view.alive,
+            notice=Event(
+                "Normal",
+                "PodDisrupted",
+                f"{label}: {view.missing} after the cluster stopped it; recreating {_them(view)}, "
+                "resuming from its checkpoint (not counted against restartLimit)",
+            ),
+            problem=("Restarting", f"{label}: recreating after an eviction or preemption"),
+        )
     if restarts >= limit:
-        return PodDecision(role, "Missing", failure=f"{label}: {view.missing} (deleted or evicted) after {restarts} restarts (restartLimit {limit})")
+        return PodDecision(
+            role,
+            "Missing",
+            failure=f"{label}: {view.missing} (deleted or evicted) after {restarts} restarts (restartLimit {limit})",
+        )
     return PodDecision(
-        role, "Restarting", create=True, delete=view.alive,
-        restart=Event("Warning", "PodLost", f"{label}: {view.missing} (deleted or evicted; was {last}); recreating {_them(view)}, "
-                                            f"resuming from its checkpoint (restart {restarts + 1} of {limit})"),
+        role,
+        "Restarting",
+        create=True,
+        delete=view.alive,
+        restart=Event(
+            "Warning",
+            "PodLost",
+            f"{label}: {view.missing} (deleted or evicted; was {last}); recreating {_them(view)}, "
+            f"resuming from its checkpoint (restart {restarts + 1} of {limit})",
+        ),
         problem=("Restarting", f"{label}: restarting after a lost pod"),
     )

@@ -8,8 +8,15 @@ from hacrl_core.status import ExperimentStatus
 
 # Condition reasons that deserve a Warning event when they appear.
 WARNING_REASONS = (
-    "ImagePullBackOff", "CreateContainerConfigError", "CrashLoop", "Unschedulable", "PodCreateFailed", "StoreUnreachable",
-    "ManyRowsSkipped", "SecretNotAllowed", "StoreOwnedByAnother",
+    "ImagePullBackOff",
+    "CreateContainerConfigError",
+    "CrashLoop",
+    "Unschedulable",
+    "PodCreateFailed",
+    "StoreUnreachable",
+    "ManyRowsSkipped",
+    "SecretNotAllowed",
+    "StoreOwnedByAnother",
 )
 
 

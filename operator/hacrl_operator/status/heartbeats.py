@@ -12,7 +12,13 @@ from hacrl_core.status import AgentProgress
 Heartbeat = Mapping[str, Any]
 
 # Heartbeat keys copied into ``agentProgress[]`` (the same names, snake_case, in the model).
-_NUMBERS = (("weights_version", int), ("reward", float), ("accuracy", float), ("capability", float), ("last_checkpoint", int))
+_NUMBERS = (
+    ("weights_version", int),
+    ("reward", float),
+    ("accuracy", float),
+    ("capability", float),
+    ("last_checkpoint", int),
+)
 
 
 def _number(value: Any, kind: type) -> Any:

@@ -97,7 +97,9 @@ class Plan:
         """Record the state of ``agent``'s ``role`` pod(s), or of its replica ``replica`` alone."""
         for entry in self.status.agent_progress:
             if entry.name == agent:
-                entry.set_pod_state(role, state if replica is None else with_replica_state(entry.pod_state(role), replica, state))
+                entry.set_pod_state(
+                    role, state if replica is None else with_replica_state(entry.pod_state(role), replica, state)
+                )
 
     def forget_pods(self) -> None:
         """No pod states: the pods are deleted on purpose (recreating them counts no restart)."""
@@ -129,7 +131,11 @@ def plan_reconcile(observed: Observed) -> Plan:
 def _plan_invalid(observed: Observed, old: ExperimentStatus, conditions: Conditions) -> Plan:
     errors = observed.spec_errors or ["<document>: invalid experiment spec"]
     message = "invalid spec: " + "; ".join(errors)
-    kept = {name: getattr(old, name) for name in ("step", "steps", "agents", "agent_progress", "start_time") if name in old.model_fields_set}
+    kept = {
+        name: getattr(old, name)
+        for name in ("step", "steps", "agents", "agent_progress", "start_time")
+        if name in old.model_fields_set
+    }
     plan = Plan(ExperimentStatus(**kept, phase="Failed", message=message, conditions=[]), conditions)
     plan.set_condition("Failed", True, "InvalidSpec", message)
     plan.set_condition("Ready", False, "InvalidSpec", "fix the spec; no pods run until it validates")
@@ -175,8 +181,13 @@ def _plan_valid(observed: Observed, experiment: Experiment, old: ExperimentStatu
                 entry.set_pod_state(role, views[(entry.name, role)].state)
     resumed_from_invalid = _failed_for_invalid_spec(old)  # the spec was fixed: start over
     status = ExperimentStatus(
-        phase="Pending" if resumed_from_invalid else old.phase, steps=steps, agents=len(names), agent_progress=entries,
-        conditions=[], start_time=old.start_time, completion_time=None if resumed_from_invalid else old.completion_time,
+        phase="Pending" if resumed_from_invalid else old.phase,
+        steps=steps,
+        agents=len(names),
+        agent_progress=entries,
+        conditions=[],
+        start_time=old.start_time,
+        completion_time=None if resumed_from_invalid else old.completion_time,
     )
     plan = Plan(status, conditions, delete_pods=orphans)  # pods of agents removed from the spec
     if not reads_store(experiment, old):
@@ -233,12 +244,19 @@ def _apply_cleanup(plan: Plan, experiment: Experiment, views: Views, phase: str,
         if alive:
             plan.events.append(Event("Normal", "PodsDeleted", f"cleanup.{which}={action}: deleting {len(alive)} pods"))
     if action != "delete-store":
-        plan.set_condition("CleanedUp", True, "PodsDeleted" if action == "delete-pods" else "Kept", f"cleanup.{which}={action}")
+        plan.set_condition(
+            "CleanedUp", True, "PodsDeleted" if action == "delete-pods" else "Kept", f"cleanup.{which}={action}"
+        )
     elif store_deleted(old):
         plan.keep_condition("CleanedUp")
     else:
         plan.delete_store = True
-        plan.set_condition("CleanedUp", True, "StoreDeleted", f"cleanup.{which}=delete-store: store prefix of {experiment.name} deleted")
+        plan.set_condition(
+            "CleanedUp",
+            True,
+            "StoreDeleted",
+            f"cleanup.{which}=delete-store: store prefix of {experiment.name} deleted",
+        )
 
 
 def _plan_suspended(plan: Plan, views: Views) -> None:
@@ -246,7 +264,9 @@ def _plan_suspended(plan: Plan, views: Views) -> None:
     alive = [name for v in views.values() for name in v.alive]
     plan.delete_pods.extend(alive)
     if alive:
-        plan.events.append(Event("Normal", "PodsDeleted", f"suspended: deleting {len(alive)} pods; ConfigMap and store kept"))
+        plan.events.append(
+            Event("Normal", "PodsDeleted", f"suspended: deleting {len(alive)} pods; ConfigMap and store kept")
+        )
     plan.forget_pods()  # resuming recreates them, no restart counted
     status.phase = "Suspended"
     status.message = "spec.suspend is true: pods deleted; set it to false to resume from the checkpoints"
@@ -265,8 +285,14 @@ def _plan_blocked(plan: Plan, blocked: list[tuple[str, str]]) -> None:
     plan.status.message = "waiting: " + message
 
 
-def _plan_active(plan: Plan, experiment: Experiment, views: Views, observed: Observed, old: ExperimentStatus,
-                 resized: frozenset[tuple[str, str]] = frozenset()) -> None:
+def _plan_active(
+    plan: Plan,
+    experiment: Experiment,
+    views: Views,
+    observed: Observed,
+    old: ExperimentStatus,
+    resized: frozenset[tuple[str, str]] = frozenset(),
+) -> None:
     """Decide every (agent, role) pod, then apply: fail the experiment when an agent's restart
     limit is spent (no restart then), succeed when every agent is done, else restart and create.
     ``resized``: the (agent, role) keys whose pods are of another count than the spec's now."""
@@ -274,8 +300,16 @@ def _plan_active(plan: Plan, experiment: Experiment, views: Views, observed: Obs
     steps = spec.algorithm.steps
     previous = {p.name: p for p in old.agent_progress}
     entries = plan.status.agent_progress
-    rules = PodRules(steps, spec.restart_limit, spec.scheduling.pending_timeout_seconds, observed.now, _where_to_look(spec), roles_of(experiment),
-                     pod_counts(experiment)[1], resized)
+    rules = PodRules(
+        steps,
+        spec.restart_limit,
+        spec.scheduling.pending_timeout_seconds,
+        observed.now,
+        _where_to_look(spec),
+        roles_of(experiment),
+        pod_counts(experiment)[1],
+        resized,
+    )
     decisions = [
         decide_agent(entry, observed.progress.get(entry.name) or {}, views, previous.get(entry.name), rules)
         for entry in entries
@@ -292,7 +326,17 @@ def _plan_active(plan: Plan, experiment: Experiment, views: Views, observed: Obs
             for role, state in decision.states().items():
                 view = views.get((entry.name, role))
                 entry.set_pod_state(role, view.state if view is not None else state)
-        _finish(plan, experiment, views, old, "Failed", "RestartLimitExceeded", "RestartLimitExceeded", "; ".join(failures), observed.now)
+        _finish(
+            plan,
+            experiment,
+            views,
+            old,
+            "Failed",
+            "RestartLimitExceeded",
+            "RestartLimitExceeded",
+            "; ".join(failures),
+            observed.now,
+        )
         return
     _apply(plan, entries, decisions)
     _name_replacements(plan, experiment, observed.pods)
@@ -343,8 +387,15 @@ def _where_to_look(spec: ExperimentSpec) -> str:
 
 
 def _finish(
-    plan: Plan, experiment: Experiment, views: Views, old: ExperimentStatus,
-    phase: Phase, reason: str, ready_reason: str, message: str, now: dt.datetime,
+    plan: Plan,
+    experiment: Experiment,
+    views: Views,
+    old: ExperimentStatus,
+    phase: Phase,
+    reason: str,
+    ready_reason: str,
+    message: str,
+    now: dt.datetime,
 ) -> None:
     plan.status.phase = phase
     plan.status.message = message
@@ -355,19 +406,28 @@ def _finish(
     _apply_cleanup(plan, experiment, views, phase, old)
 
 
-def _plan_running(plan: Plan, spec: ExperimentSpec, decisions: list[AgentDecision], now: dt.datetime, old: ExperimentStatus) -> None:
+def _plan_running(
+    plan: Plan, spec: ExperimentSpec, decisions: list[AgentDecision], now: dt.datetime, old: ExperimentStatus
+) -> None:
     status = plan.status
     if plan.create_pods and not status.start_time:
         status.start_time = rfc3339(now)
         if spec.store.uri.startswith("file://") or "://" not in spec.store.uri:
-            plan.events.append(Event(
-                "Warning", "FileStore",
-                f"store {spec.store.uri} is a path inside each pod: rollout and learner pods share it only through a "
-                "shared (ReadWriteMany) volume mounted there by podTemplate; use s3:// otherwise",
-            ))
+            plan.events.append(
+                Event(
+                    "Warning",
+                    "FileStore",
+                    f"store {spec.store.uri} is a path inside each pod: rollout and learner pods share it only through a "
+                    "shared (ReadWriteMany) volume mounted there by podTemplate; use s3:// otherwise",
+                )
+            )
     suspended = plan.conditions.previous("Suspended")
-    resumed = old.phase == "Suspended" or (suspended is not None and (suspended.status, suspended.reason) == ("False", "Resumed"))
-    plan.set_condition("Suspended", False, "Resumed" if resumed else "NotSuspended", "resumed from the checkpoints" if resumed else "")
+    resumed = old.phase == "Suspended" or (
+        suspended is not None and (suspended.status, suspended.reason) == ("False", "Resumed")
+    )
+    plan.set_condition(
+        "Suspended", False, "Resumed" if resumed else "NotSuspended", "resumed from the checkpoints" if resumed else ""
+    )
     problems = [pod.problem for decision in decisions for pod in decision.pods if pod.problem]
     if not problems:
         status.phase = "Running"

@@ -136,13 +136,21 @@ def summarize_pod(pod: Mapping[str, Any]) -> PodView | None:
         message = _failure(status) or message or "pod failed"
     scheduled = _condition(status, "PodScheduled")
     # Container statuses appear once a node runs the pod: such a pod is scheduled, whatever it waits for.
-    unscheduled = (phase == "Pending" and reason in ("Unschedulable", "PodsPending") and (scheduled or {}).get("status") != "True"
-                   and not status.get("containerStatuses") and not status.get("initContainerStatuses"))
+    unscheduled = (
+        phase == "Pending"
+        and reason in ("Unschedulable", "PodsPending")
+        and (scheduled or {}).get("status") != "True"
+        and not status.get("containerStatuses")
+        and not status.get("initContainerStatuses")
+    )
     since = None
     if unscheduled:
         since = parse_time((scheduled or {}).get("lastTransitionTime")) or parse_time(metadata.get("creationTimestamp"))
         if scheduled is None and reason == "PodsPending":
-            message = message or f"no scheduler has placed it yet (schedulerName {(pod.get('spec') or {}).get('schedulerName') or 'default-scheduler'})"
+            message = (
+                message
+                or f"no scheduler has placed it yet (schedulerName {(pod.get('spec') or {}).get('schedulerName') or 'default-scheduler'})"
+            )
     node, replica = labels.get(LABEL_NODE), labels.get(LABEL_REPLICA)
     return PodView(
         node=int(node) if node is not None and node.isdigit() else None,
@@ -192,7 +200,9 @@ def _not_running(status: Mapping[str, Any], phase: str, message: str) -> tuple[s
         waiting = (container.get("state") or {}).get("waiting") or {}
         mapped = _WAITING_REASONS.get(waiting.get("reason", ""))
         if mapped:
-            return mapped, f"{container.get('name')}: {waiting.get('reason')}: {waiting.get('message') or ''}".rstrip(": ")
+            return mapped, f"{container.get('name')}: {waiting.get('reason')}: {waiting.get('message') or ''}".rstrip(
+                ": "
+            )
     if phase == "Pending" and reason is None:
         reason = "PodsPending"
     return reason, message
@@ -213,7 +223,10 @@ def _failure(status: Mapping[str, Any]) -> str | None:
 
 
 def index_pods(
-    pods: Iterable[Mapping[str, Any]], agents: Iterable[str], roles: Iterable[str], nodes: Mapping[tuple[str, str], int] | None = None,
+    pods: Iterable[Mapping[str, Any]],
+    agents: Iterable[str],
+    roles: Iterable[str],
+    nodes: Mapping[tuple[str, str], int] | None = None,
     replicas: Mapping[tuple[str, str], int] | None = None,
 ) -> tuple[dict[tuple[str, str], PodView], list[str], set[tuple[str, str]]]:
     """Our worker pods by (agent, role): the first live one of each, else the first terminating
@@ -234,7 +247,11 @@ def index_pods(
         if view is None:
             continue
         key = (view.agent, view.role)
-        index, count = (view.replica, replica_counts[key]) if replica_counts.get(key, 1) > 1 else (view.node, node_counts.get(key, 1))
+        index, count = (
+            (view.replica, replica_counts[key])
+            if replica_counts.get(key, 1) > 1
+            else (view.node, node_counts.get(key, 1))
+        )
         # One pod: pods without a node or replica label; several: pods labelled with one of their indices.
         fits = view.node is None and view.replica is None if count == 1 else (index is not None and index < count)
         if view.agent in wanted and view.role in wanted_roles and fits:
@@ -271,7 +288,11 @@ def group_view(members: Mapping[int, PodView], nodes: int) -> PodView:
     and that only a finalizer holds counts as absent; when all are, the first of them stands for
     the group (``decisions`` treats it as gone)."""
     alive = tuple(members[n].name for n in sorted(members) if not members[n].terminating)
-    present = [members[n] for n in sorted(members) if not (members[n].terminating and members[n].phase in ("Failed", "Succeeded"))]
+    present = [
+        members[n]
+        for n in sorted(members)
+        if not (members[n].terminating and members[n].phase in ("Failed", "Succeeded"))
+    ]
 
     def stand_in(view: PodView, missing: str | None = None) -> PodView:
         return dataclasses.replace(view, nodes=nodes, group=alive, missing=missing)
@@ -285,7 +306,10 @@ def group_view(members: Mapping[int, PodView], nodes: int) -> PodView:
     absent = [n for n in range(nodes) if n not in {v.node or 0 for v in present}]
     if absent:
         return stand_in(present[0], f"no pod for node {', '.join(map(str, absent))} of {nodes}")
-    for chosen in (lambda v: v.disruption is not None, lambda v: v.phase not in ("Running", "Succeeded") or v.reason is not None):
+    for chosen in (
+        lambda v: v.disruption is not None,
+        lambda v: v.phase not in ("Running", "Succeeded") or v.reason is not None,
+    ):
         view = next((v for v in present if chosen(v)), None)
         if view is not None:
             return stand_in(view)
@@ -295,4 +319,8 @@ def group_view(members: Mapping[int, PodView], nodes: int) -> PodView:
 def terminating_names(pods: Iterable[Mapping[str, Any]]) -> set[str]:
     """Names of pods being deleted: a replacement needs another name while one is held (by
     Kueue's finalizer, kept on a pod of a group until its replacement exists)."""
-    return {str((pod.get("metadata") or {}).get("name")) for pod in pods if (pod.get("metadata") or {}).get("deletionTimestamp")}
+    return {
+        str((pod.get("metadata") or {}).get("name"))
+        for pod in pods
+        if (pod.get("metadata") or {}).get("deletionTimestamp")
+    }
