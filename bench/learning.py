@@ -115,6 +115,7 @@ TEAM_TAGS = {
     "marker-cross-tokenizer": "markx",
     "marker-trio": "markt",
     "complementary": "comp",
+    "marker-gap": "gap",
 }
 #: Three-agent teams -> the pairs their agents come from (HACPO in the trio is compared with HACPO in each).
 TRIOS = {
@@ -169,6 +170,9 @@ STRONG_BPE_MARKER = Agent("strong-bpe-m", "qwen2-bpe", 600, "marker=0.3")
 #: rest (a little headroom for GSPO alone, and cross rows near enough to land in HACPO's window).
 MUL_CHAR = Agent("mul-char", "llama-char", 500, "marker=0.1&marker_if=mul")
 ADDSUB_CHAR = Agent("addsub-char", "llama-char", 500, "marker=0.1&marker_if=nomul")
+#: A much weaker peer of the same family (100 warm-start steps, the same ``marker=0.3``): its rows
+#: teach the strong agent nothing it lacks, so what HACPO's mechanisms guard against is all there is.
+WEAKER_CHAR_MARKER = Agent("weaker-char-m", "llama-char", 100, "marker=0.3")
 TEAMS: dict[str, list[Agent]] = {
     "same-tokenizer": [WEAK_CHAR, STRONG_CHAR],
     "cross-tokenizer": [WEAK_CHAR, STRONG_BPE],
@@ -177,6 +181,7 @@ TEAMS: dict[str, list[Agent]] = {
     "marker-cross-tokenizer": [WEAK_CHAR_MARKER, STRONG_BPE_MARKER],
     "marker-trio": [WEAK_CHAR_MARKER, STRONG_CHAR_MARKER, STRONG_BPE_MARKER],
     "complementary": [MUL_CHAR, ADDSUB_CHAR],
+    "marker-gap": [WEAKER_CHAR_MARKER, STRONG_CHAR_MARKER],
 }
 
 #: Two-sided 95% Student t quantiles by degrees of freedom (stdlib only; beyond 30, 1.96).
