@@ -20,6 +20,11 @@ class AgentProgress(SpecModel):
     accuracy: float | None = Field(None, description="Last eval accuracy.")
     capability: float | None = Field(None, description="Smoothed capability P of the agent.")
     restarts: int = Field(0, description="Pods of this agent recreated after a failure.")
+    preemptions: int = Field(
+        0,
+        description="Pods of this agent stopped by the cluster or on SIGTERM (deleted, evicted, preempted, node "
+        "drained) and recreated; never counted against restartLimit.",
+    )
     last_checkpoint: int | None = Field(None, description="Step of the latest checkpoint.")
     rollout_pod: str | None = Field(None, description="Phase or waiting reason of the rollout pod.")
     learner_pod: str | None = Field(None, description="Phase or waiting reason of the learner pod.")

@@ -54,3 +54,11 @@ class StoreSpec(SpecModel):
 class CheckpointSpec(SpecModel):
     every_steps: int = Field(1, ge=1, description="Checkpoint every N steps (and always at the last step).")
     keep_last: int = Field(2, ge=1, description="Checkpoints kept per agent.")
+    grace_period_seconds: int = Field(
+        120,
+        ge=1,
+        le=86400,
+        description="Seconds a stopped worker (SIGTERM: pod deleted, evicted, preempted, node drained; Ctrl-C of "
+        "`hacrl run`) has to end its step in flight (a step waiting for data is abandoned) and checkpoint the "
+        "last finished one before it is killed; the pods' terminationGracePeriodSeconds.",
+    )

@@ -7,6 +7,7 @@
 | `hacrl_operator_reconcile_seconds` | histogram | trigger | wall time of one reconcile |
 | `hacrl_operator_experiments` | gauge | phase | experiments watched, by phase |
 | `hacrl_operator_pod_restarts_total` | counter | — | worker pods recreated after a failure or loss |
+| `hacrl_operator_preemptions_total` | counter | — | worker pods stopped by the cluster or on SIGTERM (evicted, preempted, deleted, drained) and recreated, never counted as restarts |
 | `hacrl_operator_leader` | gauge | — | 1: this replica acts (holds the leader-election Lease, or runs without election); a standby serves 0 (standby.py) |
 | `hacrl_operator_store_requests_total` | counter | operation | S3 requests the operator sent (each try), e.g. GetObject, HeadBucket |
 
@@ -60,6 +61,11 @@ class OperatorMetrics:
         )
         self.restarts = Counter(
             "hacrl_operator_pod_restarts", "Worker pods recreated after a failure or loss.", registry=self.registry
+        )
+        self.preemptions = Counter(
+            "hacrl_operator_preemptions",
+            "Worker pods stopped by the cluster or on SIGTERM and recreated (not restarts).",
+            registry=self.registry,
         )
         # An operator that runs its handlers acts: it holds the Lease (a standby never gets here).
         self.leader = Gauge(

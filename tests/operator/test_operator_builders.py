@@ -218,6 +218,18 @@ def test_pods_ask_autoscalers_not_to_evict_them_unless_the_template_says_so(role
     assert overridden["cluster-autoscaler.kubernetes.io/safe-to-evict"] == "true"
 
 
+@pytest.mark.parametrize("role", builders.ROLES)
+def test_pods_get_the_spec_grace_period_to_checkpoint_on_sigterm(role: str) -> None:
+    """checkpoint.gracePeriodSeconds (default 120) is the pod's terminationGracePeriodSeconds: the
+    time its worker has after SIGTERM to end its step in flight and checkpoint (runtime/preemption.py)."""
+    assert (
+        builders.build_pod(experiment(), "qwen-bpe", role, OWNER, CONFIG)["spec"]["terminationGracePeriodSeconds"]
+        == 120
+    )
+    exp = experiment(checkpoint={"gracePeriodSeconds": 600})
+    assert builders.build_pod(exp, "qwen-bpe", role, OWNER, CONFIG)["spec"]["terminationGracePeriodSeconds"] == 600
+
+
 def test_no_gang_by_default() -> None:
     exp = experiment()
     for agent in ("llama-char", "qwen-bpe"):

@@ -533,6 +533,50 @@ def test_a_pod_announced_for_disruption_is_recreated_uncounted_once_gone(
     assert not [e for e in gone.events if e.reason == "PodLost"]
 
 
+def test_a_worker_stopped_on_sigterm_counts_a_preemption_not_a_restart() -> None:
+    """Exit code 7 (``PREEMPTED_EXIT_CODE``: the worker checkpointed on SIGTERM) is a preemption,
+    whatever the cluster said: recreated with the restart limit spent, counted once in
+    ``preemptions``; an exit code 1 beside it stays a failure."""
+    old = running_status()
+    old["agentProgress"][0]["restarts"] = 3  # the limit is spent: a failure would fail the experiment
+    stopped = pod("llama-char", "learner", "Failed", terminated={"exitCode": 7, "reason": "Error"})
+    p = plan(status=old, pods=[stopped] + others())
+    assert p.status.phase == "Running" and p.create_pods == [("llama-char", "learner", None)]
+    assert [(a.restarts, a.preemptions) for a in p.status.agent_progress] == [(3, 1), (0, 0)]
+    assert p.preemptions == 1 and "stopped on SIGTERM" in p.events[0].message
+    again = plan(status=p.status, pods=others())  # gone, then recreated: not counted twice
+    assert [(a.restarts, a.preemptions) for a in again.status.agent_progress] == [(3, 1), (0, 0)]
+    failed = plan(
+        status=running_status(),
+        pods=[pod("llama-char", "learner", "Failed", terminated={"exitCode": 1, "reason": "Error"})] + others(),
+    )
+    assert [(a.restarts, a.preemptions) for a in failed.status.agent_progress] == [(1, 0), (0, 0)]
+
+
+def test_a_pod_deleted_while_running_whose_worker_checkpointed_is_a_preemption() -> None:
+    """`kubectl delete pod` or a drain without the Eviction API: terminating while its worker ends
+    its step, then Failed with exit code 7 while a finalizer holds it, then gone."""
+    deleting = plan(status=running_status(), pods=[pod("llama-char", "learner", terminating=True)] + others())
+    assert deleting.status.agent_progress[0].learner_pod == "Terminating" and not deleting.create_pods
+    ended = pod("llama-char", "learner", "Failed", terminated={"exitCode": 7}, terminating=True)
+    p = plan(status=deleting.status, pods=[ended] + others())
+    assert p.create_pods and [(a.restarts, a.preemptions) for a in p.status.agent_progress] == [(0, 1), (0, 0)]
+    assert not [e for e in p.events if e.reason in ("PodLost", "PodFailed")]
+    replaced = plan(status=p.status, pods=[pod("llama-char", "learner", "Pending")] + others())
+    assert [(a.restarts, a.preemptions) for a in replaced.status.agent_progress] == [(0, 1), (0, 0)]
+
+
+def test_an_evicted_pod_counts_one_preemption_as_announced_and_gone() -> None:
+    announced = with_status(
+        pod("llama-char", "learner", terminating=True),
+        conditions=[{"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}],
+    )
+    p = plan(status=running_status(), pods=[announced] + others())
+    again = plan(status=p.status, pods=[announced] + others())
+    gone = plan(status=again.status, pods=others())
+    assert [a.preemptions for a in gone.status.agent_progress] == [1, 0] and gone.status.agent_progress[0].restarts == 0
+
+
 def test_a_pod_that_vanished_unannounced_still_counts() -> None:
     """Without a disruption reason or condition nothing tells an eviction from a deletion by hand."""
     p = plan(status=running_status(), pods=others())

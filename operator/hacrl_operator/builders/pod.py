@@ -47,9 +47,11 @@ def base_pod_spec(
     """The pod spec before the agent's podTemplate: one worker container, its volumes, the install's
     image pull secrets and the spec's placement. Restarts are the operator's (``restartPolicy:
     Never``): a failed worker shows up as a Failed pod, which the operator replaces and counts
-    against ``spec.restartLimit``."""
+    against ``spec.restartLimit``. A stopped worker (SIGTERM) has ``checkpoint.gracePeriodSeconds``
+    to end its step in flight and checkpoint the last finished one (runtime/preemption.py)."""
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": experiment.spec.checkpoint.grace_period_seconds,
         "enableServiceLinks": False,
         "automountServiceAccountToken": False,
         "securityContext": _pod_security_context(config),

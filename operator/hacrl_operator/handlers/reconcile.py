@@ -294,6 +294,8 @@ class Reconciler:
         restarts = sum(1 for e in plan.events if e.reason in ("PodFailed", "PodLost"))
         if restarts:
             self.metrics.restarts.inc(restarts)
+        if plan.preemptions:
+            self.metrics.preemptions.inc(plan.preemptions)
         if outcome.created:
             outcome += said(
                 "Normal", "PodsCreated", f"created {len(outcome.created)} pods: {', '.join(outcome.created)}"

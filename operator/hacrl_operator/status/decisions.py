@@ -5,8 +5,10 @@ one of them fails the experiment, applies none of the restarts.
 
 Each agent is its own failure domain: its restarts count against ``spec.restartLimit`` alone, and
 both its pods are decided in turn against the running count (two failures in one pass count two).
-A pod the cluster evicted or preempted (``PodView.disruption``) is recreated without counting: the
-worker did nothing wrong. A pod left unscheduled longer than ``spec.scheduling.pendingTimeoutSeconds``
+A pod the cluster evicted or preempted (``PodView.disruption``), or whose worker stopped on SIGTERM
+(exit code ``worker_failures.PREEMPTED_EXIT_CODE``: deleted, drained), is recreated without counting:
+the worker did nothing wrong. It counts one preemption (``agentProgress[].preemptions``) as its
+state first turns ``Disrupted``, or as a disrupted pod is seen gone. A pod left unscheduled longer than ``spec.scheduling.pendingTimeoutSeconds``
 turns from PodsPending into Unschedulable (a Warning as Ready's reason changes).
 
 The pods of a learner over several nodes are decided as one (``pods.group_view``): their ranks
@@ -66,6 +68,7 @@ class PodDecision:
     problem: tuple[str, str] | None = None  # (reason, message): why the pod does not run (yet)
     failure: str | None = None  # the restart limit is spent: the experiment fails
     notice: Event | None = None  # an event that counts no restart (an evicted pod recreated)
+    preempted: bool = False  # a preemption of the agent: its pod stopped by the cluster or on SIGTERM
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +77,7 @@ class AgentDecision:
     done: bool  # the agent's learner finished every step
     restarts: int  # the agent's restarts once its decisions are applied
     pods: tuple[PodDecision, ...]  # one per role, or per replica of a rollout with several
+    preemptions: int = 0  # the agent's preemptions once its decisions are applied
 
     def states(self) -> dict[str, str | None]:
         """The state to record of each role's pods: its pod's, or every replica's (``pods.join_states``)."""
@@ -99,7 +103,7 @@ def decide_agent(
         or entry.step >= rules.steps
         or (trainer is not None and trainer.phase == "Succeeded")
     )
-    restarts = entry.restarts
+    restarts, preemptions = entry.restarts, entry.preemptions
     pods = []
     for role in rules.roles:
         count = rules.replicas.get((agent, role), 1)
@@ -108,11 +112,14 @@ def decide_agent(
         for replica, (member, last) in enumerate(zip(_members(views.get((agent, role)), count), lasts, strict=True)):
             label = f"agent {agent} {role} pod" if count == 1 else f"agent {agent} {role} replica {replica} pod"
             decision = _decide_pod(label, role, member, last, done, restarts, rules)
+            if decision.state == "Disrupted" and last != "Disrupted":  # first seen stopped by the cluster
+                decision = dataclasses.replace(decision, preempted=True)
             if count > 1:
                 decision = dataclasses.replace(decision, replica=replica)
             restarts += decision.restart is not None
+            preemptions += decision.preempted
             pods.append(decision)
-    return AgentDecision(agent, done, restarts, tuple(pods))
+    return AgentDecision(agent, done, restarts, tuple(pods), preemptions)
 
 
 def _members(view: PodView | None, count: int) -> tuple[PodView | None, ...]:
@@ -129,7 +136,12 @@ def _decide_pod(
     if view is not None and view.terminating and view.phase in ("Failed", "Succeeded"):
         # Its containers are done; only a finalizer holds the object (Kueue keeps its own on a
         # pod of a group until a replacement exists): as good as gone, replaced under another name.
+        # A disrupted one never recorded Disrupted (deleted while running, its worker stopped on
+        # SIGTERM) is a preemption seen as it goes.
+        unseen = bool(view.disruption) and last != "Disrupted"
         view, last = None, "Disrupted" if view.disruption else last
+        missing = _missing(label, role, last, done, restarts, limit)
+        return dataclasses.replace(missing, preempted=unseen and missing.create)
     if view is None:
         return _missing(label, role, last, done, restarts, limit)
     if view.disruption and not done and (view.terminating or view.phase != "Failed"):

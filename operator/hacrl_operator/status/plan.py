@@ -83,6 +83,7 @@ class Plan:
     delete_store: bool = False
     delete_experiment: bool = False  # ttlSecondsAfterFinished has passed
     events: list[Event] = dataclasses.field(default_factory=list)
+    preemptions: int = 0  # pods newly seen stopped by the cluster or on SIGTERM (decisions.PodDecision.preempted)
 
     def set_condition(self, type_: str, status: bool, reason: str, message: str = "") -> None:
         """Set a condition (the planner, and the reconcile when an action fails)."""
@@ -350,6 +351,7 @@ def _plan_active(
 def _apply(plan: Plan, entries: list[AgentProgress], decisions: list[AgentDecision]) -> None:
     for entry, decision in zip(entries, decisions, strict=True):
         entry.restarts = decision.restarts
+        entry.preemptions = decision.preemptions
         for role, state in decision.states().items():
             entry.set_pod_state(role, state)
         for pod in decision.pods:
@@ -360,6 +362,7 @@ def _apply(plan: Plan, entries: list[AgentProgress], decisions: list[AgentDecisi
                 plan.events.append(pod.restart)
             if pod.notice:
                 plan.events.append(pod.notice)
+            plan.preemptions += pod.preempted
 
 
 def _name_replacements(plan: Plan, experiment: Experiment, pods: Iterable[Mapping[str, Any]]) -> None:

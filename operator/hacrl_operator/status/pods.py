@@ -9,6 +9,7 @@ import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from hacrl_core.runtime.worker_failures import PREEMPTED_EXIT_CODE
 from hacrl_operator.builders import ALL_ROLES, LABEL_AGENT, LABEL_NODE, LABEL_REPLICA, LABEL_ROLE
 from hacrl_operator.status.clock import parse_time
 
@@ -176,6 +177,9 @@ def _disruption(status: Mapping[str, Any]) -> str | None:
     """Why the cluster stopped the pod (evicted, preempted...), or None when it did not."""
     if status.get("reason") in DISRUPTED_REASONS:
         return f"{status['reason']}: {status['message']}" if status.get("message") else status["reason"]
+    preempted = _preempted_container(status)
+    if preempted:
+        return preempted
     for type_ in DISRUPTION_CONDITIONS:
         condition = _condition(status, type_)
         if condition is not None and condition.get("status") == "True":
@@ -184,6 +188,19 @@ def _disruption(status: Mapping[str, Any]) -> str | None:
     ready = _condition(status, "Ready")
     if ready is not None and ready.get("status") == "False" and ready.get("reason") == VOLCANO_EVICT_REASON:
         return f"Volcano Evict: {ready.get('message') or 'evicted by the Volcano scheduler'}"
+    return None
+
+
+def _preempted_container(status: Mapping[str, Any]) -> str | None:
+    """A container whose worker stopped on SIGTERM after checkpointing its last finished step
+    (``PREEMPTED_EXIT_CODE``): the pod was deleted, drained or preempted, however the cluster said it."""
+    for container in status.get("containerStatuses") or []:
+        terminated = (container.get("state") or {}).get("terminated") or {}
+        if terminated.get("exitCode") == PREEMPTED_EXIT_CODE:
+            return (
+                f"{container.get('name')} stopped on SIGTERM (exit code {PREEMPTED_EXIT_CODE}) after checkpointing "
+                "its last finished step"
+            )
     return None
 
 
