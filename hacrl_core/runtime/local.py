@@ -34,7 +34,12 @@ from hacrl_core.runtime.refusals import installation_refusals, spec_refusals
 from hacrl_core.runtime.resume import ResumeRefused, check_datasets_unchanged, check_resume, record_datasets
 from hacrl_core.runtime.supervisor_watch import SUPERVISOR_PID_ENV
 from hacrl_core.runtime.workdir import WorkdirBusy, another_experiments, hold_workdir, release_workdir
-from hacrl_core.runtime.worker_failures import FINAL_EXIT_CODE, RESTARTABLE_EXIT_CODE, failure_line
+from hacrl_core.runtime.worker_failures import (
+    FINAL_EXIT_CODE,
+    PREEMPTED_EXIT_CODE,
+    RESTARTABLE_EXIT_CODE,
+    failure_line,
+)
 from hacrl_core.spec import (
     ROLLOUT_REPLICA_ENV,
     SPEC_DIGEST_ENV,
@@ -119,6 +124,7 @@ class LocalRun:
     store: TrajectoryStore
     workers: list[WorkerProcess] = field(default_factory=list)
     restarts: dict[str, int] = field(default_factory=dict)
+    preemptions: dict[str, int] = field(default_factory=dict)  # workers of the agent stopped on SIGTERM, restarted
     datasets: list[DatasetReport] = field(default_factory=list)
     generation: int = 0  # fencing generation of this run's workers (store/fencing.py)
     roles: tuple[str, ...] = ROLES  # the workers of each agent
@@ -380,6 +386,15 @@ def supervise(run: LocalRun, display) -> None:
                     f"the run wrote to it): the {worker.title} stopped ({worker.log_path}: {worker.log_tail(1)}); every worker "
                     "is stopped. Restore the store from a copy and `hacrl run --resume`, or start afresh"
                 )
+            if code == PREEMPTED_EXIT_CODE:  # stopped on SIGTERM, its last finished step checkpointed
+                run.preemptions[worker.agent] = run.preemptions.get(worker.agent, 0) + 1
+                display.note(
+                    f"{worker.title} preempted (stopped on SIGTERM, its finished steps kept); restarting "
+                    f"(preemption {run.preemptions[worker.agent]} of {worker.agent}, not counted against restartLimit)"
+                )
+                worker.start()
+                write_worker_table(run)
+                continue
             if code == FENCED_EXIT_CODE:  # restarting it would fence the newer worker in turn
                 raise RunError(
                     f"another run took over experiment {run.experiment.name!r}: the {worker.title} "
@@ -425,7 +440,12 @@ def wait_for_an_exit(processes: list, timeout: float) -> None:
         time.sleep(timeout)
 
 
-def stop_all(run: LocalRun, grace: float = 10.0) -> None:
+def stop_all(run: LocalRun, grace: float | None = None) -> None:
+    """SIGTERM every worker, SIGKILL those still running after ``grace`` seconds (default the
+    spec's ``checkpoint.gracePeriodSeconds``, as a pod gets): each ends its step in flight, or
+    abandons one that waits, and checkpoints its last finished step (runtime/preemption.py)."""
+    if grace is None:
+        grace = float(run.experiment.spec.checkpoint.grace_period_seconds)
     for worker in run.workers:
         worker.stop(signal.SIGTERM)
     deadline = time.monotonic() + grace

@@ -73,6 +73,11 @@ def _read_json(store: ObjectStore, key: str) -> dict[str, Any] | None:
     return value
 
 
+#: Called before each sleep of a wait for a writer: a worker stopped on SIGTERM abandons a step
+#: that waits for data (runtime/preemption.py raises there).
+WAIT_HOOKS: list[Callable[[], None]] = []
+
+
 def _poll(attempt: Callable[[], T], *, wait: float, poll: float, what: str) -> T:
     """Call ``attempt`` until it stops raising ``_NotYet``; TimeoutError after ``wait`` s."""
     deadline = time.monotonic() + wait
@@ -83,6 +88,8 @@ def _poll(attempt: Callable[[], T], *, wait: float, poll: float, what: str) -> T
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError(f"{what} not complete after waiting {wait:g}s: {pending}") from None
+            for hook in WAIT_HOOKS:
+                hook()
             time.sleep(min(poll, remaining))
 
 
