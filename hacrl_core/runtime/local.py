@@ -387,13 +387,7 @@ def supervise(run: LocalRun, display) -> None:
                     "is stopped. Restore the store from a copy and `hacrl run --resume`, or start afresh"
                 )
             if code == PREEMPTED_EXIT_CODE:  # stopped on SIGTERM, its last finished step checkpointed
-                run.preemptions[worker.agent] = run.preemptions.get(worker.agent, 0) + 1
-                display.note(
-                    f"{worker.title} preempted (stopped on SIGTERM, its finished steps kept); restarting "
-                    f"(preemption {run.preemptions[worker.agent]} of {worker.agent}, not counted against restartLimit)"
-                )
-                worker.start()
-                write_worker_table(run)
+                restart_preempted(run, worker, display)
                 continue
             if code == FENCED_EXIT_CODE:  # restarting it would fence the newer worker in turn
                 raise RunError(
@@ -428,6 +422,18 @@ def supervise(run: LocalRun, display) -> None:
         if all(w.finished for w in run.workers):
             return
         wait_for_an_exit([w.process for w in run.workers if not w.finished], POLL_SECONDS)
+
+
+def restart_preempted(run: LocalRun, worker: WorkerProcess, display) -> None:
+    """A worker that exited with ``PREEMPTED_EXIT_CODE``: restarted, counted as a preemption of
+    its agent, never against ``restartLimit``."""
+    run.preemptions[worker.agent] = run.preemptions.get(worker.agent, 0) + 1
+    display.note(
+        f"{worker.title} preempted (stopped on SIGTERM, its finished steps kept); restarting "
+        f"(preemption {run.preemptions[worker.agent]} of {worker.agent}, not counted against restartLimit)"
+    )
+    worker.start()
+    write_worker_table(run)
 
 
 def wait_for_an_exit(processes: list, timeout: float) -> None:
