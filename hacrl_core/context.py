@@ -85,7 +85,11 @@ class WorkerContext:
     work_dir: Path = field(default_factory=lambda: cache_root() / "work")
     #: A rollout worker's replica of ``agent.rollout.replicas`` (hacrl_core/rollout/replicas.py).
     replica: int = 0
+    #: The spec file the worker was started from: re-read at each step boundary for the team
+    #: (``current_team``); None: the team is the loaded spec's.
+    spec_path: Path | None = None
     _sources: dict[str, PromptSource] = field(default_factory=dict, init=False, repr=False)
+    _team: list[str] | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def from_spec_file(cls, spec_path: str | Path, agent: str) -> WorkerContext:
@@ -100,7 +104,12 @@ class WorkerContext:
         if uid:  # a pod of the operator's: claim the prefix for this experiment object, or stop here
             owner = Owner(name=experiment.name, uid=uid, namespace=experiment.metadata.namespace)
             claim(store, owner, adopt=experiment.spec.store.adopt_existing, where=describe_prefix(experiment))
-        context = cls(experiment=experiment, agent_name=agent, store=store)
+        # `hacrl run` pins the file (it never changes under a run: a team changes on --resume);
+        # an operator pod's is the mounted ConfigMap, which the kubelet updates in place.
+        pinned = bool(os.environ.get(SPEC_DIGEST_ENV))
+        context = cls(
+            experiment=experiment, agent_name=agent, store=store, spec_path=None if pinned else Path(spec_path)
+        )
         context.work_dir = cache_root() / "work" / experiment.name / agent
         context.work_dir.mkdir(parents=True, exist_ok=True)
         return context
@@ -120,6 +129,28 @@ class WorkerContext:
     @property
     def agent_names(self) -> list[str]:
         return [a.name for a in self.spec.agents]
+
+    def current_team(self) -> list[str]:
+        """The team the spec names now (its agents not suspended): a pod's spec file changes when
+        the experiment's agents are patched (docs/operator.md, "Changing the team"). A file that
+        cannot be read or does not validate leaves the team as it was last read. The rollout
+        replica counts of agents that joined are learned with it (their rows are read by part)."""
+        if self.spec_path is None:
+            return self.spec.team()
+        try:
+            current = load_experiment(self.spec_path)
+        except Exception as error:  # noqa: BLE001 - any failure keeps the last team read
+            log.warning(
+                "worker %s: could not re-read the team from %s (%s); keeping the last one",
+                self.agent_name,
+                self.spec_path,
+                error,
+            )
+            return self._team if self._team is not None else self.spec.team()
+        for agent in current.spec.agents:
+            self.store.rollout_replicas.setdefault(agent.name, agent.rollout.replicas)
+        self._team = current.spec.team()
+        return self._team
 
     def _open(self, field_path: str, dataset) -> PromptSource:
         """Each dataset is read once per worker; what it skipped is logged, one line per reason."""

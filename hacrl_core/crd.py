@@ -59,20 +59,27 @@ def _replicas(agent: str) -> str:
     return f"(has({agent}.rollout) && has({agent}.rollout.replicas) ? {agent}.rollout.replicas : 1)"
 
 
-# What must not change once the pods were first created (status.startTime): a different team,
-# algorithm or data would mix two experiments in one store prefix; a different rollout.replicas
-# would slice a step's prompts one way in the parts already written and another in the rest.
+# What must not change once the pods were first created (status.startTime): a different algorithm
+# or data would mix two experiments in one store prefix; an agent's model (and with it its
+# tokenizer) is what its checkpoints and rows were made with; a different rollout.replicas would
+# slice a step's prompts one way in the parts already written and another in the rest. Agents may
+# be added, removed and suspended at any time: the workers fix each step's members in the store
+# (store/membership.py), so a step's team is recorded, never inferred from the spec.
 # Before that, everything may be fixed in place (an invalid spec, a typo); resources, scheduling
 # and pod templates may always change.
+_SAME_AGENT = "oldSelf.spec.agents.exists(o, o.name == a.name)"
 IMMUTABLE_RULES = [
     {
-        "rule": f"{_STARTED} || self.spec.agents.map(a, [a.name, a.model]) == oldSelf.spec.agents.map(a, [a.name, a.model])",
-        "message": "spec.agents (names and models) cannot change once the experiment started; create a new experiment",
+        "rule": f"{_STARTED} || self.spec.agents.all(a, !{_SAME_AGENT} || "
+        "oldSelf.spec.agents.exists(o, o.name == a.name && o.model == a.model))",
+        "message": "spec.agents[].model of an existing agent cannot change once the experiment started (its checkpoints, "
+        "rows and tokenizer are that model's); add an agent under a new name instead",
     },
     {
-        "rule": f"{_STARTED} || self.spec.agents.map(a, {_replicas('a')}) == oldSelf.spec.agents.map(a, {_replicas('a')})",
-        "message": "spec.agents[].rollout.replicas cannot change once the experiment started (each step's prompts are sliced by it, "
-        "and the parts already written were sliced by the old count); create a new experiment",
+        "rule": f"{_STARTED} || self.spec.agents.all(a, !{_SAME_AGENT} || "
+        f"oldSelf.spec.agents.exists(o, o.name == a.name && {_replicas('o')} == {_replicas('a')}))",
+        "message": "spec.agents[].rollout.replicas of an existing agent cannot change once the experiment started (each step's "
+        "prompts are sliced by it, and the parts already written were sliced by the old count); create a new experiment",
     },
     {
         "rule": f"{_STARTED} || ({_unchanged('spec.algorithm')})",

@@ -4,6 +4,12 @@ docs/algorithm.md, "Formulas" (step 3): P_j is the mean reward of agent j's own 
 smoothed by a simple moving average over the last ``window`` steps (this one included) and
 floored at ``floor``; omega(k, j) = P_k / P_j clamped to ``bounds``, 1 on the diagonal, and 1
 everywhere before ``warmup_steps`` steps have been seen.
+
+A team that changes (docs/algorithm.md, "A team that changes"): the history is kept per agent
+name (``set_team`` names the step's members in order), so an agent's P_j is the mean over the
+steps of the window it was a member of. A newcomer's estimate starts from its own first step:
+nothing is carried over from another agent or assumed for the steps before it joined, and an
+agent that left keeps no weight in the steps after it left.
 """
 
 from __future__ import annotations
@@ -46,8 +52,18 @@ class CapabilityTracker:
         self.floor = floor
         self.bounds = (float(low), float(high))
         self.warmup_steps = warmup_steps
-        self._history: deque[list[float]] = deque(maxlen=window)
+        # One {agent: mean reward} per step seen; agents are named by ``set_team`` (by default
+        # by their index, as strings).
+        self._history: deque[dict[str, float]] = deque(maxlen=window)
         self.steps_seen = 0
+        self.team = [str(i) for i in range(n_agents)]
+
+    def set_team(self, names: Sequence[str]) -> None:
+        """The members of the steps to come, in the order of their rewards, indices and ratios."""
+        if not names:
+            raise ValueError("a team has at least one agent")
+        self.team = [str(n) for n in names]
+        self.n_agents = len(self.team)
 
     def update(self, mean_reward_per_agent: Sequence[float]) -> None:
         rewards = [float(r) for r in mean_reward_per_agent]
@@ -55,7 +71,7 @@ class CapabilityTracker:
             raise ValueError(f"expected {self.n_agents} mean rewards, got {len(rewards)}")
         if any(r != r for r in rewards):
             raise ValueError(f"mean rewards must not be NaN, got {rewards}")
-        self._history.append(rewards)
+        self._history.append(dict(zip(self.team, rewards, strict=True)))
         self.steps_seen += 1
 
     @property
@@ -69,10 +85,11 @@ class CapabilityTracker:
 
         Before the first update there is no evidence, so every agent counts as equal (ones).
         """
-        if not self._history:
-            return torch.ones(self.n_agents, dtype=torch.float64)
-        window_mean = torch.tensor(list(self._history), dtype=torch.float64).mean(dim=0)
-        return window_mean.clamp_min(self.floor)
+        means = []
+        for name in self.team:  # over the steps of the window the agent was a member of
+            seen = [step[name] for step in self._history if name in step]
+            means.append(sum(seen) / len(seen) if seen else 1.0)
+        return torch.tensor(means, dtype=torch.float64).clamp_min(self.floor)
 
     def ratio(self, k: int, j: int) -> float:
         """omega(k, j) = P_k / P_j clamped to ``bounds``; 1 when k == j or during warm-up."""
@@ -85,10 +102,20 @@ class CapabilityTracker:
         return capability_ratios(self.capability, self.bounds)
 
     def state_dict(self) -> dict:
-        return {"history": [list(h) for h in self._history], "steps_seen": self.steps_seen}
+        return {"history": [dict(h) for h in self._history], "steps_seen": self.steps_seen}
 
     def load_state_dict(self, state: dict) -> None:
-        self._history = deque((list(map(float, h)) for h in state["history"]), maxlen=self.window)
+        """A saved history; one saved before histories were kept by name (lists by index) is
+        read as the current team's, in order."""
+        self._history = deque(
+            (
+                {str(k): float(v) for k, v in h.items()}
+                if isinstance(h, dict)
+                else dict(zip(self.team, map(float, h), strict=False))
+                for h in state["history"]
+            ),
+            maxlen=self.window,
+        )
         self.steps_seen = int(state["steps_seen"])
 
 

@@ -54,7 +54,7 @@ class StepSetup:
     """
 
     agent_index: int
-    agent_names: tuple[str, ...]
+    agent_names: tuple[str, ...]  # the step's members (the worker's: its record in the store, store.membership)
     algorithm: Algorithm
     settings: Any
     score_in_first_update: bool = True
@@ -125,6 +125,7 @@ def learner_step(
     by_agent[index] = own_rows
     rows, mean_rewards = gather_rows(by_agent, index)
     lap("read_peers")
+    state.tracker.set_team(setup.agent_names)  # the step's members (a team may change between steps)
     update_capability(state.tracker, mean_rewards, algorithm)
     advantages, discrepancy = assign_advantages(rows, state.tracker, algorithm, index, tuple(settings.ratio_bounds))
     inputs = StepInputs(rows, advantages, discrepancy, algorithm, settings)

@@ -52,6 +52,7 @@ from hacrl_core.spec import (
 from hacrl_core.store import TrajectoryStore, describe_prefix, open_experiment_store
 from hacrl_core.store.fencing import FENCED_EXIT_CODE, STORE_GONE_EXIT_CODE, claim_run_generation
 from hacrl_core.store.layout import spec_key
+from hacrl_core.store.membership import reopen_steps
 from hacrl_core.store.ownership import Owner, StoreOwnedByAnother, check_owner, claim
 
 ROLES = ("rollout", "learner")
@@ -259,6 +260,8 @@ def claim_store(run: LocalRun) -> None:
         raise RunError(owner_refusal(error)) from None
     run.store.put_spec(run.rendered)
     record_datasets(run.store, experiment.name, run.datasets)
+    if run.resume:  # a team changed on resume: steps nobody finished are fixed again (store/membership.py)
+        reopen_steps(run.store, experiment.spec.team(), [a.name for a in experiment.spec.agents])
     run.generation = claim_run_generation(run.store)
 
 
@@ -286,7 +289,10 @@ def build_models(run: LocalRun, say) -> None:
     from hacrl_core.context import cache_root
     from hacrl_core.models.uri import ModelResolutionError, resolve_model
 
+    team = run.experiment.spec.team()
     for index, agent in enumerate(run.experiment.spec.agents):
+        if agent.name not in team:  # suspended: started by a later resume, which builds it then
+            continue
         began = time.perf_counter()
         say(f"preparing model of {agent.name}: {agent.model}")
         try:
@@ -301,7 +307,10 @@ def worker_slots(run: LocalRun) -> list[tuple[str, str, int | None]]:
     """(agent, role, replica) of every worker process, agent by agent: one per role, and one per
     rollout replica where ``rollout.replicas`` > 1 (replica None: the role's only process)."""
     slots = []
+    team = run.experiment.spec.team()  # a suspended agent (agents[].suspend) gets no worker
     for agent in run.experiment.spec.agents:
+        if agent.name not in team:
+            continue
         for role in run.roles:
             replicas = agent.rollout.replicas if role == "rollout" else 1
             slots += [(agent.name, role, None if replicas == 1 else replica) for replica in range(replicas)]
@@ -313,7 +322,7 @@ def start_workers(run: LocalRun) -> None:
     slots = worker_slots(run)
     ports = free_ports(spec.metrics.port, len(slots), spec.metrics.bind_address)
     chosen = torch_threads()  # checked by `hacrl run` before the run started
-    threads = str(chosen or worker_threads(available_cpus(), len(spec.agents), spec.algorithm.max_staleness))
+    threads = str(chosen or worker_threads(available_cpus(), len(spec.team()), spec.algorithm.max_staleness))
     run.restarts.update({agent.name: 0 for agent in spec.agents})
     for index, (agent, role, replica) in enumerate(slots):
         port = ports[index] if ports else 0
@@ -537,7 +546,7 @@ def _run_prepared(
         raise
     report = write_report(
         run.store,
-        [a.name for a in spec.agents],
+        spec.team(),
         spec.algorithm.steps,
         run.workdir / "report",
         wall_seconds=time.perf_counter() - began,

@@ -3,7 +3,10 @@
 A resumed run continues the stored run's training, so every field that decides what is trained
 must equal the stored spec's: otherwise one store prefix would hold two experiments (steps 0-7
 HACPO, 8-11 GSPO) under one name. The fields in ``RESUMABLE_FIELDS`` change only how the run is
-watched, checkpointed, restarted or reached, and may differ (docs/runtime.md, "Resuming").
+watched, checkpointed, restarted or reached, and may differ (docs/runtime.md, "Resuming"). The
+team may change: agents are compared by name, so an agent may be added, removed or suspended
+(``agents[].suspend``), but an agent in both specs must be unchanged, its model (and so its
+tokenizer) above all (``team_by_name``).
 The check fails closed: a stored spec that cannot be read refuses the resume.
 
 The spec names a dataset by its path, and a file replaced under the same path passed that check
@@ -104,6 +107,30 @@ def stored_spec(store: TrajectoryStore, name: str) -> dict[str, Any]:
     return document
 
 
+def team_by_name(document: dict[str, Any], keep: set[str]) -> dict[str, Any]:
+    """``document`` with ``spec.agents`` keyed by agent name, only the agents named in ``keep``,
+    and without their ``suspend``: a resume compares an agent with the agent of the same name,
+    wherever it sits in the list. Agents may join, leave and pause on resume (the steps' members
+    are recorded in the store, ``store.membership``); an agent in both specs must be the same."""
+    spec = dict(document.get("spec") or {})
+    agents = spec.get("agents")
+    if not isinstance(agents, list):
+        return document
+    spec["agents"] = {
+        str(agent.get("name")): {key: value for key, value in agent.items() if key != "suspend"}
+        for agent in agents
+        if isinstance(agent, dict) and agent.get("name") in keep
+    }
+    return {**document, "spec": spec}
+
+
+def agent_names(document: dict[str, Any]) -> set[str]:
+    agents = (document.get("spec") or {}).get("agents")
+    if not isinstance(agents, list):
+        return set()
+    return {str(a.get("name")) for a in agents if isinstance(a, dict)}
+
+
 def check_resume(store: TrajectoryStore, name: str, rendered: str, spec_path: str) -> None:
     """Refuse (``ResumeRefused``) to resume the run ``name`` in ``store`` with the rendered spec
     ``rendered`` when a field outside ``RESUMABLE_FIELDS`` changed or the stored spec is unreadable."""
@@ -114,12 +141,15 @@ def check_resume(store: TrajectoryStore, name: str, rendered: str, spec_path: st
             f"cannot resume {name!r}: {error}; without it the run's spec cannot be checked, so nothing was started. "
             f"Restore the store from a copy, or start afresh under a new metadata.name"
         ) from None
-    changes = changed_fields(previous, yaml.safe_load(rendered))
+    current = yaml.safe_load(rendered)
+    both = agent_names(previous) & agent_names(current)
+    changes = changed_fields(team_by_name(previous, both), team_by_name(current, both))
     if changes:
         raise ResumeRefused(
             f"the spec of {name!r} changed since the run started ({spec_path}); resuming would mix two experiments in one "
             f"store prefix. Changed: {'; '.join(changes)}. Restore these fields, or use a new metadata.name "
-            f"(fields that may change on resume: {', '.join(RESUMABLE_FIELDS)})"
+            f"(fields that may change on resume: {', '.join(RESUMABLE_FIELDS)}; agents may be added, removed or "
+            "suspended, but an existing agent (by name) must keep its settings)"
         )
 
 

@@ -231,6 +231,11 @@ class AgentSpec(SpecModel):
         None,
         description="This agent's model cache (operator only); overrides spec.modelCache for its rollout and learner pods.",
     )
+    suspend: bool = Field(
+        False,
+        description="Pause this agent while the team goes on: its workers leave the team at their next step boundary and "
+        'its pods are released; false again brings it back from its last step (docs/operator.md, "Changing the team").',
+    )
 
     @field_validator("name")
     @classmethod

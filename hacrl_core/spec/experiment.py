@@ -177,6 +177,11 @@ class ExperimentSpec(SpecModel):
                     "prompts per step (algorithm.promptsPerStep) would leave a replica without a prompt; use at most "
                     f"{self.algorithm.prompts_per_step} replicas or more prompts per step"
                 )
+        if all(agent.suspend for agent in self.agents):
+            raise ValueError(
+                "agents: every agent has suspend: true; keep at least one agent active, or set spec.suspend to pause the "
+                "whole experiment"
+            )
         if self.algorithm.name in SHARED_ROW_ALGORITHMS and len(self.agents) < 2:
             raise ValueError(
                 f"algorithm {self.algorithm.name!r} shares rollouts between agents and needs at least 2 agents, "
@@ -242,6 +247,12 @@ class ExperimentSpec(SpecModel):
 
     def agent_index(self, name: str) -> int:
         return [a.name for a in self.agents].index(self.agent(name).name)
+
+    def team(self) -> list[str]:
+        """The agents that take part in the steps to come: every agent but the suspended ones
+        (``agents[].suspend``), in spec order. Each step's members are fixed from it
+        (``store.membership``)."""
+        return [a.name for a in self.agents if not a.suspend]
 
 
 class Metadata(SpecModel):

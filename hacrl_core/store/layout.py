@@ -6,6 +6,7 @@
 <experiment>/steps/<t:06d>/rollouts/<agent>/part-<r:02d>-of-<R:02d>.parquet   (rollout.replicas R > 1)
 <experiment>/steps/<t:06d>/scores/<agent>.parquet
 <experiment>/steps/<t:06d>/metrics/<agent>.json
+<experiment>/steps/<t:06d>/members.json              (the step's team: membership.py)
 <experiment>/weights/<agent>/<version:06d>/          (committed directory)
 <experiment>/checkpoints/<agent>/<t:06d>/            (committed directory)
 <experiment>/progress/<agent>.json
@@ -102,6 +103,14 @@ def rollouts_part_keys(experiment: str, step: int, agent: str, replicas: int) ->
 
 def scores_key(experiment: str, step: int, agent: str) -> str:
     return f"{step_prefix(experiment, step)}/scores/{check_name('agent', agent)}.parquet"
+
+
+def members_key(experiment: str, step: int) -> str:
+    """The agents that are the team of ``step`` (``membership.py``)."""
+    return f"{step_prefix(experiment, step)}/members.json"
+
+
+MEMBERS_FILE = "members.json"
 
 
 def metrics_key(experiment: str, step: int, agent: str) -> str:

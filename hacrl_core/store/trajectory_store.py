@@ -28,6 +28,7 @@ from hacrl_core.store.commit import (
     is_committed,
     list_committed_dirs,
     manifest_key,
+    marker_key,
     put_committed,
     put_dir,
 )
@@ -211,6 +212,48 @@ class TrajectoryStore:
         root = layout.steps_prefix(self.experiment) + "/"
         steps = {layout.parse_index(key[len(root) :].split("/", 1)[0]) for key in self.objects.list(root)}
         return sorted(s for s in steps if s is not None)
+
+    # -- team membership per step (membership.py) ------------------------------------------
+
+    def write_members(self, step: int, agents: list[str]) -> str:
+        self._before_write()
+        key = layout.members_key(self.experiment, step)
+        record = {
+            "experiment": self.experiment,
+            "step": step,
+            "agents": [layout.check_name("agent", a) for a in agents],
+        }
+        put_committed(self.objects, key, json.dumps(record, sort_keys=True).encode())
+        return key
+
+    def read_members(self, step: int) -> list[str] | None:
+        """The members of ``step`` as recorded, or None when no worker fixed them yet."""
+        key = layout.members_key(self.experiment, step)
+        try:
+            record = json.loads(get_committed(self.objects, key))
+        except (ObjectNotFound, TimeoutError):  # TimeoutError: no commit marker yet
+            return None
+        agents = record.get("agents") if isinstance(record, dict) else None
+        if not isinstance(agents, list) or not all(isinstance(a, str) for a in agents):
+            raise CorruptObject(f"{key}: not a members record of step {step}")
+        return agents
+
+    def member_steps(self) -> list[int]:
+        """The steps whose members are recorded (complete or not), ascending."""
+        root = layout.steps_prefix(self.experiment) + "/"
+        suffix = "/" + layout.MEMBERS_FILE
+        found = {
+            layout.parse_index(key[len(root) :].split("/", 1)[0])
+            for key in self.objects.list(root)
+            if key.endswith(suffix)
+        }
+        return sorted(s for s in found if s is not None)
+
+    def delete_members(self, step: int) -> None:
+        self._before_write()
+        key = layout.members_key(self.experiment, step)
+        self.objects.delete(marker_key(key))  # the marker first: never a record without its data
+        self.objects.delete(key)
 
     # -- weights and checkpoints (committed directories) -----------------------------------
 

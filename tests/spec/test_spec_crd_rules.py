@@ -253,8 +253,7 @@ def started(document: dict[str, Any]) -> dict[str, Any]:
     ("field", "value", "message"),
     [
         ("spec.algorithm.steps", 99, "spec.algorithm cannot change"),
-        ("spec.agents.0.model", "tiny://llama-char?seed=1", "spec.agents (names and models) cannot change"),
-        ("spec.agents.1.name", "renamed", "spec.agents (names and models) cannot change"),
+        ("spec.agents.0.model", "tiny://llama-char?seed=1", "spec.agents[].model of an existing agent cannot change"),
         ("spec.data.train.source", "builtin://arithmetic?difficulty=4-5", "spec.data cannot change"),
     ],
 )
@@ -269,7 +268,7 @@ def test_agents_algorithm_and_data_are_immutable_once_started(field: str, value:
 def test_rollout_replicas_are_fixed_once_started() -> None:
     """A step's prompts are sliced by rollout.replicas: changing it mid-run (even over a suspend)
     would mix parts sliced two ways in one step."""
-    message = "spec.agents[].rollout.replicas cannot change once the experiment started"
+    message = "spec.agents[].rollout.replicas of an existing agent cannot change once the experiment started"
     old = started(QUICKSTART)
     for replicas, before in ((2, old), (1, changed("spec.agents.0.rollout.replicas", 3, old))):
         assert any(
@@ -280,6 +279,29 @@ def test_rollout_replicas_are_fixed_once_started() -> None:
     assert any(message in m for m in violations(changed("spec.agents.1.rollout.replicas", 2, suspended), old=suspended))
     pending = copy.deepcopy(QUICKSTART)  # before the pods were first created, it may be set in place
     assert violations(changed("spec.agents.0.rollout.replicas", 4, pending), old=pending) == []
+
+
+def test_agents_may_join_leave_and_pause_while_running() -> None:
+    """Issue 41: the team may change once started (the steps' members are recorded in the store);
+    an existing agent's model (its tokenizer with it) may not."""
+    old = started(QUICKSTART)
+    agents = QUICKSTART["spec"]["agents"]
+    newcomer = {"name": "newcomer", "model": "tiny://qwen2-bpe?seed=7"}
+    joined = changed("spec.agents", [*agents, newcomer], old)
+    assert violations(joined, old=old) == [] and not python_refuses(joined)
+    left = changed("spec.agents", [agents[0], newcomer], joined)
+    assert violations(left, old=joined) == [] and not python_refuses(left)
+    renamed = changed("spec.agents.1.name", "renamed", old)  # one agent left, another joined
+    assert violations(renamed, old=old) == []
+    paused = changed("spec.agents.1.suspend", True, old)
+    assert violations(paused, old=old) == [] and not python_refuses(paused)
+    assert violations(changed("spec.agents.1.suspend", False, paused), old=paused) == []
+    moved = changed("spec.agents", [*agents[::-1]], old)  # order is not identity: names are
+    assert violations(moved, old=old) == []
+    swapped = changed("spec.agents.1.model", agents[0]["model"], joined)
+    assert any("spec.agents[].model of an existing agent cannot change" in m for m in violations(swapped, old=old))
+    every = changed("spec.agents.1.suspend", True, changed("spec.agents.0.suspend", True, old))
+    assert python_refuses(every)
 
 
 def test_resources_scheduling_and_suspend_may_change_while_running() -> None:
