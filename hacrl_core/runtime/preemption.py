@@ -13,7 +13,7 @@ as a preemption: restarted, never counted against ``restartLimit``.
 - Before its step loop (loading models) there is nothing to keep: it stops at once.
 - A step *waiting* for data (its rollouts, a peer's rollouts or scores, weights) is abandoned:
   the store's waits (``store.commit.WAIT_HOOKS``) raise ``Preempted``. A learner abandons a step
-  only before its first optimizer update (``LearnerStop.lap``): until then the step changed only
+  only before its first optimizer update (``LearnerStop.trained``): until then the step changed only
   its capability history and the RNG streams, which ``LearnerStop`` restores from its snapshot
   of the step's start, so the checkpoint it writes is exactly the state after the last finished
   step (the restarted learner trains the abandoned step as the uninterrupted run did).
@@ -32,6 +32,7 @@ to agree on where to stop, and the launcher process, not the ranks, receives the
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import logging
@@ -39,7 +40,7 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from hacrl_core.runtime.worker_failures import PREEMPTED_EXIT_CODE
@@ -53,7 +54,10 @@ __all__ = ["PREEMPTED_EXIT_CODE", "LearnerStop", "Preempted", "Preemption", "PRE
 class Preempted(BaseException):
     """Ends a worker stopped by SIGTERM (``PREEMPTED_EXIT_CODE``). A BaseException, as
     KeyboardInterrupt is: no ``except Exception`` of the code it passes through takes it for an
-    error of its own (a store retry, a reward's fallback)."""
+    error of its own (a store retry, a reward's fallback). ``finished``: the steps a learner
+    kept (checkpointed), None for a rollout worker or before the step loop."""
+
+    finished: int | None = None
 
 
 class Preemption:
@@ -116,18 +120,20 @@ PREEMPTION = Preemption()
 class LearnerStop:
     """The learner's side: a snapshot of what a step changes before its first optimizer update
     (capability history, RNG streams) taken as the step begins, and the checkpoint of the last
-    finished step when the worker stops. ``save(completed)``: the worker's checkpoint."""
+    finished step when the worker stops. ``save(completed)``: the worker's checkpoint;
+    ``last_checkpoint()``: the latest one in the store."""
 
-    def __init__(self, tracker: Any, save: Callable[[int], None], last_checkpoint: int | None) -> None:
+    def __init__(self, tracker: Any, save: Callable[[int], None], last_checkpoint: Callable[[], int | None]) -> None:
         self.tracker, self.save, self.last_checkpoint = tracker, save, last_checkpoint
         self.preemption = PREEMPTION
         self.step: int | None = None  # the step begun last: the count of finished steps
         self._snapshot: tuple[Any, Any, Any] | None = None
 
     def begin(self, step: int) -> None:
-        """Step ``step`` begins (``step`` steps finished): stop here if a SIGTERM came, else
-        snapshot what the step may change before it trains."""
-        self.step = step
+        """Step ``step`` begins (``step`` steps finished): stop here if a SIGTERM came (the state
+        is that of the finished steps: nothing to put back), else snapshot what the step may
+        change before it trains."""
+        self.step, self._snapshot = step, None
         self.preemption.abandonable = True
         self.preemption.arm()
         if self.preemption.installed:
@@ -135,14 +141,21 @@ class LearnerStop:
 
             self._snapshot = (copy.deepcopy(self.tracker.state_dict()), torch.get_rng_state(), random.getstate())
 
-    def lap(self, stage: str) -> None:
-        """A stage of ``learner_step`` ended: past the score exchange the updates begin, and the
-        step can no longer be abandoned (it finishes, then the worker stops)."""
-        if stage == "read_peer_scores":
-            self.preemption.abandonable = False
+    def trained(self) -> None:
+        """The step trained (its updates ran): it can no longer be abandoned; it finishes (its
+        sinks: publish, metrics, checkpoint if due, progress) and the worker stops at the next
+        ``begin``. (The step's waits all come before its updates, ``learner.step``.)"""
+        self.preemption.abandonable = False
 
-    def checkpointed(self, completed: int) -> None:
-        self.last_checkpoint = completed
+    @contextlib.contextmanager
+    def stopping(self) -> Iterator[None]:
+        """Around the step loop: a ``Preempted`` from a boundary or a wait leaves the state of
+        the finished steps checkpointed (``stop``) and goes on with ``finished`` set."""
+        try:
+            yield
+        except Preempted as stopped:
+            stopped.finished = self.stop()
+            raise
 
     def stop(self) -> int | None:
         """Put the state back to the start of the step begun last (abandoned, or not begun) and
@@ -157,10 +170,9 @@ class LearnerStop:
             self.tracker.load_state_dict(tracker_state)
             torch.set_rng_state(torch_rng)
             random.setstate(python_rng)
-        if self.step > 0 and self.last_checkpoint != self.step:
+        if self.step > 0 and self.last_checkpoint() != self.step:
             began = time.monotonic()
             self.save(self.step)
-            self.last_checkpoint = self.step
             log.info("checkpoint after %d steps written on SIGTERM in %.1fs", self.step, time.monotonic() - began)
         return self.step
 
@@ -201,7 +213,21 @@ def serve_count(metrics: Any, store: Any, agent: str, role: str, replica: int | 
     )
 
 
-def stopped_line(finished: int | None, reason: str) -> str:
-    """The worker's last log line: where it stopped, and how (``Preempted``'s message)."""
-    where = "" if finished is None else f" with {finished} steps finished and checkpointed"
-    return f"worker preempted: {reason}{where}; exit code {PREEMPTED_EXIT_CODE}, its restart continues from there"
+def preempted_exit(store: Any, agent: str, role: str, replica: int | None, stopped: Preempted) -> int:
+    """How a worker stopped by SIGTERM ends: its stop recorded (``hacrl_preemptions_total`` of its
+    restart; ``role`` "rollout" or "learner", a colocated worker's "learner"), one log line, and
+    ``PREEMPTED_EXIT_CODE``."""
+    seconds = PREEMPTION.seconds_since()
+    try:
+        record_stop(store, agent, role, replica, finished=stopped.finished, reason=str(stopped), seconds=seconds)
+    except Exception as error:  # noqa: BLE001 (the count is informational: the exit code says it all)
+        log.warning("could not record the preemption in the store: %s", error)
+    where = "" if stopped.finished is None else f"; {stopped.finished} steps finished and checkpointed"
+    log.info(
+        "worker preempted: %s%s, %.1fs after SIGTERM; exit code %d, its restart continues from there",
+        stopped,
+        where,
+        seconds or 0.0,
+        PREEMPTED_EXIT_CODE,
+    )
+    return PREEMPTED_EXIT_CODE
