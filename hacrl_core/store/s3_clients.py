@@ -7,6 +7,12 @@ credentials and request limits, not one per store. ``SharedS3Clients.acquire`` r
 client, counting its users; ``release`` closes it (its connection pool) when the last one lets go.
 A client is thread-safe once built (boto3's documentation), so stores in several threads share it.
 
+Most of a client's 12 MiB is the S3 service model and endpoint rules, JSON that botocore's data
+loader parses anew for every session. The clients open at once share one loader, so a process
+that talks to several endpoints (or rotates credentials) parses them once: a further client
+costs about 0.5 MiB. The loader goes with the last client, so a process with no S3 client open
+holds none of it.
+
 Credentials come from the environment (boto3's chain, see ``s3_store``), so the key holds a
 fingerprint of the variables that pick them, never the credentials themselves: a process whose
 credentials change (a rotated ``AWS_*`` set in ``os.environ``) gets a new client for new users.
@@ -71,6 +77,7 @@ class SharedS3Clients:
         self.max_connections = max_connections
         self._guard = threading.Lock()
         self._entries: dict[ClientKey, _Entry] = {}
+        self._loader: Any = None  # botocore's data loader of the open clients (None while none is)
 
     def key(
         self,
@@ -103,6 +110,7 @@ class SharedS3Clients:
                     read_timeout=key.read_timeout,
                     attempts=key.attempts,
                     max_connections=self.max_connections,
+                    session=self._session(),
                 )
                 entry = self._entries[key] = _Entry(client)
             entry.users += 1
@@ -118,7 +126,21 @@ class SharedS3Clients:
             if entry.users > 0:
                 return
             del self._entries[key]
+            if not self._entries:
+                self._loader = None
         entry.client.close()
+
+    def _session(self) -> Any:
+        """A boto3 session of its own (boto3's are not thread-safe) over the shared data loader."""
+        import boto3.session
+        import botocore.loaders
+        import botocore.session
+
+        if self._loader is None:
+            self._loader = botocore.loaders.create_loader()
+        core = botocore.session.get_session()
+        core.register_component("data_loader", self._loader)
+        return boto3.session.Session(botocore_session=core)
 
     def __len__(self) -> int:
         """Clients open now."""

@@ -122,10 +122,12 @@ def make_s3_client(
     read_timeout: float = 60.0,
     attempts: int = DEFAULT_ATTEMPTS,
     max_connections: int = 10,
+    session: Any = None,
 ) -> Any:
     """A boto3 S3 client with path-style addressing, retrying each request ``attempts`` times in
     all (botocore's ``standard`` mode), keeping up to ``max_connections`` connections alive
-    (botocore's default 10; a client that more threads share needs one per thread)."""
+    (botocore's default 10; a client that more threads share needs one per thread). ``session``:
+    the boto3 session to build it in (one of its own by default)."""
     if attempts < 1:
         raise ValueError(f"attempts must be >= 1, got {attempts}")
     config = Config(
@@ -141,7 +143,7 @@ def make_s3_client(
         response_checksum_validation="when_required",
     )
     # A fresh session per client: boto3's default session is not thread-safe.
-    client = boto3.session.Session().client("s3", endpoint_url=resolve_endpoint(endpoint), config=config)
+    client = (session or boto3.session.Session()).client("s3", endpoint_url=resolve_endpoint(endpoint), config=config)
     client.meta.events.register("before-send.s3", _drop_expect_for_empty_body)
     return client
 

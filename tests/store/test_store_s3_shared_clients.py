@@ -3,6 +3,9 @@ refcounted; stores that share one count their own retries and add no hook per st
 
 from __future__ import annotations
 
+import gc
+import tracemalloc
+
 import pytest
 
 from hacrl_core.store import S3ObjectStore, StoreUnavailable
@@ -49,3 +52,32 @@ def test_stores_sharing_a_client_count_their_own_retries_through_one_hook(monkey
     counted = [h for h in handlers if getattr(h, "__name__", "") in ("_count_retry", "_count_retry_of_caller")]
     assert len(counted) == 1, f"{len(counted)} retry hooks on a client 50 stores share"
     clients.release(key)
+
+
+def test_clients_of_other_endpoints_share_one_parsed_service_model_dropped_with_the_last(
+    seaweed_server: SeaweedS3, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """botocore parses the S3 service model and endpoint rules (about 11 MiB of Python objects)
+    for every session: each client of another endpoint or credentials cost 12 MiB until the open
+    clients shared one data loader."""
+    for key, value in seaweed_server.env().items():
+        monkeypatch.setenv(key, value)
+    clients = SharedS3Clients()
+    first_key = clients.key(endpoint=seaweed_server.endpoint)
+    first = clients.acquire(first_key)
+    others = [clients.key(endpoint=f"http://127.0.0.1:{closed_port()}", region=f"region-{i}") for i in range(3)]
+    gc.collect()
+    tracemalloc.start()
+    try:
+        for key in others:
+            clients.acquire(key)
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] / 2**20
+    finally:
+        tracemalloc.stop()
+    assert grown < 3 * 2, f"three more clients took {grown:.1f} MiB (12 each with a loader apiece)"
+    S3ObjectStore(seaweed_server.bucket, "loader", first, shared_client=True).put("a", b"1")  # the first still works
+    assert first.meta.service_model is not None
+    for key in [first_key, *others]:
+        clients.release(key)
+    assert clients._loader is None  # no client open: the parsed model goes with the last one
