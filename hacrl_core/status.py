@@ -25,6 +25,11 @@ class AgentProgress(SpecModel):
         description="Pods of this agent stopped by the cluster or on SIGTERM (deleted, evicted, preempted, node "
         "drained) and recreated; never counted against restartLimit.",
     )
+    suspended: bool = Field(
+        False,
+        description="agents[].suspend is true: the agent's pods are released (once their workers left the team at a "
+        "step boundary) while the others go on; false again brings it back from its last step.",
+    )
     last_checkpoint: int | None = Field(None, description="Step of the latest checkpoint.")
     rollout_pod: str | None = Field(None, description="Phase or waiting reason of the rollout pod.")
     learner_pod: str | None = Field(None, description="Phase or waiting reason of the learner pod.")

@@ -365,9 +365,39 @@ def test_invalid_spec_fails_with_field_paths_and_recovers() -> None:
     assert fixed.status.phase == "Pending" and len(fixed.create_pods) == 4 and not cond(fixed, "Failed")
 
 
-def test_orphan_pods_of_removed_agents_are_deleted() -> None:
-    p = plan(status=running_status(), pods=all_pods() + [pod("gone", "learner")])
+def test_orphan_pods_of_removed_agents_are_deleted_once_they_stopped_running() -> None:
+    """Issue 41: a removed agent's running worker leaves the team at its next step boundary (a
+    step it is a member of cannot finish without it): kept till then, deleted once ended."""
+    p = plan(status=running_status(), pods=all_pods() + [pod("gone", "learner"), pod("gone", "rollout", "Pending")])
+    assert p.delete_pods == [pod_name("quickstart", "gone", "rollout")]
+    p = plan(status=running_status(), pods=all_pods() + [pod("gone", "learner", "Succeeded")])
     assert p.delete_pods == [pod_name("quickstart", "gone", "learner")]
+
+
+def test_a_suspended_agent_is_released_and_the_team_goes_on() -> None:
+    """agents[].suspend: no pod created for it, its running pods left to leave the team by
+    themselves, its ended ones deleted, no restart counted; the others finish the experiment."""
+    document = yaml.safe_load((REPO / "examples/quickstart.yaml").read_text())
+    document["spec"]["algorithm"]["steps"] = 12
+    document["spec"]["agents"][1]["suspend"] = True
+    paused = parse_experiment(document)
+    running = [pod("llama-char", "rollout"), pod("llama-char", "learner")]
+    p = plan(paused, status=running_status(), pods=running + [pod("qwen-bpe", "rollout"), pod("qwen-bpe", "learner")])
+    qwen = next(e for e in p.status.agent_progress if e.name == "qwen-bpe")
+    assert qwen.suspended and qwen.learner_pod == "Leaving" and not p.delete_pods and not p.create_pods
+    assert p.status.phase == "Running"
+    ended = [pod("qwen-bpe", "rollout", "Succeeded"), pod("qwen-bpe", "learner", "Succeeded")]
+    p = plan(paused, status=p.status, pods=running + ended)
+    assert sorted(p.delete_pods) == sorted(pod_name("quickstart", "qwen-bpe", r) for r in ("rollout", "learner"))
+    qwen = next(e for e in p.status.agent_progress if e.name == "qwen-bpe")
+    assert qwen.restarts == 0 and qwen.learner_pod is None
+    p = plan(paused, status=p.status, pods=running)
+    assert not p.create_pods and p.status.phase == "Running"
+    back = plan(status=p.status, pods=running)
+    assert [(s.agent, s.role) for s in back.create_pods] == [("qwen-bpe", "rollout"), ("qwen-bpe", "learner")]
+    assert not next(e for e in back.status.agent_progress if e.name == "qwen-bpe").suspended
+    done = {"llama-char": {"step": 12, "steps": 12, "done": True}}
+    assert plan(paused, status=p.status, pods=running, progress=done).status.phase == "Succeeded"
 
 
 def test_last_transition_time_moves_only_with_the_status() -> None:

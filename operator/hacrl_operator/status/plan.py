@@ -23,7 +23,14 @@ from hacrl_operator.status.conditions import Conditions, most_actionable, store_
 from hacrl_operator.status.decisions import AgentDecision, PodRules, decide_agent
 from hacrl_operator.status.events import Event, transition_events
 from hacrl_operator.status.heartbeats import Heartbeat, agent_progress, data_rows_condition
-from hacrl_operator.status.pods import STATE_SEPARATOR, PodView, index_pods, terminating_names, with_replica_state
+from hacrl_operator.status.pods import (
+    STATE_SEPARATOR,
+    PodView,
+    index_pods,
+    summarize_pod,
+    terminating_names,
+    with_replica_state,
+)
 from hacrl_operator.status.wire import Status, read_status
 
 TERMINAL = ("Succeeded", "Failed")
@@ -176,6 +183,8 @@ def _plan_valid(observed: Observed, experiment: Experiment, old: ExperimentStatu
     roles = roles_of(experiment)
     views, orphans, resized = index_pods(observed.pods, names, roles, *pod_counts(experiment))
     entries = [agent_progress(n, observed.progress.get(n), previous.get(n), steps) for n in names]
+    for entry, agent in zip(entries, spec.agents, strict=True):
+        entry.suspended = agent.suspend
     for entry in entries:
         for role in roles:
             if (entry.name, role) in views:
@@ -190,7 +199,10 @@ def _plan_valid(observed: Observed, experiment: Experiment, old: ExperimentStatu
         start_time=old.start_time,
         completion_time=None if resumed_from_invalid else old.completion_time,
     )
-    plan = Plan(status, conditions, delete_pods=orphans)  # pods of agents removed from the spec
+    # Pods of agents removed from the spec (and of roles, nodes or replicas it no longer has);
+    # a removed agent's running pods end by themselves (``leaving_pods``).
+    leaving = leaving_pods(observed.pods, orphans, names) if status.phase not in TERMINAL else set()
+    plan = Plan(status, conditions, delete_pods=[name for name in orphans if name not in leaving])
     if not reads_store(experiment, old):
         plan.keep_condition("StoreReachable")  # not read: what the last read found
     elif observed.store_error:
@@ -211,7 +223,7 @@ def _plan_valid(observed: Observed, experiment: Experiment, old: ExperimentStatu
         _plan_blocked(plan, observed.blocked)
     else:
         _plan_active(plan, experiment, views, observed, old, frozenset(resized))
-    status.step = min((e.step for e in status.agent_progress), default=0)
+    status.step = min((e.step for e in status.agent_progress if not e.suspended), default=0)
     if status.phase == "Running":
         status.message = f"step {status.step} of {steps}"
     return plan
@@ -311,6 +323,10 @@ def _plan_active(
         pod_counts(experiment)[1],
         resized,
     )
+    # A suspended agent (agents[].suspend) is released, not decided: the team goes on without it.
+    paused = {agent.name for agent in spec.agents if agent.suspend}
+    _release_suspended([e for e in plan.status.agent_progress if e.name in paused], plan, views)
+    entries = [entry for entry in entries if entry.name not in paused]
     decisions = [
         decide_agent(entry, observed.progress.get(entry.name) or {}, views, previous.get(entry.name), rules)
         for entry in entries
@@ -346,6 +362,41 @@ def _plan_active(
         _finish(plan, experiment, views, old, "Succeeded", "AllAgentsFinished", "Finished", message, observed.now)
         return
     _plan_running(plan, spec, decisions, observed.now, old)
+
+
+def _release_suspended(entries: list[AgentProgress], plan: Plan, views: Views) -> None:
+    """The pods of suspended agents: a running worker is left to leave the team by itself at its
+    next step boundary (it reads the team from the updated ConfigMap; its learner checkpoints
+    first), since a step it is a member of cannot finish without it; every other pod (pending,
+    ended) is deleted. None is created, and none counts a restart or a preemption: the agent comes
+    back from its last step when suspend is false again."""
+    for entry in entries:
+        for (agent, role), view in views.items():
+            if agent != entry.name:
+                continue
+            if view.phase == "Running" and not view.terminating:
+                entry.set_pod_state(role, "Leaving")
+                continue
+            plan.delete_pods.extend(name for name in view.alive if name not in plan.delete_pods)
+            entry.set_pod_state(role, None)
+        for role in ALL_ROLES:
+            if (entry.name, role) not in views:
+                entry.set_pod_state(role, None)
+
+
+def leaving_pods(pods: Iterable[Mapping[str, Any]], orphans: list[str], agents: Iterable[str]) -> set[str]:
+    """The running pods among ``orphans`` of agents removed from the spec: left to end by
+    themselves (their workers leave the team at their next step boundary: a step they are members
+    of cannot finish without them); their other pods are deleted at once."""
+    names = set(agents)
+    leaving = set()
+    for pod in pods:
+        view = summarize_pod(pod)
+        if view is None or view.name not in orphans or view.agent in names:
+            continue
+        if view.phase == "Running" and not view.terminating:
+            leaving.add(view.name)
+    return leaving
 
 
 def _apply(plan: Plan, entries: list[AgentProgress], decisions: list[AgentDecision]) -> None:
