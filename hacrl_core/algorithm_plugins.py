@@ -26,6 +26,7 @@ import importlib.util
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 from hacrl_core.catalog import ALGORITHM_TABLE, AlgorithmDescriptor
 
@@ -58,9 +59,10 @@ def read_entry(path: Path) -> AlgorithmDescriptor | None:
         ):
             call = node.value
             try:
-                if call.args or any(k.arg is None for k in call.keywords):
+                arguments = {k.arg: ast.literal_eval(k.value) for k in call.keywords if k.arg is not None}
+                if call.args or len(arguments) != len(call.keywords):
                     raise ValueError("positional or ** arguments")
-                return AlgorithmDescriptor(**{k.arg: ast.literal_eval(k.value) for k in call.keywords})
+                return AlgorithmDescriptor(**arguments)
             except (ValueError, TypeError) as error:
                 raise ValueError(
                     f"{path}: {ENTRY_NAME} must be AlgorithmDescriptor(...) with literal keyword arguments ({error})"
@@ -122,3 +124,10 @@ def algorithm_entries() -> tuple[AlgorithmDescriptor, ...]:
 ALGORITHM_NAMES: tuple[str, ...] = tuple(entry.name for entry in algorithm_entries())
 #: The algorithms whose learners also train on the other agents' rows (they need 2 agents or more).
 SHARED_ROW_ALGORITHMS: tuple[str, ...] = tuple(entry.name for entry in algorithm_entries() if entry.shares_rows)
+
+# The spec's algorithm name: one of ALGORITHM_NAMES for pydantic and the CRD's enum; `str` for the
+# type checker (the names are found at run time, plugins included).
+if TYPE_CHECKING:
+    AlgorithmName = str
+else:
+    AlgorithmName = Literal[ALGORITHM_NAMES]

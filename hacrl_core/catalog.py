@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,6 +109,15 @@ BACKEND_TABLE: dict[str, BackendModule] = {
 }
 ENGINE_NAMES: tuple[str, ...] = tuple(ENGINE_TABLE)
 BACKEND_NAMES: tuple[str, ...] = tuple(BACKEND_TABLE)
+
+# A spec field typed with these accepts only a name of the table: pydantic validates it and the CRD
+# lists the names as an enum. The names are data (a table), so for the type checker they are `str`.
+if TYPE_CHECKING:
+    EngineName = str
+    BackendName = str
+else:
+    EngineName = Literal[ENGINE_NAMES]
+    BackendName = Literal[BACKEND_NAMES]
 
 
 def installed_engines() -> list[str]:

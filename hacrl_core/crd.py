@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import BaseModel
 
 from hacrl_core.spec import (
     API_GROUP,
@@ -96,23 +97,23 @@ def to_structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any
     """One JSON-Schema node as a structural OpenAPI v3 node (refs inlined, nullables flattened)."""
     description = schema.get("description")
     if "$ref" in schema:
-        node = to_structural(defs[schema["$ref"].rsplit("/", 1)[-1]], defs)
+        referenced = to_structural(defs[schema["$ref"].rsplit("/", 1)[-1]], defs)
         if description:
-            node["description"] = description
-        return node
+            referenced["description"] = description
+        return referenced
     if "anyOf" in schema:
         options = [s for s in schema["anyOf"] if s.get("type") != "null"]
         if len(options) != 1:
             raise ValueError(f"cannot express anyOf with several non-null options structurally: {schema}")
-        node = to_structural(options[0], defs)
+        option = to_structural(options[0], defs)
         # OpenAPI's enum applies to null too (nullable only widens the type), so a nullable enum
         # without null would refuse the null it allows. Such a field is left non-nullable: the API
         # server prunes a null there, which then reads as absent, the spec's None.
-        if "enum" not in node:
-            node["nullable"] = True
+        if "enum" not in option:
+            option["nullable"] = True
         if description:
-            node["description"] = description
-        return node
+            option["description"] = description
+        return option
     if "const" in schema:
         schema = {**schema, "enum": [schema["const"]]}
         schema.setdefault("type", "string")
@@ -157,7 +158,7 @@ def to_structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any
     return node
 
 
-def openapi_schema(model: type) -> dict[str, Any]:
+def openapi_schema(model: type[BaseModel]) -> dict[str, Any]:
     schema = model.model_json_schema(by_alias=True, mode="validation")
     return to_structural(schema, schema.get("$defs", {}))
 

@@ -260,7 +260,7 @@ class WorkerMetrics:
             if increment is not None and increment >= 0:
                 self._counters[counter.name].labels(**self.labels).inc(increment)
         for name, _, keys in STEP_HISTOGRAMS:
-            present = [float(values[k]) for k in keys if values.get(k) is not None]
+            present = [float(value) for k in keys if (value := values.get(k)) is not None]
             if present:
                 self._histograms[name].labels(**self.labels).observe(sum(present))
         prefix = STEP_SECONDS_PREFIX.get(self.role)

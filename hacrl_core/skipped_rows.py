@@ -10,8 +10,9 @@ of a dataset is skipped). Reading datasets lives in ``hacrl_core.data.report``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 #: Why a reader drops a row, as users read it in logs, reports and `hacrl validate --data`.
@@ -41,8 +42,10 @@ class DatasetReport:
     field: str  # the spec's field path: "data.train", "data.eval[arith]"
     name: str  # the source's name (file name or built-in URI)
     rows: int  # usable rows
-    skipped: dict[str, int] = field(default_factory=dict)  # reason -> rows dropped
-    first_row: dict[str, int] = field(default_factory=dict)  # reason -> 1-based row (jsonl: line) of its first drop
+    skipped: dict[str, int] = dataclasses.field(default_factory=dict)  # reason -> rows dropped
+    first_row: dict[str, int] = dataclasses.field(
+        default_factory=dict
+    )  # reason -> 1-based row (jsonl: line) of its first drop
     digest: str = ""  # sha256 of the rows kept, in order (read_datasets sets it: what `--resume` compares)
 
     @property

@@ -94,8 +94,8 @@ def group_advantages(
         all equal, or that has a single row, gets A = 0.
     """
     stats = _group_statistics(rewards, group_ids, source_agent, learner, capability, mode, bounds)
-    varies = (stats.count >= 2) & (stats.max > stats.min)
-    per_row = stats.index
+    varies = (stats.group_count >= 2) & (stats.max > stats.min)
+    per_row = stats.group_index
     advantages = (stats.rewards - stats.baseline[per_row]) / (stats.std[per_row] + eps)
     advantages = torch.where(stats.in_group & varies[per_row], advantages, torch.zeros_like(advantages))
     return advantages.to(rewards.dtype if rewards.is_floating_point() else torch.float32)
@@ -117,15 +117,15 @@ def group_baselines(
     baseline: with P equal to the true success rates, E[mu_k] is learner k's expected reward.
     """
     stats = _group_statistics(rewards, group_ids, source_agent, learner, capability, mode, bounds)
-    baselines = stats.baseline[stats.index]
+    baselines = stats.baseline[stats.group_index]
     return torch.where(stats.in_group, baselines, torch.zeros_like(baselines))
 
 
 class _GroupStatistics(NamedTuple):
     rewards: torch.Tensor  # float64[N]
-    index: torch.Tensor  # long[N], dense group index of each row
+    group_index: torch.Tensor  # long[N], dense group index of each row
     in_group: torch.Tensor  # bool[N], row takes part in its group's statistics
-    count: torch.Tensor  # per group, rows taking part
+    group_count: torch.Tensor  # per group, rows taking part
     baseline: torch.Tensor  # per group, mu (after the fallback)
     std: torch.Tensor  # per group, unbiased std of the unweighted rewards
     max: torch.Tensor

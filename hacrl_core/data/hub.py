@@ -58,12 +58,13 @@ def open_hub_source(
     name = target["name"]
     if load_dataset is None:
         try:
-            from datasets import load_dataset
+            from datasets import load_dataset as datasets_load_dataset
         except ImportError:
             raise ValueError(
                 f"data source {uri!r}: hub datasets need the 'datasets' package (pip install datasets), "
                 "or download the dataset elsewhere and point the spec at a local .parquet/.jsonl file"
             ) from None
+        load_dataset = datasets_load_dataset
     try:
         dataset = load_dataset(name, target["config"], split=target["split"], revision=target["revision"])
     except Exception as error:  # offline, not found, gated, bad split: one clear message

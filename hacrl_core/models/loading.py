@@ -35,7 +35,7 @@ def load_policy(
         raise ValueError(f"{path}: not a model directory (no config.json)")
     with _no_progress_bars():
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
-    model.to(device)
+    model.to(device)  # type: ignore[arg-type]  # transformers wraps PreTrainedModel.to, hiding torch's signature
     model.eval()
     return model, load_tokenizer(path)
 

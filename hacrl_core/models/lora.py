@@ -86,6 +86,8 @@ class AdapterDisabled(torch.nn.Module):
     adapter switched off. A LoRA agent's frozen reference (the KL term) is exactly its base model,
     so this serves it without a second copy of the base in memory or a second read of it."""
 
+    policy: Any  # the peft model
+
     def __init__(self, model: Any) -> None:
         super().__init__()
         # Not a submodule: freezing or moving the reference must never touch the trained adapter.
@@ -157,7 +159,8 @@ def load_adapter_weights(model: Any, adapter_dir: str | Path) -> None:
         raise ValueError(
             f"{adapter_dir}: {ADAPTER_WEIGHTS_FILE} does not match the adapter (missing {missing[:3]}, unexpected {extra[:3]})"
         )
-    result = set_peft_model_state_dict(model, state)
+    # peft annotates the result as `namedtuple` (the factory); it is torch's load result.
+    result: Any = set_peft_model_state_dict(model, state)
     if result.unexpected_keys:
         raise ValueError(f"{adapter_dir}: tensors peft did not place: {result.unexpected_keys[:3]}")
 

@@ -217,6 +217,7 @@ def _make_model(spec: TinyPreset, tokenizer: Any) -> torch.nn.Module:
         pad_token_id=tokenizer.pad_token_id,
         tie_word_embeddings=True,
     )
+    model: torch.nn.Module
     if spec.architecture == "llama":
         model = LlamaForCausalLM(LlamaConfig(**common))
     elif spec.architecture == "qwen2":
@@ -325,9 +326,7 @@ def warm_start(
 
 
 @torch.no_grad()
-def generate_greedy(
-    model: torch.nn.Module, tokenizer: Any, prompts: Sequence[str], max_new_tokens: int = 8
-) -> list[str]:
+def generate_greedy(model: Any, tokenizer: Any, prompts: Sequence[str], max_new_tokens: int = 8) -> list[str]:
     """Greedy completions (text, special tokens removed) of rendered ``prompts``, left-padded batch."""
     encoded = [encode_prompt(tokenizer, prompt) for prompt in prompts]
     width = max(len(ids) for ids in encoded)

@@ -144,6 +144,7 @@ def cmd_reward_server(args: argparse.Namespace) -> int:
         )
         return 1
     host, port = server.server_address[:2]
+    host = host.decode() if isinstance(host, bytes) else host
     print(
         f"reward server: {args.reward} on http://{host}:{port}/score"
         + (" (bearer token required)" if os.environ.get(TOKEN_ENV) else ""),

@@ -81,7 +81,9 @@ class ForkedProcess:
 
     @property
     def pid(self) -> int:
-        return self._process.pid
+        pid = self._process.pid
+        assert pid is not None, "a ForkedProcess wraps a started process"
+        return pid
 
     @property
     def sentinel(self) -> int:
@@ -98,7 +100,7 @@ class ForkedProcess:
     def wait(self, timeout: float | None = None) -> int:
         self._process.join(timeout)
         if self._process.exitcode is None:
-            raise subprocess.TimeoutExpired(self.args, timeout)
+            raise subprocess.TimeoutExpired(self.args, timeout or 0.0)  # join(None) returns only once it ended
         return self._process.exitcode
 
 
@@ -139,9 +141,11 @@ class ForkServer:
         # Popen(start_new_session=True) returns after the child's setsid; a fork calls it first
         # thing, a moment after start() returns. Wait for it: a killpg in between (Ctrl-C at once,
         # a test holding the worker) found no such process group.
+        pid = process.pid
+        assert pid is not None, "set by start()"
         while process.exitcode is None:
             try:
-                if os.getpgid(process.pid) == process.pid:
+                if os.getpgid(pid) == pid:
                     break
             except ProcessLookupError:
                 break

@@ -144,7 +144,8 @@ def free_ports(first: int, count: int, host: str) -> list[int]:
     """``count`` ports from ``first`` upwards that can be bound now (0 disables metrics)."""
     if first <= 0:
         return [0] * count
-    ports, candidate = [], first
+    ports: list[int] = []
+    candidate = first
     while len(ports) < count and candidate < 65536:
         with socket.socket() as probe:
             try:
@@ -249,7 +250,12 @@ def claim_store(run: LocalRun) -> None:
     generation. Called once the pre-flight passed, right before the workers start."""
     experiment = run.experiment
     try:
-        claim(run.store, run.owner, adopt=may_adopt(experiment, run.resume), where=describe_prefix(experiment))
+        claim(
+            run.store,
+            run.owner or local_owner(experiment),
+            adopt=may_adopt(experiment, run.resume),
+            where=describe_prefix(experiment),
+        )
     except StoreOwnedByAnother as error:
         if not run.owned_at_prepare:  # taking over would fence out a run that is live now
             raise RunError(

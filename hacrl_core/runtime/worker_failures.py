@@ -63,7 +63,7 @@ def known_failure(error: BaseException) -> tuple[int, str] | None:
 
 def disk_error_line(error: OSError) -> str:
     where = error.filename or "the store or the model cache"
-    return f"cannot use {where}: {error.strerror or error}; {DISK_ERRORS.get(error.errno, 'check that path')}"
+    return f"cannot use {where}: {error.strerror or error}; {DISK_ERRORS.get(error.errno or 0, 'check that path')}"
 
 
 def failure_line(log_text: str) -> str | None:

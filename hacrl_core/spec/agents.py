@@ -7,13 +7,13 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
-from hacrl_core.catalog import BACKEND_NAMES, ENGINE_NAMES
+from hacrl_core.catalog import BackendName, EngineName
 from hacrl_core.spec.base import DNS_LABEL, SpecModel
 from hacrl_core.spec.cluster import GPU_RESOURCE, ModelCacheSpec, RolePodTemplates, RoleResources, gpu_count
 
 
 class RolloutSettings(SpecModel):
-    engine: Literal[ENGINE_NAMES] = Field(
+    engine: EngineName = Field(
         "hf", description="Sampling engine: `hf` (transformers generate, CPU or GPU) or `vllm` (GPU)."
     )
     max_new_tokens: int = Field(512, ge=1, le=65536, description="Longest response sampled, in the agent's own tokens.")
@@ -127,7 +127,7 @@ class LoraSettings(SpecModel):
 
 
 class LearnerSettings(SpecModel):
-    backend: Literal[BACKEND_NAMES] = Field("torch", description="Training backend: plain `torch` or `deepspeed`.")
+    backend: BackendName = Field("torch", description="Training backend: plain `torch` or `deepspeed`.")
     lr: float = Field(1e-6, gt=0, le=1, description="AdamW learning rate (paper: 1e-6).")
     weight_decay: float = Field(0.01, ge=0, le=1, description="AdamW weight decay (paper: 0.01).")
     grad_clip: float = Field(1.0, gt=0, description="Global gradient-norm clip (paper: 1.0).")

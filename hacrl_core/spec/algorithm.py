@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from hacrl_core.algorithm_plugins import ALGORITHM_NAMES
+from hacrl_core.algorithm_plugins import AlgorithmName
 from hacrl_core.spec.base import SpecModel
 
 
@@ -51,7 +49,7 @@ class AlgorithmSpec(SpecModel):
             ]
         }
     )
-    name: Literal[ALGORITHM_NAMES] = Field(
+    name: AlgorithmName = Field(
         "hacpo",
         description="`hacpo`; `gspo` and `grpo` (isolated agents); `naive` (shared rows, no mechanisms). GSPOx2 is `gspo` with groupSize doubled.",
     )

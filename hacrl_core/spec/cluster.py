@@ -5,7 +5,7 @@ them and ignores them."""
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Literal, overload
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
@@ -76,6 +76,10 @@ class ModelCacheSpec(SpecModel):
         return value
 
 
+@overload
+def secret_name(value: str) -> str: ...
+@overload
+def secret_name(value: None) -> None: ...
 def secret_name(value: str | None) -> str | None:
     if value is not None and (len(value) > 253 or not DNS_SUBDOMAIN.fullmatch(value)):
         raise ValueError(

@@ -3,7 +3,7 @@ checks the rules that span them."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
@@ -28,7 +28,7 @@ from hacrl_core.spec.store import CheckpointSpec, StoreSpec
 
 API_GROUP = "hacrl.io"
 API_VERSION = "v1alpha1"
-KIND = "HACRLExperiment"
+KIND: Final = "HACRLExperiment"
 PLURAL = "hacrlexperiments"
 SHORT_NAME = "hx"
 
@@ -280,7 +280,7 @@ class Metadata(SpecModel):
 
 
 class Experiment(SpecModel):
-    api_version: Literal["hacrl.io/v1alpha1"] = Field(f"{API_GROUP}/{API_VERSION}", alias="apiVersion")
+    api_version: Literal["hacrl.io/v1alpha1"] = Field("hacrl.io/v1alpha1", alias="apiVersion")
     kind: Literal["HACRLExperiment"] = KIND
     metadata: Metadata
     spec: ExperimentSpec

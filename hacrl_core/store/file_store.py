@@ -22,7 +22,7 @@ from hacrl_core.store.errors import ObjectNotFound, StoreGone
 from hacrl_core.store.keys import TMP_SUFFIX, check_key, check_prefix
 
 
-def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
+def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
     """Create ``path`` (and parents) atomically with the bytes ``write(f)`` writes to ``f``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX)

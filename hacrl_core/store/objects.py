@@ -3,8 +3,8 @@
 Two backends implement ``ObjectStore``: ``FileObjectStore`` (``file://`` or a plain path; the
 default, embedded store) and ``S3ObjectStore`` (``s3://bucket/prefix``). Keys are relative
 ``/``-separated paths (``keys.check_key``); ``list`` and ``delete_prefix`` match by string prefix
-as S3 does. Besides the six methods of the interface both backends offer ``put_file`` and
-``get_file``, which stream a local file, and ``commit.put_dir``/``get_dir`` use them.
+as S3 does. The interface's eight methods include ``put_file`` and ``get_file``, which stream a
+local file (``commit.put_dir``/``get_dir`` use them), and its ``uri`` names the store in messages.
 """
 
 from __future__ import annotations
@@ -20,6 +20,11 @@ from hacrl_core.store_uri import parse_store_uri
 @runtime_checkable
 class ObjectStore(Protocol):
     """A flat namespace of immutable-once-written byte objects."""
+
+    @property
+    def uri(self) -> str:
+        """Where the objects live (``file:///...``, ``s3://bucket/prefix``), for messages."""
+        ...
 
     def put(self, key: str, data: bytes) -> None:
         """Store ``data`` under ``key`` atomically, replacing any previous object."""

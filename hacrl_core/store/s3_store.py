@@ -379,7 +379,7 @@ class S3ObjectStore:
 
         def list_all() -> list[str]:
             paginator = self.client.get_paginator("list_objects_v2")
-            keys = []
+            keys: list[str] = []
             for page in paginator.paginate(Bucket=self.bucket, Prefix=full_prefix):
                 keys.extend(obj["Key"][strip:] for obj in page.get("Contents", []))
             return keys

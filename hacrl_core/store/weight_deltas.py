@@ -248,7 +248,7 @@ def update_sha256(sha: hashlib._Hash, name: str, tensor: torch.Tensor) -> None:
     """Feed one tensor into a state checksum (callers go in name order: ``state_sha256``)."""
     header = f"{name}\0{dtype_name(tensor.dtype)}\0{','.join(map(str, tensor.shape))}\0{tensor.numel()}\0"
     sha.update(header.encode())
-    sha.update(memoryview(_raw(tensor)))
+    sha.update(_raw(tensor).data)
 
 
 def state_sha256(tensors: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]) -> str:

@@ -12,6 +12,7 @@ import re
 import socket
 import uuid
 from collections.abc import Mapping
+from typing import TypedDict
 
 from pydantic import ValidationError
 
@@ -218,7 +219,7 @@ def _default_store(env: Mapping[str, str]) -> StoreSpec | None:
             "(a file:// path inside each pod is no store that rollout and learner pods share)"
         )
     try:
-        return StoreSpec(**{field: raw for field, (_, raw) in given.items()})
+        return StoreSpec.model_validate({field: raw for field, (_, raw) in given.items()})
     except ValidationError as error:
         first = error.errors()[0]
         by_alias = {StoreSpec.model_fields[field].alias or field: field for field in given}
@@ -241,7 +242,15 @@ def _namespaces(env: Mapping[str, str], name: str) -> tuple[str, ...]:
     return names
 
 
-def _leader_election(env: Mapping[str, str], defaults: OperatorConfig) -> dict[str, object]:
+class _LeaderElection(TypedDict):
+    leader_lease: tuple[str, str] | None
+    leader_identity: str
+    lease_duration: int
+    renew_deadline: float
+    retry_period: float
+
+
+def _leader_election(env: Mapping[str, str], defaults: OperatorConfig) -> _LeaderElection:
     """The leader-election settings; the timing checks are client-go's (leaderelection.NewLeaderElector)."""
     raw = _raw(env, "HACRL_LEADER_ELECTION_LEASE")
     lease: tuple[str, str] | None = None

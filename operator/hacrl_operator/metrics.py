@@ -20,6 +20,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterator
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
     CollectorRegistry,
@@ -82,7 +83,7 @@ class OperatorMetrics:
         )
         self._phases: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
-        self._server = None
+        self._server: WSGIServer | None = None
         for phase in PHASES:
             self.experiments.labels(phase).set(0)
 
@@ -109,7 +110,7 @@ class OperatorMetrics:
                 self._phases.pop((namespace, name), None)
             else:
                 self._phases[(namespace, name)] = phase
-            counts = {p: 0 for p in PHASES}
+            counts: dict[str, int] = {p: 0 for p in PHASES}
             for value in self._phases.values():
                 counts[value] = counts.get(value, 0) + 1
             for p, count in counts.items():

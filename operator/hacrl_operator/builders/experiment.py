@@ -54,7 +54,7 @@ def experiment_from_body(body: dict[str, Any], default_store: StoreSpec | None =
     the user wrote it.
     """
     metadata = body.get("metadata") or {}
-    spec = body.get("spec")
+    spec = body.get("spec") or {}
     if omits_store(body):  # absent or null (as the API server would drop it)
         spec = {k: v for k, v in spec.items() if k != "store"}
         if default_store is not None:

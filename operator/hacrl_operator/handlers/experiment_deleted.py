@@ -32,7 +32,7 @@ def register_experiment_deleted(
     def wanted(namespace: str | None, spec: Any, **_: Any) -> bool:
         return config.watches(namespace) and needs_store_cleanup(spec)
 
-    @kopf.on.delete(API_GROUP, API_VERSION, PLURAL, registry=registry, when=wanted, retries=5, backoff=5)
+    @kopf.on.delete(API_GROUP, API_VERSION, PLURAL, registry=registry, when=wanted, retries=5, backoff=5)  # type: ignore[arg-type]  # kopf types namespace str | None for every resource; ours are namespaced
     def experiment_deleted(body: Any, namespace: str, name: str, status: Any, logger: Any, **_: Any) -> None:
         reconciler.forget(namespace, name)
         body = dict(body)

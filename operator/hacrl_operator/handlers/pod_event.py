@@ -23,7 +23,7 @@ def register_pod_event(registry: kopf.OperatorRegistry, config: OperatorConfig, 
     def in_scope(namespace: str | None, **_: Any) -> bool:
         return config.watches(namespace)
 
-    @kopf.on.event("", "v1", "pods", labels={LABEL_EXPERIMENT: kopf.PRESENT}, registry=registry, when=in_scope)
+    @kopf.on.event("", "v1", "pods", labels={LABEL_EXPERIMENT: kopf.PRESENT}, registry=registry, when=in_scope)  # type: ignore[arg-type]  # kopf types namespace str | None for every resource; ours are namespaced
     def pod_event(namespace: str, labels: Any, type: str | None = None, **_: Any) -> None:  # noqa: A002 - kopf's name
         if type == "ADDED":
             return

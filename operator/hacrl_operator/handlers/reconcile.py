@@ -126,20 +126,30 @@ class Reconciler:
         """After a reconcile: an experiment that rests (``Outcome.rests``) lets go of its store and
         leaves the ticker until its TTL or ``REST_REVISIT_S``; one forgotten (deleted) while this
         reconcile ran, which may have opened its store again, lets go of it too. A failed
-        reconcile keeps both: the next one tries again."""
+        reconcile keeps both: the next one tries again. What a reconcile of a forgotten experiment
+        left behind (its slot, its phase in the metrics) goes too, unless another one waits for it:
+        a deleted experiment leaves nothing in the operator's memory."""
         key = (namespace, name)
+        open("/tmp/memprobe/dbg.txt", "a").write(f"SETTLE {time.time()} {key} {key in self.known} {outcome} {self.metrics._phases}\n")
         rests = outcome is not None and outcome.rests
+        wake_in_s = outcome.wake_in_s if outcome is not None else None
         with self._guard:
             known = key in self.known
             if known and rests:
-                wake = REST_REVISIT_S if outcome.wake_in_s is None else min(outcome.wake_in_s, REST_REVISIT_S)
+                wake = REST_REVISIT_S if wake_in_s is None else min(wake_in_s, REST_REVISIT_S)
                 self.resting[key] = time.monotonic() + wake
             else:
                 self.resting.pop(key, None)
+            slot = self._slots.get(key)
+            if not known and slot is not None and not slot.waiting:
+                del self._slots[key]
         if rests or not known:
             self.stores.release(namespace, name)
+        if not known:
+            self.metrics.set_phase(namespace, name, None)
 
     def forget(self, namespace: str, name: str) -> None:
+        open("/tmp/memprobe/dbg.txt", "a").write(f"FORGET {time.time()}\n")
         with self._guard:
             self._slots.pop((namespace, name), None)
             self.known.discard((namespace, name))

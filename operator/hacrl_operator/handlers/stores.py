@@ -19,15 +19,22 @@ import dataclasses
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypedDict
 
 from hacrl_core.spec import Experiment
 from hacrl_operator.concurrency import RECONCILE_THREADS
 
+
 # The request limits of the operator's S3 clients. A heartbeat or owner record is under 1 KB: a
 # server that cannot send one in 5 s is down or overloaded, and the next reconcile reads again.
 # Two tries ride out a dropped kept-alive connection; more would only lengthen a hung reconcile.
-OPERATOR_S3_LIMITS = {"connect_timeout": 3.0, "read_timeout": 5.0, "attempts": 2}
+class S3Limits(TypedDict):
+    connect_timeout: float
+    read_timeout: float
+    attempts: int
+
+
+OPERATOR_S3_LIMITS: S3Limits = {"connect_timeout": 3.0, "read_timeout": 5.0, "attempts": 2}
 
 
 def store_deadline() -> float:

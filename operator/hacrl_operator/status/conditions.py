@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable
+from typing import Literal
 
 from hacrl_core.status import Condition, ExperimentStatus
 from hacrl_operator.status.clock import rfc3339
@@ -35,7 +36,7 @@ class Conditions:
         self.now = rfc3339(now)
 
     def set(self, type_: str, status: bool, reason: str, message: str = "") -> None:
-        value = "True" if status else "False"
+        value: Literal["True", "False"] = "True" if status else "False"
         previous = self.old.get(type_)
         since = previous.last_transition_time if previous is not None and previous.status == value else self.now
         self.new[type_] = Condition(

@@ -180,8 +180,7 @@ def _unscheduled(label: str, role: str, view: PodView, rules: PodRules) -> PodDe
     messages name the moment, not a count of seconds, so that a waiting pod changes no status."""
     detail = (view.reason or "PodsPending") + (f": {view.message}" if view.message else "")
     since = view.unscheduled_since
-    waited = (rules.now - since).total_seconds() if rules.now and since else None
-    if waited is None or waited < rules.pending_timeout:
+    if since is None or rules.now is None or (rules.now - since).total_seconds() < rules.pending_timeout:
         when = f" since {rfc3339(since)}" if since else ""
         return PodDecision(
             role,

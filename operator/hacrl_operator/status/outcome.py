@@ -70,7 +70,7 @@ def fold_outcome(plan: Plan, outcome: ActionOutcome) -> Plan:
     folded = copy.deepcopy(plan)
     for change in outcome.pod_states:
         folded.set_pod_state(*change)
-    for change in outcome.conditions:
-        folded.set_condition(*change)
+    for condition in outcome.conditions:
+        folded.set_condition(*condition)
     folded.events.extend(outcome.events)
     return folded
