@@ -162,3 +162,50 @@ def test_finished_suspended_and_deleted_experiments_hold_no_store_and_cost_no_st
         resumed = copy.deepcopy({"spec": {"suspend": False}})
         cluster.kubectl("patch", "hx", "suspended", "-n", NS, "--type=merge", "-p", json.dumps(resumed))
         wait_for(lambda: op.reconciler.stores.held() == 1, what="a resumed experiment reading its store again")
+
+
+def test_a_reconcile_that_ends_after_its_experiment_is_forgotten_leaves_nothing_behind(
+    cluster: EmulatedCluster, s3_env: SeaweedS3
+) -> None:
+    """A reconcile that read the experiment before it was deleted (the ticker's, or one queued by
+    it) ends after ``forget``: it put the experiment's phase back into the metrics for good (the
+    ``hacrl_operator_experiments`` gauge counted a deleted experiment ever after) and its slot
+    back into the reconciler, one per experiment a cluster ever deleted."""
+    from harness import operator_config
+
+    from hacrl_operator.kube import Kube, load_configuration
+
+    cluster.kubectl(
+        "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    )
+    body = experiment_body("late", s3_env)
+    del body["metadata"]["uid"]
+    cluster.kubectl("apply", "-n", NS, "-f", "-", input=yaml.safe_dump(body))
+    config = operator_config(cluster)
+    reconciler = Reconciler(config, OperatorMetrics())
+    reconciler.kube = Kube(load_configuration(config))
+    try:
+        reconciler.known.add((NS, "late"))
+        assert reconciler.reconcile(NS, "late", trigger="create").phase == "Pending"  # pods created, status written
+        assert reconciler.stores.held() == 1
+        reconciler.forget(NS, "late")  # its DELETED event, while the ticker's reconcile of it is under way
+        outcome = reconciler.reconcile(NS, "late", trigger="periodic")  # it read the experiment before
+        assert outcome.phase == "Pending"  # it ran to the end, status unchanged
+        left = {
+            "slots": dict(reconciler._slots),
+            "known": set(reconciler.known),
+            "resting": dict(reconciler.resting),
+            "stores": reconciler.stores.held(),
+            "clients": len(reconciler.stores.clients),
+            "phases": dict(reconciler.metrics._phases),
+        }
+        assert left == {"slots": {}, "known": set(), "resting": {}, "stores": 0, "clients": 0, "phases": {}}
+        gauge = sum(
+            sample.value
+            for metric in reconciler.metrics.registry.collect()
+            for sample in metric.samples
+            if sample.name == "hacrl_operator_experiments"
+        )
+        assert gauge == 0
+    finally:
+        reconciler.kube.close()

@@ -130,7 +130,6 @@ class Reconciler:
         left behind (its slot, its phase in the metrics) goes too, unless another one waits for it:
         a deleted experiment leaves nothing in the operator's memory."""
         key = (namespace, name)
-        open("/tmp/memprobe/dbg.txt", "a").write(f"SETTLE {time.time()} {key} {key in self.known} {outcome} {self.metrics._phases}\n")
         rests = outcome is not None and outcome.rests
         wake_in_s = outcome.wake_in_s if outcome is not None else None
         with self._guard:
@@ -149,7 +148,6 @@ class Reconciler:
             self.metrics.set_phase(namespace, name, None)
 
     def forget(self, namespace: str, name: str) -> None:
-        open("/tmp/memprobe/dbg.txt", "a").write(f"FORGET {time.time()}\n")
         with self._guard:
             self._slots.pop((namespace, name), None)
             self.known.discard((namespace, name))
