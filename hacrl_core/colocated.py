@@ -9,12 +9,10 @@ package, so that neither the learner nor the rollout package imports the other.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from hacrl_core.context import WorkerContext
 from hacrl_core.learner import distributed
 from hacrl_core.learner.stages import LearnerState
-from hacrl_core.learner.worker import run_learner_worker
+from hacrl_core.learner.worker import Sampler, run_learner_worker
 from hacrl_core.rewards.remote import take_retries
 from hacrl_core.rollout.hf_engine import HFEngine
 from hacrl_core.rollout.sampling import rollout_metrics
@@ -22,7 +20,7 @@ from hacrl_core.rollout.worker import sample_rollouts
 from hacrl_core.spec import SpecError
 
 
-def live_policy_sampler(context: WorkerContext) -> Callable[[LearnerState, int], dict[str, float]]:
+def live_policy_sampler(context: WorkerContext) -> Sampler:
     """A sampler for the learner's step loop: the step's own rollouts sampled with the learner's
     live weights (version ``step``: on-policy by construction), unless an earlier attempt wrote
     them; their metrics. Rank 0 of several learner ranks samples; the others read its rollouts

@@ -258,6 +258,31 @@ def idle_pass(state, row: TrainRow, *, backward: bool) -> None:
         state.backend.backward(logp.sum() * 0.0)
 
 
+def train_chunks(
+    state, inputs: StepInputs, chunks, old, collected: dict[str, list[float]], update_index: int, norm
+) -> tuple[int, int]:
+    """Train the micro-batches ``chunks`` of update ``update_index`` in order, their metrics into
+    ``collected``; stops at the first non-finite loss. Returns (micro-batches trained, 1 if one
+    had a non-finite loss else 0)."""
+    trained = 0
+    for chunk in chunks:
+        batch = forward_micro_batch(state, inputs.rows, chunk)
+        metrics = train_micro_batch(
+            state,
+            inputs,
+            batch,
+            [old.mean[i] for i in chunk],
+            [old.tokens[i] for i in chunk],
+            update_index=update_index,
+            norm=norm,
+        )
+        if metrics is None:
+            return trained, 1
+        collect(collected, metrics)
+        trained += 1
+    return trained, 0
+
+
 def run_updates(
     state, inputs: StepInputs, plan: UpdatePlan, old, started: StartedUpdate | None = None, *, label: str = "learner"
 ) -> dict[str, float]:
@@ -286,22 +311,9 @@ def run_updates(
         else:
             state.backend.zero_grad()
         trained, failed = 0, 0
-        for chunk in chunks[done:] if finite_loss else ():
-            batch = forward_micro_batch(state, rows, chunk)
-            metrics = train_micro_batch(
-                state,
-                inputs,
-                batch,
-                [old.mean[i] for i in chunk],
-                [old.tokens[i] for i in chunk],
-                update_index=update_index,
-                norm=norm,
-            )
-            if metrics is None:
-                finite_loss, failed = False, 1  # the update is skipped below
-                break
-            collect(collected, metrics)
-            trained += 1
+        if finite_loss:
+            trained, failed = train_chunks(state, inputs, chunks[done:], old, collected, update_index, norm)
+            finite_loss = not failed  # a non-finite loss: the update is skipped below
         if state.backend.lockstep:  # ZeRO 2/3 reduce in every backward: as many on every rank, a skipped update's too
             owed = len(chunks) - done - trained - failed + idle
             for _ in range(owed):

@@ -7,7 +7,12 @@ follows a step. One step:
     learner_step: read own rollouts -> read peers' rollouts -> gather_rows -> update_capability
         -> assign_advantages -> plan_updates -> score_pi_old
         -> exchange scores (write own scores, read peers' scores) -> run_updates
-    -> publish weights -> evaluate -> write metrics -> checkpoint -> write progress
+    then the sinks (``learner.sinks``, in order): publish weights -> evaluate -> record
+        (store, Prometheus, trackers, sharing warning) -> checkpoint -> write progress
+
+The loop is start-up (``start_learner``), then per step: sample (colocated), train, and hand the
+step's end to each sink in turn (``worker_loop.step_ended``). A job done after every step is one
+more sink in the list ``learner_sinks`` builds, not another branch of the loop.
 
 The score exchange is the step between the pi_old stage and the updates: the peers need this
 learner's scores before they can train on its rows, and it needs theirs. The pi_old stage trains
@@ -23,8 +28,8 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,20 +37,27 @@ import torch
 
 from hacrl_core.algorithms import Algorithm, resolve_algorithm
 from hacrl_core.context import WorkerContext
-from hacrl_core.evaluation import evaluate_policy
 from hacrl_core.learner import distributed
 from hacrl_core.learner.backends import backend_factory, create_backend
-from hacrl_core.learner.checkpoint import restore_checkpoint, save_checkpoint
-from hacrl_core.learner.guards import ensure_finite_weights
+from hacrl_core.learner.checkpoint import restore_checkpoint
+from hacrl_core.learner.clock import StageClock
+from hacrl_core.learner.sinks import (
+    LearnerStepEnd,
+    SinkParts,
+    checkpoint,
+    evaluate,
+    learner_sinks,
+    publish_weights,
+)
 from hacrl_core.learner.stages import LearnerState, start_state
 from hacrl_core.learner.step import StepSetup, learner_step, run_step
 from hacrl_core.learner.step_ports import StorePorts
 from hacrl_core.metrics import WorkerMetrics, store_retries
 from hacrl_core.models.loading import default_device, load_policy
-from hacrl_core.models.lora import AdapterDisabled, load_lora_policy, save_trained
-from hacrl_core.sharing import shared_rows_used, sharing_warning
-from hacrl_core.store.weight_chain import directory_bytes, publish_policy
-from hacrl_core.tracking import open_tracking, steps_jsonl
+from hacrl_core.models.lora import AdapterDisabled, load_lora_policy
+from hacrl_core.tracking import open_tracking
+from hacrl_core.tracking.hub import TrackingHub
+from hacrl_core.worker_loop import StepSink, run_ended, step_ended
 
 log = logging.getLogger("hacrl")
 
@@ -56,6 +68,12 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 #: every core; the learner's share of the CPUs is its torch threads, and on shared cores the
 #: pool's threads spin against the other workers (a 512-row batch: 5-40 ms with the pool, 2-3 ms without).
 SERIAL_TOKENIZER_ENV = "TOKENIZERS_PARALLELISM"
+
+#: The colocated worker's sampler (``hacrl_core.colocated``): the step's own rollouts sampled with
+#: the live model before the step trains on them; their metrics.
+Sampler = Callable[[LearnerState, int], dict[str, float]]
+
+__all__ = ["checkpoint", "initialize", "publish_weights", "run_learner_worker", "start_learner"]
 
 
 def initialize(context: WorkerContext, device: str | None = None) -> LearnerState:
@@ -123,50 +141,6 @@ def model_loader(context: WorkerContext, dtype: torch.dtype, device: str) -> Cal
     )
 
 
-def publish_weights(context: WorkerContext, state: LearnerState, version: int) -> dict[str, float]:
-    """Weights version ``version`` into the store. Several learner ranks all call it (ZeRO-3 gathers
-    the weights from every rank); rank 0 publishes. Returns its bytes as step metrics: what it
-    wrote (a delta or in full) and that as a share of a full publish (none on the other ranks)."""
-    local = context.work_dir / f"publish-{version:06d}"
-    with state.backend.gathered_weights() as model:
-        if not distributed.is_writer():
-            return {}
-        shutil.rmtree(local, ignore_errors=True)
-        ensure_finite_weights(model, context.agent_name, f"publish weights version {version}")
-        save_trained(model, state.tokenizer, local)  # a LoRA agent's: the adapter alone
-    try:
-        if (
-            context.agent.learner.lora is not None
-        ):  # an adapter is small and most of it moves each step: published whole
-            size = float(directory_bytes(local))
-            context.store.publish_weights(context.agent_name, version, local)
-            return {"learner/weights_bytes_written": size, "learner/weights_publish_share": 1.0}
-        # A delta against the previous publish, or in full (store/weight_chain.py; docs/architecture.md, "Weight publishes").
-        published = publish_policy(
-            context.store,
-            context.agent_name,
-            version,
-            local,
-            context.work_dir / "published-weights",
-            full_every=context.agent.learner.full_publish_every,
-        )
-    finally:  # a failed publish leaves no copy of the model behind either
-        shutil.rmtree(local, ignore_errors=True)
-    log.info(
-        "learner %s: weights version %d published %s, %.1f MB of %.1f MB%s",
-        context.agent_name,
-        version,
-        published.kind,
-        published.bytes_written / 1e6,
-        published.full_bytes / 1e6,
-        "" if published.changed_fraction is None else f", {published.changed_fraction:.2%} of elements changed",
-    )
-    return {
-        "learner/weights_bytes_written": float(published.bytes_written),
-        "learner/weights_publish_share": published.bytes_written / max(published.full_bytes, 1),
-    }
-
-
 def step_setup(context: WorkerContext, algorithm: Algorithm) -> StepSetup:
     """Who this learner is among the agents, for ``learner_step``."""
     return StepSetup(context.agent_index, tuple(context.agent_names), algorithm, context.spec.algorithm)
@@ -185,118 +159,6 @@ def store_ports(context: WorkerContext, state: LearnerState) -> StorePorts:
     )
 
 
-def evaluate(context: WorkerContext, state: LearnerState, *, suffix: str = "") -> dict[str, float]:
-    """The live policy's accuracy on the spec's eval sets (``evaluation.evaluate_policy``); rank 0
-    of several learner ranks evaluates (the others return {})."""
-    with state.backend.gathered_weights() as model:
-        if not distributed.is_writer():
-            return {}
-        return {f"{key}{suffix}": value for key, value in evaluate_policy(context, model, state.tokenizer).items()}
-
-
-def evaluation_due(context: WorkerContext, completed: int) -> bool:
-    every = context.spec.evaluation.every_steps
-    return bool(context.spec.data.eval) and (
-        completed == context.spec.algorithm.steps or bool(every and completed % every == 0)
-    )
-
-
-def checkpoint(context: WorkerContext, state: LearnerState, completed: int) -> None:
-    """Save the state after ``completed`` steps and drop checkpoints beyond ``keepLast``. Several
-    learner ranks all call it: the optimizer state is consolidated from every rank's shard and
-    rank 0 saves the whole state (weights and optimizer), which restores at any number of ranks."""
-    with state.backend.gathered_weights() as model:
-        optimizer_state = state.backend.optimizer_state()  # a collective with several ranks
-        if not distributed.is_writer():
-            return
-        ensure_finite_weights(model, context.agent_name, f"checkpoint after {completed} steps")
-        save_checkpoint(
-            context.store,
-            context.agent_name,
-            completed,
-            model,
-            state.tokenizer,
-            optimizer_state,
-            state.tracker,
-            context.work_dir,
-        )
-    prune_checkpoints(context)
-
-
-def prune_checkpoints(context: WorkerContext) -> None:
-    keep = context.spec.checkpoint.keep_last
-    store = context.store
-    for old in store.list_checkpoints(context.agent_name)[:-keep]:
-        store.delete_checkpoint(context.agent_name, old)
-
-
-def progress_record(
-    context: WorkerContext,
-    state: LearnerState,
-    values: dict,
-    completed: int,
-    last_checkpoint: int | None,
-    datasets: list,
-) -> dict:
-    """The agent's progress file: what `hacrl status`, the live display and the operator read."""
-    accuracy = next((v for k, v in values.items() if k.startswith("eval/") and k.endswith("/accuracy")), None)
-    return {
-        "agent": context.agent_name,
-        "step": completed,
-        "steps": context.spec.algorithm.steps,
-        "weights_version": completed,
-        "reward": values["rollout/reward_mean"],
-        "accuracy": accuracy,
-        "capability": float(state.tracker.capability[context.agent_index]),
-        "shared_rows_used": shared_rows_used(values),
-        "last_checkpoint": last_checkpoint,
-        "done": completed == context.spec.algorithm.steps,
-        "time": time.time(),
-        "data": [report.as_dict() for report in datasets],
-    }
-
-
-#: Which ``learner/seconds_*`` each stage of ``learner_step`` (``step.STAGES``) counts in.
-CLOCK_STAGES = {
-    "read_own": "score",
-    "read_peers": "wait_peers",
-    "plan": "score",
-    "pi_old": "score",
-    "publish_scores": "score",
-    "read_peer_scores": "wait_peers",
-    "update": "update",
-}
-
-
-class StageClock:
-    """Seconds spent in each named stage of a step, for the ``learner/seconds_*`` metrics."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-        self._last = time.perf_counter()
-
-    def lap(self, stage: str) -> float:
-        now = time.perf_counter()
-        self.seconds[stage] = self.seconds.get(stage, 0.0) + now - self._last
-        self._last = now
-        return self.seconds[stage]
-
-    def lap_step_stage(self, stage: str) -> float:
-        """A stage of ``learner_step`` ended: into its ``learner/seconds_*`` (``CLOCK_STAGES``)."""
-        return self.lap(CLOCK_STAGES[stage])
-
-    def metrics(self) -> dict[str, float]:
-        # Spelled out: dashboards and docs/metrics.md name these series (tests look them up here).
-        return {
-            "learner/seconds_sample": self.seconds["sample"],
-            "learner/seconds_score": self.seconds["score"],
-            "learner/seconds_wait_peers": self.seconds["wait_peers"],
-            "learner/seconds_update": self.seconds["update"],
-            "learner/seconds_publish": self.seconds["publish"],
-            "learner/seconds_eval": self.seconds["eval"],
-        }
-
-
 def train_step(
     context: WorkerContext, state: LearnerState, step: int, algorithm: Algorithm, clock: StageClock
 ) -> dict[str, float]:
@@ -307,98 +169,100 @@ def train_step(
     return run_step(running).metrics
 
 
-def run_learner_worker(
-    context: WorkerContext, *, sampler: Callable[[LearnerState, int], dict[str, float]] | None = None
-) -> None:
-    """The learner's step loop. ``sampler``: the colocated worker's (``hacrl_core.colocated``),
-    which samples the step's own rollouts with the live model before the step trains on them
-    (its metrics join the step's); then weights are published only with each checkpoint, since no
-    rollout worker loads them."""
+@dataclass(frozen=True)
+class LearnerRun:
+    """What the learner's step loop runs with, made at start-up (``start_learner``)."""
+
+    state: LearnerState
+    algorithm: Algorithm
+    sinks: list[StepSink]
+
+
+def seed_process(context: WorkerContext) -> None:
+    """Torch's seed for this agent, and the tokenizer's thread pool off (``SERIAL_TOKENIZER_ENV``)."""
     torch.manual_seed(context.spec.algorithm.seed * 1000 + context.agent_index)
     os.environ.setdefault(SERIAL_TOKENIZER_ENV, "false")
-    spec, agent = context.spec, context.agent
-    colocated = sampler is not None
-    algorithm = resolve_algorithm(spec.algorithm)
-    metrics = WorkerMetrics(context.experiment.name, agent.name, "learner")
-    device = distributed.join_ranks(context)  # several learner ranks: the process group (one rank: nothing)
+
+
+def learner_metrics(context: WorkerContext) -> WorkerMetrics:
+    """The learner's Prometheus metrics; rank 0 serves them (one endpoint per learner). Call after
+    the ranks joined (``distributed.join_ranks``)."""
+    metrics = WorkerMetrics(context.experiment.name, context.agent_name, "learner")
     metrics.count_from(
         "hacrl_store_retries",
         "Store requests sent again after a transient failure.",
         lambda: store_retries(context.store),
     )
-    if distributed.is_writer():  # one metrics endpoint per learner
-        metrics.serve(spec.metrics.port, spec.metrics.bind_address)
-    state = initialize(context, device)
-    tracking = (
-        open_tracking(context, state.next_step) if distributed.is_writer() else None
-    )  # rank 0 logs for the learner
+    if distributed.is_writer():
+        metrics.serve(context.spec.metrics.port, context.spec.metrics.bind_address)
+    return metrics
+
+
+def learner_tracking(context: WorkerContext, state: LearnerState, metrics: WorkerMetrics) -> TrackingHub | None:
+    """The spec's trackers, continuing a resumed learner's runs; rank 0 logs for the learner."""
+    tracking = open_tracking(context, state.next_step) if distributed.is_writer() else None
     if tracking:
         metrics.count_from(
             "hacrl_tracker_drops",
             "Steps of metrics a tracker never got: pushed out of its queue while it was down.",
             lambda: tracking.dropped,
         )
-    store = context.store
+    return tracking
+
+
+def first_weights(context: WorkerContext, state: LearnerState) -> dict[str, float]:
+    """A fresh learner publishes weights version 0 (the initial model) and evaluates it; returns
+    that evaluation (``*_initial``), which the first step's record carries."""
+    if distributed.decide(state.next_step == 0 and context.store.latest_weights_version(context.agent_name) is None):
+        publish_weights(context, state, 0)
+    if state.next_step == 0 and context.spec.data.eval:
+        return evaluate(context, state, suffix="_initial")
+    return {}
+
+
+def start_learner(context: WorkerContext, *, colocated: bool) -> LearnerRun:
+    """Start-up: seed, join the ranks, metrics, the state (restored or fresh), trackers, the
+    datasets' reports, the initial weights and evaluation; then the sinks each step ends in."""
+    seed_process(context)
+    algorithm = resolve_algorithm(context.spec.algorithm)
+    device = distributed.join_ranks(context)  # several learner ranks: the process group (one rank: nothing)
+    metrics = learner_metrics(context)
+    state = initialize(context, device)
+    tracking = learner_tracking(context, state, metrics)
     # The learner reads the training set too (the rollout worker samples from it) so that its
     # heartbeat tells the operator what every dataset of the spec lost to bad rows.
     datasets = context.dataset_reports()
     data_metrics = {key: value for report in datasets for key, value in report.metrics().items()}
     metrics.publish(data_metrics)
-    if distributed.decide(state.next_step == 0 and store.latest_weights_version(agent.name) is None):
-        publish_weights(context, state, 0)
-    initial_eval = evaluate(context, state, suffix="_initial") if state.next_step == 0 and spec.data.eval else {}
-    last_checkpoint = store.latest_checkpoint(agent.name)
-    steps_metrics: list[dict] = []  # this process's steps, for the sharing warning (said once)
-    warned = False
-    for step in range(state.next_step, spec.algorithm.steps):
+    initial_eval = first_weights(context, state)
+    parts = SinkParts(
+        context,
+        state,
+        metrics,
+        tracking,
+        datasets,
+        first_step={**initial_eval, **data_metrics},
+        last_checkpoint=context.store.latest_checkpoint(context.agent_name),
+        colocated=colocated,
+    )
+    return LearnerRun(state, algorithm, learner_sinks(parts))
+
+
+def run_learner_worker(context: WorkerContext, *, sampler: Sampler | None = None) -> None:
+    """The learner's step loop: start-up, then per step sample (colocated), train, and the sinks
+    (``learner.sinks``: publish, evaluate, record, checkpoint, progress). ``sampler``: the
+    colocated worker's (``hacrl_core.colocated``), which samples the step's own rollouts with the
+    live model before the step trains on them (its metrics join the step's); then weights are
+    published only with each checkpoint, since no rollout worker loads them."""
+    run = start_learner(context, colocated=sampler is not None)
+    steps = context.spec.algorithm.steps
+    for step in range(run.state.next_step, steps):
         clock = StageClock()
-        sampled = sampler(state, step) if sampler else {}
+        sampled = sampler(run.state, step) if sampler else {}
         clock.lap("sample")
-        values = train_step(context, state, step, algorithm, clock)
+        trained = train_step(context, run.state, step, run.algorithm, clock)
         completed = step + 1
-        checkpoint_due = completed % spec.checkpoint.every_steps == 0 or completed == spec.algorithm.steps
-        published = {}
-        if not colocated or checkpoint_due:  # colocated: nobody loads the weights of every step
-            published = publish_weights(context, state, completed)
-        clock.lap("publish")
-        evaluation = evaluate(context, state) if evaluation_due(context, completed) else {}
-        clock.lap("eval")
-
-        values.update({"step": step, "weights_version": completed, **sampled, **evaluation, **published})
-        values.update(clock.metrics())
-        if step == 0:
-            values.update(initial_eval)
-            values.update(data_metrics)
-        writer = distributed.is_writer()  # several learner ranks: rank 0 writes, all checkpoint
-        if writer:
-            store.write_metrics(step, agent.name, values)
-        metrics.publish_step(values)
-        if tracking:
-            tracking.log(step, values)
-        steps_metrics.append(values)
-        warning = (
-            None if warned or not writer else sharing_warning(agent.name, steps_metrics, delta=spec.algorithm.delta)
-        )
-        if warning:
-            log.warning(warning)
-            warned = True
-
-        if checkpoint_due:
-            checkpoint(context, state, completed)
-            last_checkpoint = completed
-            if tracking:  # the steps up to here are durable: a resume never trains them again
-                tracking.release()
-        if not writer:
-            continue
-        store.write_progress(agent.name, progress_record(context, state, values, completed, last_checkpoint, datasets))
-        log.info(
-            "learner %s step %d: reward %.3f loss %.4f",
-            agent.name,
-            step,
-            values["rollout/reward_mean"],
-            values.get("learner/pg_loss", 0.0),
-        )
-    if tracking:
-        tracking.artifact(steps_jsonl(context))
-        tracking.finish()
+        checkpoint_due = completed % context.spec.checkpoint.every_steps == 0 or completed == steps
+        step_ended(run.sinks, LearnerStepEnd(step, trained, sampled, clock, checkpoint_due))
+    run_ended(run.sinks)
     distributed.leave_ranks()

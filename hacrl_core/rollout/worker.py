@@ -3,7 +3,9 @@
 For each step t: wait for the agent's weights version t - maxStaleness (0 and below: the initial
 checkpoint, which is what version 0 holds), sample G responses for each of the step's prompts
 with the agent's own chat template, score the response text, write the shard.
-A restarted worker continues at the first step whose shard is missing.
+A restarted worker continues at the first step whose shard is missing. The loop is start-up
+(``start_rollout``), then per step: the weights (``WeightsHolder``), the rollouts, and the sinks
+(``worker_loop.StepSink``: the step's metrics, its log line).
 
 With several rollout replicas (``rollout.replicas``, rollout/replicas.py) the worker is replica
 ``context.replica``: it samples its slice of each step's prompts and writes its own part of the
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from hacrl_core.context import WorkerContext, log
@@ -25,6 +28,7 @@ from hacrl_core.rollout.replicas import check_replica_prompts, replica_slice
 from hacrl_core.rollout.sampling import rollout_metrics, rollout_rows, sample_step, sampling_params, sampling_version
 from hacrl_core.store import TrajectoryStore
 from hacrl_core.store.weight_chain import fetch_policy
+from hacrl_core.worker_loop import StepSink, run_ended, step_ended
 
 
 def first_missing_step(store: TrajectoryStore, agent: str, steps: int, replica: int = 0) -> int:
@@ -111,58 +115,126 @@ def load_weights(
     return version
 
 
-def run_rollout_worker(context: WorkerContext) -> None:
-    spec, agent = context.spec, context.agent
-    replicas = agent.rollout.replicas
-    check_replica_prompts(
-        spec.algorithm.prompts_per_step, replicas, f"spec.agents[{context.agent_index}].rollout.replicas"
-    )
-    name = agent.name if replicas == 1 else f"{agent.name} replica {context.replica}/{replicas}"
+class WeightsHolder:
+    """The weights an engine samples with, loaded as the steps ask for newer versions."""
+
+    def __init__(self, context: WorkerContext, engine: RolloutEngine, weights_root: Path, name: str) -> None:
+        self.context, self.engine, self.weights_root, self.name = context, engine, weights_root, name
+        self.loaded: int | None = None  # the version asked for last
+        self.holds = 0  # the version the engine holds: ``loaded``, or an older one after a broken delta
+
+    def for_step(self, step: int) -> int:
+        """The version step ``step`` samples with (``maxStaleness`` behind it), loaded if it is not
+        yet; returns the version the engine holds."""
+        version = sampling_version(step, self.context.spec.algorithm.max_staleness)
+        if version == self.loaded:
+            return self.holds
+        self.holds = load_weights(self.context, self.engine, version, self.weights_root, loaded=self.loaded)
+        if self.holds != version:
+            log.warning(
+                "rollout %s step %d: sampling with weights version %d instead of %d (a delta of the "
+                "chain is unusable; see the warning above)",
+                self.name,
+                step,
+                self.holds,
+                version,
+            )
+        self.loaded = version
+        return self.holds
+
+
+@dataclass(frozen=True)
+class RolloutStepEnd:
+    """One step's rollouts written: the rows and the step's metrics (``rollout_metrics``)."""
+
+    step: int
+    rows: list[dict]
+    values: dict[str, float]
+
+
+class ServeRolloutMetrics(StepSink[RolloutStepEnd]):
+    """The step's metrics on the worker's Prometheus endpoint."""
+
+    def __init__(self, metrics: WorkerMetrics) -> None:
+        self.metrics = metrics
+
+    def on_step_end(self, end: RolloutStepEnd) -> None:
+        self.metrics.publish_step(end.values)
+
+
+class LogRolloutStep(StepSink[RolloutStepEnd]):
+    """The step's log line."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def on_step_end(self, end: RolloutStepEnd) -> None:
+        log.info(
+            "rollout %s step %d: reward %.3f, %d tokens",
+            self.name,
+            end.step,
+            end.values["rollout/reward_mean"],
+            sum(len(r["token_ids"]) for r in end.rows),
+        )
+
+
+@dataclass(frozen=True)
+class RolloutRun:
+    """What the rollout worker's step loop runs with, made at start-up (``start_rollout``)."""
+
+    engine: RolloutEngine
+    weights: WeightsHolder
+    first_step: int
+    sinks: list[StepSink]
+
+
+def rollout_worker_metrics(context: WorkerContext) -> WorkerMetrics:
+    """The worker's Prometheus metrics, served, with what the dataset reader skipped."""
+    replicas = context.agent.rollout.replicas
     metrics = WorkerMetrics(
-        context.experiment.name, agent.name, "rollout", replica=context.replica if replicas > 1 else None
+        context.experiment.name, context.agent.name, "rollout", replica=context.replica if replicas > 1 else None
     )
     metrics.count_from(
         "hacrl_store_retries",
         "Store requests sent again after a transient failure.",
         lambda: store_retries(context.store),
     )
-    metrics.serve(spec.metrics.port, spec.metrics.bind_address)
+    metrics.serve(context.spec.metrics.port, context.spec.metrics.bind_address)
     for report in context.dataset_reports(include_eval=False):  # logs what the reader skipped
         metrics.publish(report.metrics())
+    return metrics
+
+
+def start_rollout(context: WorkerContext) -> RolloutRun:
+    """Start-up: check the replica's share of prompts, metrics, the engine, the first step not
+    written yet; then the sinks each step ends in."""
+    spec, agent = context.spec, context.agent
+    replicas = agent.rollout.replicas
+    check_replica_prompts(
+        spec.algorithm.prompts_per_step, replicas, f"spec.agents[{context.agent_index}].rollout.replicas"
+    )
+    name = agent.name if replicas == 1 else f"{agent.name} replica {context.replica}/{replicas}"
+    metrics = rollout_worker_metrics(context)
     engine = engine_for(agent.rollout, agent.learner.lora)
     start = first_missing_step(context.store, agent.name, spec.algorithm.steps, context.replica)
     if start:
         log.info("rollout %s: steps 0..%d already written, resuming at %d", name, start - 1, start)
     # Replicas of one agent may share a machine (`hacrl run`): each rebuilds the weights in its own folder.
     weights_root = context.work_dir / ("rollout-weights" if replicas == 1 else f"rollout-weights-{context.replica}")
-    loaded: int | None = None  # the version asked for last
-    holds = 0  # the version the engine holds: ``loaded``, or an older one after a broken delta
-    for step in range(start, spec.algorithm.steps):
-        seconds: dict[str, float] = {}
-        began = time.perf_counter()
-        version = sampling_version(step, spec.algorithm.max_staleness)
-        if version != loaded:
-            holds = load_weights(context, engine, version, weights_root, loaded=loaded)
-            if holds != version:
-                log.warning(
-                    "rollout %s step %d: sampling with weights version %d instead of %d (a delta of the "
-                    "chain is unusable; see the warning above)",
-                    name,
-                    step,
-                    holds,
-                    version,
-                )
-            loaded = version
-        seconds["load_weights"] = time.perf_counter() - began
+    weights = WeightsHolder(context, engine, weights_root, name)
+    return RolloutRun(engine, weights, start, [ServeRolloutMetrics(metrics), LogRolloutStep(name)])
 
-        rows, sampled = sample_rollouts(context, engine, step, holds)
+
+def run_rollout_worker(context: WorkerContext) -> None:
+    """The rollout worker's step loop: start-up, then per step load the weights the step samples
+    with, sample, score and write its rollouts, and the sinks (metrics, log line)."""
+    run = start_rollout(context)
+    for step in range(run.first_step, context.spec.algorithm.steps):
+        began = time.perf_counter()
+        holds = run.weights.for_step(step)
+        seconds = {"load_weights": time.perf_counter() - began}
+        rows, sampled = sample_rollouts(context, run.engine, step, holds)
         seconds.update(sampled)
         values = rollout_metrics(rows, step, seconds, take_retries())
-        metrics.publish_step(values)
-        log.info(
-            "rollout %s step %d: reward %.3f, %d tokens",
-            name,
-            step,
-            values["rollout/reward_mean"],
-            sum(len(r["token_ids"]) for r in rows),
-        )
+        step_ended(run.sinks, RolloutStepEnd(step, rows, values))
+    run_ended(run.sinks)

@@ -7,6 +7,10 @@ import logging
 import os
 import signal
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hacrl_core.context import WorkerContext
 
 
 def _setup_worker_process() -> None:
@@ -41,21 +45,47 @@ def cmd_worker(args: argparse.Namespace) -> int:
         return code
 
 
+class WorkerExit(Exception):
+    """Start-up refused: the worker ends with ``code`` after logging ``message`` (one line)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 def _worker(args: argparse.Namespace) -> int:
+    """Start-up (the context, the local ranks, the replica, the leases), then the role's loop; a
+    fenced-out or vanished store ends it with its own exit code."""
     from hacrl_core.runtime.supervisor_watch import watch_supervisor
+    from hacrl_core.store.fencing import FENCED_EXIT_CODE, STORE_GONE_EXIT_CODE, FencedOut, StoreGone
 
     watch_supervisor()  # started by `hacrl run`: stop when it is gone (kill -9)
     _setup_worker_process()
+    try:
+        context = _worker_context(args)
+        launched = _launch_local_ranks(context, args)
+        if launched is not None:
+            return launched
+        replica = _rollout_replica(context, args.role)
+    except WorkerExit as refused:
+        logging.getLogger("hacrl.worker").error("%s", refused)
+        return refused.code
+    try:
+        _hold_leases(context, args.role, replica)
+        _run_role(context, args.role)
+    except FencedOut as error:
+        logging.getLogger("hacrl.worker").error("%s", error)
+        return FENCED_EXIT_CODE
+    except StoreGone as error:
+        logging.getLogger("hacrl.worker").error("%s", error)
+        return STORE_GONE_EXIT_CODE
+    return 0
+
+
+def _worker_context(args: argparse.Namespace) -> WorkerContext:
+    """The worker's context from the spec file; a colocated worker checks the spec allows it."""
     from hacrl_core.context import WorkerContext
     from hacrl_core.spec import SpecError
-    from hacrl_core.store.fencing import (
-        FENCED_EXIT_CODE,
-        STORE_GONE_EXIT_CODE,
-        FencedOut,
-        Lease,
-        StoreGone,
-        require_run_generation,
-    )
 
     try:
         context = WorkerContext.from_spec_file(args.spec, args.agent)
@@ -64,59 +94,65 @@ def _worker(args: argparse.Namespace) -> int:
 
             check_colocatable(context)
     except (SpecError, KeyError) as error:  # KeyError: --agent not in the spec (the message lists its agents)
-        logging.getLogger("hacrl.worker").error("%s", error if isinstance(error, SpecError) else error.args[0])
-        return 2
-    from hacrl_core.learner.distributed import ranks_from_env
+        raise WorkerExit(2, str(error) if isinstance(error, SpecError) else error.args[0]) from error
+    return context
+
+
+def _launch_local_ranks(context: WorkerContext, args: argparse.Namespace) -> int | None:
+    """learner.processesPerNode > 1: this process starts the learner's local ranks and ends as
+    they do (their exit code); None: this process is the worker."""
     from hacrl_core.learner.launcher import launch_learner_ranks
 
-    # learner.processesPerNode > 1: this process starts the learner's local ranks and ends as they do.
-    launched = launch_learner_ranks(
-        context, args.role, ["worker", args.role, "--spec", args.spec, "--agent", args.agent]
-    )
-    if launched is not None:
-        return launched
-    replica = None
-    if args.role == "rollout" and context.agent.rollout.replicas > 1:
-        from hacrl_core.rollout.replicas import rollout_replica
+    return launch_learner_ranks(context, args.role, ["worker", args.role, "--spec", args.spec, "--agent", args.agent])
 
-        where = f"spec.agents[{context.agent_index}].rollout.replicas"
-        try:
-            replica = context.replica = rollout_replica(context.agent.rollout.replicas, where)
-        except ValueError as error:
-            logging.getLogger("hacrl.worker").error("%s", error)
-            return 2
+
+def _rollout_replica(context: WorkerContext, role: str) -> int | None:
+    """A rollout worker's replica of ``rollout.replicas`` (set on the context); None with one."""
+    if role != "rollout" or context.agent.rollout.replicas <= 1:
+        return None
+    from hacrl_core.rollout.replicas import rollout_replica
+
+    where = f"spec.agents[{context.agent_index}].rollout.replicas"
     try:
-        generation = os.environ.get("HACRL_FENCE_GENERATION")  # set by `hacrl run`; pods take the next one
-        if generation:
-            require_run_generation(context.store)
-        # A colocated worker does both jobs, so it holds both leases: it fences out a rollout or
-        # learner worker of an older run of the agent, and a newer one of either fences it out.
-        # Each rollout replica holds its own lease: replicas write disjoint parts.
-        leases = [
-            Lease.acquire(context.store, args.agent, role, int(generation) if generation else None, replica=replica)
-            for role in (("rollout", "learner") if args.role == "colocated" else (args.role,))
-            if ranks_from_env().writer
-        ]  # of several learner ranks only rank 0 writes, so only it holds leases
-        context.store.fence = lambda: [lease.check() for lease in leases]  # every later write checks them
-        if args.role == "rollout":
-            from hacrl_core.rollout.worker import run_rollout_worker
+        context.replica = rollout_replica(context.agent.rollout.replicas, where)
+    except ValueError as error:
+        raise WorkerExit(2, str(error)) from error
+    return context.replica
 
-            run_rollout_worker(context)
-        elif args.role == "colocated":
-            from hacrl_core.colocated import run_colocated_worker
 
-            run_colocated_worker(context)
-        else:
-            from hacrl_core.learner.worker import run_learner_worker
+def _hold_leases(context: WorkerContext, role: str, replica: int | None) -> None:
+    """The worker's leases on the store, which every later write checks (fencing)."""
+    from hacrl_core.learner.distributed import ranks_from_env
+    from hacrl_core.store.fencing import Lease, require_run_generation
 
-            run_learner_worker(context)
-    except FencedOut as error:
-        logging.getLogger("hacrl.worker").error("%s", error)
-        return FENCED_EXIT_CODE
-    except StoreGone as error:
-        logging.getLogger("hacrl.worker").error("%s", error)
-        return STORE_GONE_EXIT_CODE
-    return 0
+    generation = os.environ.get("HACRL_FENCE_GENERATION")  # set by `hacrl run`; pods take the next one
+    if generation:
+        require_run_generation(context.store)
+    # A colocated worker does both jobs, so it holds both leases: it fences out a rollout or
+    # learner worker of an older run of the agent, and a newer one of either fences it out.
+    # Each rollout replica holds its own lease: replicas write disjoint parts.
+    leases = [
+        Lease.acquire(context.store, context.agent_name, held, int(generation) if generation else None, replica=replica)
+        for held in (("rollout", "learner") if role == "colocated" else (role,))
+        if ranks_from_env().writer
+    ]  # of several learner ranks only rank 0 writes, so only it holds leases
+    context.store.fence = lambda: [lease.check() for lease in leases]  # every later write checks them
+
+
+def _run_role(context: WorkerContext, role: str) -> None:
+    """The role's worker loop."""
+    if role == "rollout":
+        from hacrl_core.rollout.worker import run_rollout_worker
+
+        run_rollout_worker(context)
+    elif role == "colocated":
+        from hacrl_core.colocated import run_colocated_worker
+
+        run_colocated_worker(context)
+    else:
+        from hacrl_core.learner.worker import run_learner_worker
+
+        run_learner_worker(context)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -1,5 +1,7 @@
-"""No function of the operator is over 60 lines (docstring included): each builder and each step
-of the reconcile stays one screen a reader takes in at once (docs/operator.md, "Design")."""
+"""No function of the operator or of hacrl_core is over 60 lines (docstring included): each
+builder, each step of the reconcile and each part of a worker loop (start-up, a per-step sink)
+stays one screen a reader takes in at once (docs/operator.md, "Design"; docs/architecture.md,
+"The worker loop")."""
 
 from __future__ import annotations
 
@@ -9,9 +11,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 MAX_LINES = 60
 # The trees held to MAX_LINES.
-TREES = ("operator/hacrl_operator",)
-# Functions allowed past MAX_LINES, as "path:qualified name", each with the reason. None today.
-EXCEPTIONS: dict[str, str] = {}
+TREES = ("operator/hacrl_operator", "hacrl_core")
+# Functions allowed past MAX_LINES, as "path:qualified name", each with the reason.
+EXCEPTIONS: dict[str, str] = {
+    "hacrl_core/algorithms/losses.py:hacpo_loss": "the paper's loss, one equation per block, read top to bottom",
+    "hacrl_core/runtime/report.py:write_report": "the summary's sections in the order the reader sees them",
+    "hacrl_core/store/weight_chain.py:publish_policy": "one publish: delta or full, with its atomic commit",
+    "hacrl_core/store/weight_chain.py:fetch_policy": "one fetch along the chain, with its fallback",
+    "hacrl_core/runtime/eval_command.py:evaluate": "`hacrl eval` top to bottom: weights, sets, table",
+    "hacrl_core/crd.py:to_structural": "one recursive walk of the JSON schema, a branch per keyword",
+    "hacrl_core/runtime/local.py:prepare": "`hacrl run`'s preparation in the order it happens",
+}
 
 
 def function_lengths(path: Path) -> list[tuple[str, int]]:
@@ -34,9 +44,10 @@ def function_lengths(path: Path) -> list[tuple[str, int]]:
 
 
 def test_the_length_check_sees_the_functions() -> None:
-    """The walk finds the builders and the reconcile, so an empty result below means something."""
-    lengths = {name for path in (ROOT / TREES[0]).rglob("*.py") for name, _ in function_lengths(path)}
-    assert {"build_pod", "Reconciler.execute", "Reconciler._reconcile"} <= lengths
+    """The walk finds the builders, the reconcile and the worker loops, so an empty result below
+    means something."""
+    lengths = {name for tree in TREES for path in (ROOT / tree).rglob("*.py") for name, _ in function_lengths(path)}
+    assert {"build_pod", "Reconciler.execute", "Reconciler._reconcile", "run_learner_worker", "_worker"} <= lengths
 
 
 def test_no_function_is_over_the_limit() -> None:
