@@ -6,6 +6,9 @@ One implementation for pi_old, pi_new and the reference model alike, so the rati
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 import torch
 
 #: Rows whose logits are turned to float32 at once; bounds the float32 copy to CHUNK x T x V.
@@ -33,6 +36,11 @@ def sequence_logprobs(
         ``t > 0``), and exactly 0 elsewhere. Computed as ``logits[:, :-1]`` gathered at
         ``input_ids[:, 1:]`` minus ``logsumexp`` (``log_softmax``) in float32, whatever the
         model's dtype. Differentiable with respect to the model parameters.
+
+    Only the columns from the batch's first response token on are scored: the model is asked for
+    the logits of the last ``T - first + 1`` positions only (transformers' ``logits_to_keep``, as
+    TRL does), so the LM head, the log-softmax and their backward skip the prompt positions, whose
+    logits nothing reads (with 64-token prompts and 16-token responses, most of them).
     """
     if input_ids.shape != attention_mask.shape or input_ids.shape != response_mask.shape:
         raise ValueError(
@@ -41,19 +49,62 @@ def sequence_logprobs(
         )
     attention_mask = attention_mask.to(input_ids.device)
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    first = first_scored_column(response_mask)
+    keep = input_ids.shape[1] - first + 1  # the positions first - 1 .. T - 1: each predicts the next token
     logits = model(
-        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        use_cache=False,
+        **({"logits_to_keep": keep} if accepts_logits_to_keep(model) else {}),
     ).logits
-    targets = input_ids[:, 1:]
+    logits = logits[:, logits.shape[1] - keep :]  # a model without logits_to_keep returned every position
+    targets = input_ids[:, first:]
     pieces = []
     for start in range(0, logits.shape[0], LOGIT_CHUNK_ROWS):
         chunk = logits[start : start + LOGIT_CHUNK_ROWS, :-1].float()
         target = targets[start : start + LOGIT_CHUNK_ROWS].unsqueeze(-1)
         pieces.append(chunk.gather(-1, target).squeeze(-1) - torch.logsumexp(chunk, dim=-1))
     token_logprobs = torch.cat(pieces, dim=0)
-    mask = response_mask[:, 1:].to(token_logprobs.device).bool() & attention_mask[:, 1:].bool()
+    mask = response_mask[:, first:].to(token_logprobs.device).bool() & attention_mask[:, first:].bool()
     token_logprobs = torch.where(mask, token_logprobs, torch.zeros_like(token_logprobs))
-    return torch.cat([torch.zeros_like(token_logprobs[:, :1]), token_logprobs], dim=1)
+    return torch.cat([token_logprobs.new_zeros(token_logprobs.shape[0], first), token_logprobs], dim=1)
+
+
+def first_scored_column(response_mask: torch.Tensor) -> int:
+    """The first column (at least 1: column 0 has no context) holding a response token in any row
+    of ``response_mask`` [N, T]; T where none does."""
+    columns = response_mask.bool().any(dim=0)
+    if not bool(columns.any()):
+        return response_mask.shape[1]
+    return max(int(columns.long().argmax()), 1)
+
+
+@functools.cache
+def _forward_parameters(cls: type) -> tuple[bool, bool]:
+    """(takes ``logits_to_keep``, takes ``**kwargs``) of ``cls.forward``."""
+    try:
+        parameters = inspect.signature(cls.forward).parameters.values()
+    except (TypeError, ValueError):
+        return False, False
+    return any(p.name == "logits_to_keep" for p in parameters), any(p.kind is p.VAR_KEYWORD for p in parameters)
+
+
+def accepts_logits_to_keep(model: torch.nn.Module) -> bool:
+    """Whether ``model``'s forward takes transformers' ``logits_to_keep``, or passes its keyword
+    arguments on (``**kwargs``: a PEFT or DeepSpeed wrapper) to a model it wraps that does."""
+    for _ in range(4):
+        takes, passes_on = _forward_parameters(type(model))
+        if takes:
+            return True
+        inner = next(
+            (getattr(model, a, None) for a in ("module", "base_model", "model") if getattr(model, a, None) is not None),
+            None,
+        )
+        if not passes_on or not isinstance(inner, torch.nn.Module) or inner is model:
+            return False
+        model = inner
+    return False
 
 
 def masked_sum_and_count(values: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -87,3 +87,61 @@ def test_shape_mismatch_is_rejected(model) -> None:
     ids = torch.ones((2, 4), dtype=torch.long)
     with pytest.raises(ValueError, match="must have the same shape"):
         sequence_logprobs(model, ids, ids, torch.ones((2, 3)))
+
+
+class _NoLogitsToKeep(torch.nn.Module):
+    """A causal LM whose forward takes no ``logits_to_keep``: it returns every position's logits."""
+
+    def __init__(self, inner) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, use_cache=None):
+        return self.inner(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=use_cache
+        )
+
+
+class _PassesKwargsOn(torch.nn.Module):
+    """A wrapper (as PEFT's and DeepSpeed's) whose forward passes its keyword arguments on."""
+
+    def __init__(self, module) -> None:
+        super().__init__()
+        self.module = module
+        self.kept: list[int] = []
+
+    def forward(self, **kwargs):
+        self.kept.append(kwargs.get("logits_to_keep", 0))
+        return self.module(**kwargs)
+
+
+@pytest.mark.parametrize("left", [False, True])
+def test_prompt_logits_are_skipped_and_change_nothing(model, char_tokenizer, left: bool) -> None:
+    """Only the logits from the first response column on are computed (``logits_to_keep``); the
+    log-probs and their gradients equal those of a model that returns every position's logits."""
+    from hacrl_core.models.logprobs import accepts_logits_to_keep, first_scored_column
+
+    input_ids, attention, response = _batch(ROWS, char_tokenizer.pad_token_id, left)
+    wrapped, full = _PassesKwargsOn(model), _NoLogitsToKeep(model)
+    assert accepts_logits_to_keep(model) and accepts_logits_to_keep(wrapped) and not accepts_logits_to_keep(full)
+    first = first_scored_column(response)
+    assert first == (2 if not left else input_ids.shape[1] - 7)  # row 3's prompt is 2 tokens; left: row 1's response
+    results = []
+    for candidate in (wrapped, full):
+        model.zero_grad(set_to_none=True)
+        logp = sequence_logprobs(candidate, input_ids, attention, response)
+        (logp * torch.linspace(0.5, 1.5, logp.numel()).view_as(logp)).sum().backward()
+        results.append((logp.detach(), [p.grad.clone() for p in model.parameters()]))
+    assert wrapped.kept == [input_ids.shape[1] - first + 1]
+    (sliced, sliced_grads), (every, every_grads) = results
+    torch.testing.assert_close(sliced, every, atol=1e-6, rtol=1e-6)
+    assert torch.all(sliced[:, :first] == 0)
+    for got, expected in zip(sliced_grads, every_grads):
+        torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-5)
+
+
+def test_no_response_token_scores_nothing(model, char_tokenizer) -> None:
+    input_ids, attention, response = _batch(ROWS, char_tokenizer.pad_token_id, False)
+    with torch.no_grad():
+        got = sequence_logprobs(model, input_ids, attention, torch.zeros_like(response))
+    assert got.shape == input_ids.shape and torch.all(got == 0)
