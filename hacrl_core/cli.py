@@ -18,6 +18,7 @@ from hacrl_core.runtime.commands import register as register_runtime_commands
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from hacrl_core.runtime.cpus import spec_overlap_warnings
     from hacrl_core.runtime.refusals import installation_refusals, spec_refusals
     from hacrl_core.spec import SpecError, load_experiment
 
@@ -48,6 +49,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
             print(f"  warning: spec.{line}")
         for line in installation_refusals(experiment):
             print(f"  warning: `hacrl run` on this machine would refuse {line} (an operator's image may have it)")
+        for line in spec_overlap_warnings(spec, spec.runs_colocated(by_default=True)):
+            print(f"  warning: `hacrl run` on this machine: {line}")
         if args.data and not check_data(path, spec):
             failed += 1
     return 1 if failed else 0

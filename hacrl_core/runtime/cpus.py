@@ -72,3 +72,36 @@ def started_wait_policy(start_environ: Path = START_ENVIRON) -> str | None:
         return None
     prefix = WAIT_POLICY_ENV.encode() + b"="
     return next((e[len(prefix) :].decode(errors="replace") for e in entries if e.startswith(prefix)), None)
+
+
+#: Where the CPUs per agent are this few and no GPU takes a phase, ``maxStaleness`` >= 1 measured
+#: slower than colocated (docs/benchmarks.md, section 7: 2 CPUs, one agent, 16-token completions).
+OVERLAP_MIN_CPUS_PER_AGENT = 3
+
+
+def has_gpu(dev: Path = Path("/dev")) -> bool:
+    """Whether this machine shows an NVIDIA GPU (its device files), without importing torch."""
+    return any(dev.glob("nvidia[0-9]*"))
+
+
+def overlap_warning(agents: int, colocated: bool, max_staleness: int, cpus: int, gpu: bool) -> str | None:
+    """Why overlapping sampling with training (``maxStaleness`` >= 1, split workers) may be slower
+    here than colocated on-policy, or None: with no GPU and fewer than
+    ``OVERLAP_MIN_CPUS_PER_AGENT`` CPUs per agent both phases are CPU-bound on the same few cores,
+    so the overlap halves each worker's threads (``worker_threads``) and gains nothing back."""
+    if colocated or max_staleness < 1 or gpu or cpus // max(agents, 1) >= OVERLAP_MIN_CPUS_PER_AGENT:
+        return None
+    threads = worker_threads(cpus, agents, max_staleness)
+    return (
+        f"algorithm.maxStaleness {max_staleness} overlaps sampling with training, but on {cpus} CPU(s) for "
+        f"{agents} agent(s) and no GPU both are CPU-bound on the same cores: each worker gets {threads} thread(s) "
+        "instead of the agent's share, so the overlap cannot pay for itself and a step may be slower than "
+        "colocated on-policy (measured up to 20% slower on 2 CPUs, docs/benchmarks.md section 7); "
+        "maxStaleness: 0 runs colocated"
+    )
+
+
+def spec_overlap_warnings(spec, colocated: bool) -> list[str]:
+    """``overlap_warning`` of an experiment's spec placed as ``colocated`` says, on this machine."""
+    line = overlap_warning(len(spec.team()), colocated, spec.algorithm.max_staleness, available_cpus(), has_gpu())
+    return [line] if line else []

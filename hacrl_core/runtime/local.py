@@ -28,7 +28,14 @@ from pathlib import Path
 from hacrl_core.data.report import DatasetReport, read_datasets, train_set_refusal
 from hacrl_core.environment import torch_threads
 from hacrl_core.runtime.context_fit import overlong_prompts
-from hacrl_core.runtime.cpus import THREADS_ENV, WAIT_POLICY_ENV, available_cpus, wait_policy, worker_threads
+from hacrl_core.runtime.cpus import (
+    THREADS_ENV,
+    WAIT_POLICY_ENV,
+    available_cpus,
+    spec_overlap_warnings,
+    wait_policy,
+    worker_threads,
+)
 from hacrl_core.runtime.forkserver import ForkedProcess, ForkServer, cli_command, fork_server
 from hacrl_core.runtime.refusals import installation_refusals, spec_refusals
 from hacrl_core.runtime.resume import ResumeRefused, check_datasets_unchanged, check_resume, record_datasets
@@ -526,8 +533,8 @@ def _run_prepared(
         # It imports torch and transformers while the datasets and models are prepared; its OpenMP
         # runtime reads the wait policy then, for every worker forked from it.
         run.forks.start_server({WAIT_POLICY_ENV: run.wait_policy})
-    for line in spec.warnings():
-        display.warn(f"spec.{line}")
+    for line in [f"spec.{w}" for w in spec.warnings()] + spec_overlap_warnings(spec, colocated):
+        display.warn(line)
     check_datasets(run, display)
     build_models(run, display.note)
     for line in overlong_prompts(spec, run.model_dirs):
