@@ -6,6 +6,16 @@ What a single-agent RL user would otherwise run is TRL. Both sides train the sam
 budget, prompts per optimizer step, learning rate, no KL, the `exact` reward, temperature 1, on the
 CPU, each side with its defaults otherwise.
 
+Setups (``--setups``): ``templated`` is the above (the arithmetic question in the model's chat
+template: about 8 prompt tokens); ``raw`` is issue 42's second side-by-side, as a new user would
+try it: the same architecture and byte-level BPE tokenizer of 384 tokens trained on the task's
+text, but its chat template removed (a copy of the model folder), so both sides see the prompt
+``What is a+b=`` given raw. ``--prompt-tokens`` (e.g. ``8,16,64``) lengthens the prompt of
+either setup to about that many tokens with a fixed instruction before the question (the same
+text on both sides: the shortest prefix, in characters, of the repeated instruction whose mean prompt length
+reaches the target on the first step's prompts); unset, each setup's own prompt. Setups and prompt lengths are measured in turn,
+the configurations interleaved within each.
+
 Lengths (``--lengths``): ``2`` is the warm-started model with a 16-token budget (it answers in about
 2 tokens, so fixed per-step costs decide); 16, 64, 256 are the same architecture untrained (random
 init, ``warmup_steps=0``), which rarely samples its eos, so completions fill most of the budget
@@ -30,13 +40,18 @@ batching, logging). TRL's phases are timed around its own methods (``_generate``
 ``_calculate_rewards``, ``_get_per_token_logps_and_entropies`` without grad, ``compute_loss``, the
 optimizer callbacks); ours are the workers' stage clocks (``learner/seconds_*``,
 ``rollout/seconds_*``), which cover the whole step loop including its waits. Ratio = TRL's step
-time / ours (> 1: faster than TRL). Start-up is excluded and reported apart as wall time.
+time / ours (> 1: faster than TRL). As a cross-check of the stage clocks, ours is also taken from
+the wall clock between consecutive steps (the modification times of the store's per-step metrics
+objects, written once each step ends; ``wall s/step`` and ``vs TRL (wall)``; TRL's step time is
+already the wall clock between its ``on_step_end`` callbacks). Start-up is excluded and reported apart as wall time.
 
 Every run records the load average (``os.getloadavg()``) before and after it; a run whose 1-minute
 load exceeded the CPU count (the run itself accounts for at most that) is flagged ``loaded``.
 
     python bench/peer_trl.py --lengths 16,64,256 --reps 2   # the tables of docs/benchmarks.md section 7
     python bench/peer_trl.py --quick                        # 3 steps, 16 tokens, trl and colocated
+    python bench/peer_trl.py --setups templated,raw --prompt-tokens 8,16,64 --lengths 16 --reps 3 \
+        --configs trl@PASSIVE,colocated@PASSIVE,stale1@PASSIVE   # issue 42's table (section 7)
 """
 
 from __future__ import annotations
@@ -51,6 +66,7 @@ import statistics
 import subprocess
 import sys
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,6 +112,11 @@ POLICIES = ("ACTIVE", "PASSIVE")
 DEFAULT_CONFIGS = "trl,colocated,split,stale1"
 PHASES = ("generate", "reward", "train", "store", "other")
 WARM_STEPS = 2  # steps left out of the steady state (first sampling, lazy allocations)
+SETUPS = ("templated", "raw")
+#: The raw setup's prompt, as issue 42's side-by-side wrote it (the built-in questions end in ``=``).
+RAW_TEMPLATE = "What is {question}"
+#: Before the question, cut to lengthen a prompt to ``--prompt-tokens`` (repeated as needed).
+FILLER = "Add the numbers and give only the result. "
 
 
 def parse_config(name: str) -> tuple[str, str | None]:
@@ -127,6 +148,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         f"(about {ANSWER_LENGTH}-token answers in a {ANSWER_BUDGET}-token budget)",
     )
     p.add_argument("--lr", type=float, default=1e-5)
+    p.add_argument(
+        "--setups", default="templated", help=f"comma-separated: {', '.join(SETUPS)} (see the module docstring)"
+    )
+    p.add_argument(
+        "--prompt-tokens",
+        default="",
+        help="comma-separated prompt lengths in tokens (about; e.g. 8,16,64); unset: each setup's own prompt",
+    )
     p.add_argument("--reps", type=int, default=2)
     p.add_argument(
         "--configs",
@@ -159,6 +188,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     except ValueError:
         raise SystemExit(f"--lengths: comma-separated token counts, got {args.lengths!r}") from None
     args.configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    args.setups = [s.strip() for s in args.setups.split(",") if s.strip()]
+    unknown = [s for s in args.setups if s not in SETUPS]
+    if unknown or not args.setups:
+        raise SystemExit(f"--setups: unknown {unknown}; valid: {', '.join(SETUPS)}")
+    try:
+        args.prompt_tokens = [int(x) for x in args.prompt_tokens.split(",") if x.strip()] or [None]
+    except ValueError:
+        raise SystemExit(f"--prompt-tokens: comma-separated token counts, got {args.prompt_tokens!r}") from None
     for config in args.configs:
         parse_config(config)
     return args
@@ -167,6 +204,43 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def case(length: int) -> tuple[str, int]:
     """(model, maxNewTokens) of a length: the warm-started model for the answer case, else untrained."""
     return (TRAINED, ANSWER_BUDGET) if length == ANSWER_LENGTH else (UNTRAINED, length)
+
+
+def raw_model(model_dir: Path) -> Path:
+    """A copy of a tiny model's folder without its chat template (the raw setup): prompts are then
+    given as plain text on both sides (``render_prompt`` and TRL's non-conversational path)."""
+    raw = model_dir.parent / f"{model_dir.name}-raw"
+    if not (raw / "config.json").exists():
+        shutil.rmtree(raw, ignore_errors=True)
+        shutil.copytree(model_dir, raw, ignore=shutil.ignore_patterns("chat_template.jinja"))
+        config_path = raw / "tokenizer_config.json"
+        config = json.loads(config_path.read_text())
+        config.pop("chat_template", None)
+        config_path.write_text(json.dumps(config, indent=2))
+    return raw
+
+
+def prompt_template(model_dir: Path, setup: str, target: int | None, questions: list[str]) -> tuple[str, float]:
+    """The data template of a setup lengthened to about ``target`` prompt tokens (None: as it
+    is), and the mean prompt length it gives on ``questions``, in ``model_dir``'s tokenizer."""
+    from transformers import AutoTokenizer
+
+    from hacrl_core.data.templates import ARITHMETIC_TEMPLATE, render_prompt
+    from hacrl_core.models.encoding import encode_prompts
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    base = RAW_TEMPLATE if setup == "raw" else ARITHMETIC_TEMPLATE
+
+    def mean_tokens(template: str) -> float:
+        ids = encode_prompts(tokenizer, [render_prompt(tokenizer, q, template) for q in questions])
+        return statistics.fmean(len(i) for i in ids)
+
+    template, filler = base, FILLER * 64
+    for cut in range(1, len(filler)):  # a character at a time: a word of this tokenizer is several tokens
+        if target is None or mean_tokens(template) >= target - 0.5:
+            break
+        template = filler[:cut].strip() + " " + base
+    return template, mean_tokens(template)
 
 
 # --------------------------------------------------------------------------- TRL, in its own venv
@@ -503,6 +577,7 @@ def run_trl(
                 {
                     "step": s["step"],
                     "seconds": s["seconds"],
+                    "wall_seconds": s["seconds"],  # TRL's step clock is the wall clock between on_step_end callbacks
                     "tokens": s.get("tokens"),
                     "phases": phases,
                     "train_detail": {
@@ -535,7 +610,13 @@ def agent_entry(name: str, model: str, args: argparse.Namespace, max_new_tokens:
 
 
 def run_ours(
-    placement: Placement, args: argparse.Namespace, name: str, model: str, max_new_tokens: int, policy: str | None
+    placement: Placement,
+    args: argparse.Namespace,
+    name: str,
+    model: str,
+    max_new_tokens: int,
+    policy: str | None,
+    template: str | None = None,
 ) -> dict:
     from hacrl_core.store import open_trajectory_store
 
@@ -556,6 +637,8 @@ def run_ours(
         store_uri=f"file://{store_dir}",
         eval_prompts=0,
     )
+    if template:
+        doc["spec"]["data"]["template"] = template
     spec_path = write_spec(doc, args.work / "specs" / f"{name}.yaml")
     wall = hacrl_run(
         spec_path,
@@ -564,6 +647,7 @@ def run_ours(
         args=["--colocate" if placement.colocated else "--split"],
     )
     store = open_trajectory_store(f"file://{store_dir}", name)
+    ended = metrics_times(store_dir / name, args.steps, placement.agents)
     steps = []
     for step in range(args.steps):
         per_agent = [store.read_metrics(step, f"a{i}") for i in range(placement.agents)]
@@ -571,11 +655,23 @@ def run_ours(
             {
                 "step": step,
                 "seconds": statistics.fmean(step_seconds(m) for m in per_agent),
+                "wall_seconds": ended[step] - ended[step - 1] if step and ended[step] and ended[step - 1] else None,
                 "tokens": statistics.fmean(m["learner/trained_tokens"] for m in per_agent),
                 "phases": {k: statistics.fmean(phases_of(m)[k] for m in per_agent) for k in PHASES},
             }
         )
     return {"wall": wall, "steps": steps}
+
+
+def metrics_times(experiment_dir: Path, steps: int, agents: int) -> list[float | None]:
+    """When each step ended, by the wall clock: the latest modification time of the step's metrics
+    objects in the file store (one per agent, written once the agent's step is done); None where
+    missing."""
+    times: list[float | None] = []
+    for step in range(steps):
+        found = [p.stat().st_mtime for p in (experiment_dir / "steps" / f"{step:06d}" / "metrics").glob("*.json")]
+        times.append(max(found) if len(found) >= agents else None)
+    return times
 
 
 def step_seconds(m: dict) -> float:
@@ -605,7 +701,34 @@ def phases_of(m: dict) -> dict[str, float]:
 # --------------------------------------------------------------------------- report
 
 
-def prompts_file(args: argparse.Namespace, model: str, model_dir: Path) -> Path:
+def step_questions(args: argparse.Namespace, model: str, steps: int | None = None) -> list:
+    """The problems of the first ``steps`` (all) steps in step order, as our workers draw them."""
+    from hacrl_core.context import step_problems
+    from hacrl_core.data.report import open_dataset
+    from hacrl_core.spec import parse_experiment
+
+    doc = experiment(
+        "probe",
+        [agent_entry("a0", model, args, 16)],
+        {
+            "name": "grpo",
+            "groupSize": args.group_size,
+            "promptsPerStep": args.prompts,
+            "miniBatchPrompts": args.prompts,
+            "steps": args.steps,
+            "seed": 0,
+        },
+        store_uri="file:///unused",
+        eval_prompts=0,
+    )
+    spec = parse_experiment(doc).spec
+    source = open_dataset(spec.data, spec.data.train)
+    return [
+        p for step in range(args.steps if steps is None else steps) for p in step_problems(source, spec.algorithm, step)
+    ]
+
+
+def prompts_file(args: argparse.Namespace, model: str, model_dir: Path, template: str | None = None) -> Path:
     """The prompts of every step in step order, rendered as our rollout worker renders them."""
     from transformers import AutoTokenizer
 
@@ -632,11 +755,11 @@ def prompts_file(args: argparse.Namespace, model: str, model_dir: Path) -> Path:
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     source = open_dataset(spec.data, spec.data.train)
     lines = [
-        json.dumps({"prompt": render_prompt(tokenizer, p.question, spec.data.template), "answer": p.answer})
+        json.dumps({"prompt": render_prompt(tokenizer, p.question, template or spec.data.template), "answer": p.answer})
         for step in range(args.steps)
         for p in step_problems(source, spec.algorithm, step)
     ]
-    path = args.work / f"prompts-{model_dir.name}.jsonl"
+    path = args.work / f"prompts-{model_dir.name}-{zlib.crc32((template or '').encode()):08x}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -677,16 +800,22 @@ def report(length: int, runs: dict[str, list[dict]], args: argparse.Namespace) -
     completions = args.prompts * args.group_size
     trl = next((c for c in runs if parse_config(c)[0] == "trl"), None)  # the first TRL configuration is the baseline
     base = steady_of(runs[trl]) if trl else None
+    base_wall = wall_of(runs[trl]) if trl else None
     summary, rows = {}, []
     for config, records in runs.items():
         step_s = steady_of(records)
+        wall_s = wall_of(records)
         tokens = median_of(records, lambda s: s["tokens"] if s["tokens"] is not None else float("nan"))
         phases = {k: median_of(records, lambda s, k=k: s["phases"][k]) for k in PHASES}
         loads = [r["load_before"][0] for r in records] + [r["load_after"][0] for r in records]
         ratio = base / step_s if base else float("nan")
+        wall_ratio = base_wall / wall_s if base else float("nan")
         summary[config] = {
             "step_seconds": step_s,
             "ratio_vs_trl": ratio,
+            "wall_step_seconds": wall_s,
+            "wall_ratio_vs_trl": wall_ratio,
+            "ratio_per_rep": [steady(t) / steady(r) for t, r in zip(runs[trl], records)] if trl else [],
             "phases": phases,
             "completion_tokens_mean": tokens / completions,
             "trained_tokens_per_second": tokens / step_s,
@@ -700,6 +829,9 @@ def report(length: int, runs: dict[str, list[dict]], args: argparse.Namespace) -
                 config,
                 f"{step_s:.3f}",
                 f"{ratio:.2f}" if base else "-",
+                " ".join(f"{r:.2f}" for r in summary[config]["ratio_per_rep"]) or "-",
+                f"{wall_s:.3f}",
+                f"{wall_ratio:.2f}" if base else "-",
                 *(f"{phases[k]:.3f}" for k in PHASES),
                 f"{tokens / completions:.1f}",
                 f"{tokens / step_s:.0f}",
@@ -708,7 +840,18 @@ def report(length: int, runs: dict[str, list[dict]], args: argparse.Namespace) -
             ]
         )
     text = table(
-        ["config", "s/step", "vs TRL", *(f"{k} s" for k in PHASES), "tokens/completion", "trained tok/s", "load 1-min"],
+        [
+            "config",
+            "s/step",
+            "vs TRL",
+            "per rep",
+            "wall s/step",
+            "vs TRL (wall)",
+            *(f"{k} s" for k in PHASES),
+            "tokens/completion",
+            "trained tok/s",
+            "load 1-min",
+        ],
         rows,
     )
     if trl:
@@ -725,6 +868,16 @@ def report(length: int, runs: dict[str, list[dict]], args: argparse.Namespace) -
 
 def steady_of(records: list[dict]) -> float:
     return statistics.median(steady(r) for r in records)
+
+
+def wall_of(records: list[dict]) -> float:
+    """The median over repetitions of the median wall-clock step (between consecutive step ends)."""
+    walls = []
+    for r in records:
+        values = [s["wall_seconds"] for s in steady_steps(r) if s.get("wall_seconds") is not None]
+        if values:
+            walls.append(statistics.median(values))
+    return statistics.median(walls) if walls else float("nan")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -748,33 +901,55 @@ def main(argv: list[str] | None = None) -> int:
         return sampling_main(args, trl_python(args.venv, args.trl_version), began)
     python = trl_python(args.venv, args.trl_version) if any(parse_config(c)[0] == "trl" for c in args.configs) else None
     tables, summaries, all_runs = [], {}, {}
-    for length, (model, budget) in models.items():
+    cases = [(setup, target, length) for setup in args.setups for target in args.prompt_tokens for length in models]
+    for setup, target, length in cases:
+        model, budget = models[length]
         model_dir = resolve_model(model, cache / "models")
-        prompts = prompts_file(args, model, model_dir)
+        if setup == "raw":
+            model_dir = raw_model(model_dir)
+            model = str(model_dir)
+        questions = [p.question for p in step_questions(args, model, steps=1)]
+        template, prompt_tokens = prompt_template(model_dir, setup, target, questions)
+        prompts = prompts_file(args, model, model_dir, template)
+        key = f"{setup}-p{target or 'own'}-{length}"
         runs: dict[str, list[dict]] = {c: [] for c in args.configs}
         for rep in range(args.reps):
             for config in args.configs:
                 base, policy = parse_config(config)
-                name = f"peer-{length}-{base}-{(policy or 'default').lower()}-{rep}"
+                name = f"peer-{key}-{base}-{(policy or 'default').lower()}-{rep}"
                 if base == "trl":
                     run = functools.partial(run_trl, python, model_dir, prompts, args, args.work / name, budget, policy)
                 else:
-                    run = functools.partial(run_ours, PLACEMENTS[base], args, name, model, budget, policy)
+                    run = functools.partial(run_ours, PLACEMENTS[base], args, name, model, budget, policy, template)
                 record = measured(run, label=name)
                 runs[config].append(record)
         text, summary = report(length, runs, args)
         title = (
-            f"{length} tokens: "
+            f"{setup} setup, {prompt_tokens:.1f} prompt tokens, {length} tokens: "
             + (f"warm-started model, {budget}-token budget" if length == ANSWER_LENGTH else "untrained model")
             + f"; {args.prompts} prompts x G {args.group_size}, lr {args.lr}, no KL, {args.steps} steps, median of {args.reps} "
             "interleaved reps"
         )
         print(f"\n{title}\n{text}\n", flush=True)
         tables.append(f"{title}\n{text}")
-        summaries[str(length)], all_runs[str(length)] = summary, runs
+        summary["_case"] = {
+            "setup": setup,
+            "prompt_tokens_target": target,
+            "prompt_tokens_mean": prompt_tokens,
+            "template": template,
+        }
+        summaries[key], all_runs[key] = summary, runs
+        path = save_results(
+            args, tables, summaries, all_runs, began
+        )  # after every case: a cut-short run keeps its cases
+    print(f"wrote {path} ({time.perf_counter() - began:.0f} s)")
+    return 0
+
+
+def save_results(args: argparse.Namespace, tables: list[str], summaries: dict, all_runs: dict, began: float) -> Path:
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     name = args.name or ("peer_trl-quick" if args.quick else "peer_trl")
-    path = save(
+    return save(
         name,
         {
             "settings": settings,
@@ -785,8 +960,6 @@ def main(argv: list[str] | None = None) -> int:
         },
         args.out,
     )
-    print(f"wrote {path} ({time.perf_counter() - began:.0f} s)")
-    return 0
 
 
 if __name__ == "__main__":
