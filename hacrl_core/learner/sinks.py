@@ -162,7 +162,7 @@ def progress_record(
         "weights_version": completed,
         "reward": values["rollout/reward_mean"],
         "accuracy": accuracy,
-        "capability": float(state.tracker.capability[context.agent_index]),
+        "capability": float(state.tracker.capability[state.tracker.team.index(context.agent_name)]),
         "shared_rows_used": shared_rows_used(values),
         "last_checkpoint": last_checkpoint,
         "done": completed == context.spec.algorithm.steps,
@@ -201,8 +201,9 @@ class AssembleRecord(StepSink[LearnerStepEnd]):
     and the seconds of its stages; the first step's also carries ``first_step`` (the initial
     evaluation and what the datasets lost to bad rows)."""
 
-    def __init__(self, first_step: dict[str, float]) -> None:
+    def __init__(self, first_step: dict[str, float], at: int = 0) -> None:
         self.first_step = first_step
+        self.at = at  # the step it goes with: 0, or a fresh newcomer's join step (``learner.team``)
 
     def on_step_end(self, end: LearnerStepEnd) -> None:
         values: dict[str, Any] = dict(end.trained)
@@ -210,7 +211,7 @@ class AssembleRecord(StepSink[LearnerStepEnd]):
             {"step": end.step, "weights_version": end.completed, **end.sampled, **end.evaluation, **end.published}
         )
         values.update(end.clock.metrics())
-        if end.step == 0:
+        if end.step == self.at:
             values.update(self.first_step)
         end.values = values
 
@@ -326,6 +327,7 @@ class SinkParts:
     first_step: dict[str, float]
     last_checkpoint: int | None
     colocated: bool
+    first_step_at: int = 0  # the step ``first_step`` goes with (``AssembleRecord``)
 
 
 def learner_sinks(parts: SinkParts) -> list[StepSink]:
@@ -335,7 +337,7 @@ def learner_sinks(parts: SinkParts) -> list[StepSink]:
     sinks: list[StepSink] = [
         PublishWeights(context, state, colocated=parts.colocated),
         Evaluate(context, state),
-        AssembleRecord(parts.first_step),
+        AssembleRecord(parts.first_step, parts.first_step_at),
     ]
     if is_writer:
         sinks.append(WriteMetrics(context))

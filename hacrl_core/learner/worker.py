@@ -30,6 +30,7 @@ import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ import torch
 
 from hacrl_core.algorithms import Algorithm, resolve_algorithm
 from hacrl_core.context import WorkerContext
-from hacrl_core.learner import distributed
+from hacrl_core.learner import distributed, team
 from hacrl_core.learner.backends import backend_factory, create_backend
 from hacrl_core.learner.checkpoint import restore_checkpoint
 from hacrl_core.learner.clock import StageClock
@@ -141,18 +142,19 @@ def model_loader(context: WorkerContext, dtype: torch.dtype, device: str) -> Cal
     )
 
 
-def step_setup(context: WorkerContext, algorithm: Algorithm) -> StepSetup:
-    """Who this learner is among the agents, for ``learner_step``."""
-    return StepSetup(context.agent_index, tuple(context.agent_names), algorithm, context.spec.algorithm)
+def step_setup(context: WorkerContext, algorithm: Algorithm, members: tuple[str, ...]) -> StepSetup:
+    """Who this learner is among the step's ``members`` (``learner.team``), for ``learner_step``."""
+    return StepSetup(members.index(context.agent_name), members, algorithm, context.spec.algorithm)
 
 
-def store_ports(context: WorkerContext, state: LearnerState) -> StorePorts:
-    """The step's I/O on the trajectory store, rows encoded in this learner's tokenizer."""
+def store_ports(context: WorkerContext, state: LearnerState, members: tuple[str, ...]) -> StorePorts:
+    """The step's I/O on the trajectory store (the shards of the step's ``members``), rows encoded
+    in this learner's tokenizer."""
     return StorePorts(
         context.store,
         context.experiment.name,
-        tuple(context.agent_names),
-        context.agent_index,
+        members,
+        members.index(context.agent_name),
         state.tokenizer,
         context.spec.data.template,
         context.wait_seconds,
@@ -162,10 +164,11 @@ def store_ports(context: WorkerContext, state: LearnerState) -> StorePorts:
 def train_step(
     context: WorkerContext, state: LearnerState, step: int, algorithm: Algorithm, clock: StageClock
 ) -> dict[str, float]:
-    """One step's training from the store's shards (``learner_step`` on ``StorePorts``); its metrics."""
-    running = learner_step(
-        state, step_setup(context, algorithm), store_ports(context, state), step, lap=clock.lap_step_stage
-    )
+    """One step's training from the store's shards (``learner_step`` on ``StorePorts``) of the
+    step's members; its metrics."""
+    members = team.members(context, step)
+    setup, ports = step_setup(context, algorithm, members), store_ports(context, state, members)
+    running = learner_step(state, setup, ports, step, lap=clock.lap_step_stage)
     return run_step(running).metrics
 
 
@@ -176,6 +179,7 @@ class LearnerRun:
     state: LearnerState
     algorithm: Algorithm
     sinks: list[StepSink]
+    first: int | None = 0  # the first step it trains (``team.first_step``); None: not in the team
 
 
 def seed_process(context: WorkerContext) -> None:
@@ -210,11 +214,13 @@ def learner_tracking(context: WorkerContext, state: LearnerState, metrics: Worke
     return tracking
 
 
-def first_weights(context: WorkerContext, state: LearnerState) -> dict[str, float]:
+def first_weights(context: WorkerContext, state: LearnerState, first: int | None) -> dict[str, float]:
     """A fresh learner publishes weights version 0 (the initial model) and evaluates it; returns
-    that evaluation (``*_initial``), which the first step's record carries."""
-    if distributed.decide(state.next_step == 0 and context.store.latest_weights_version(context.agent_name) is None):
-        publish_weights(context, state, 0)
+    that evaluation (``*_initial``), which the first step's record carries. One that joins the
+    team at step ``first`` > 0 (a newcomer, or back from a pause) publishes its weights as the
+    version its rollouts of that step sample (``team.first_version``)."""
+    if first is not None and team.needs_first_weights(context, first):
+        publish_weights(context, state, team.first_version(context, first))
     if state.next_step == 0 and context.spec.data.eval:
         return evaluate(context, state, suffix="_initial")
     return {}
@@ -234,7 +240,8 @@ def start_learner(context: WorkerContext, *, colocated: bool) -> LearnerRun:
     datasets = context.dataset_reports()
     data_metrics = {key: value for report in datasets for key, value in report.metrics().items()}
     metrics.publish(data_metrics)
-    initial_eval = first_weights(context, state)
+    first = team.first_step(context, state.next_step)
+    initial_eval = first_weights(context, state, first)
     parts = SinkParts(
         context,
         state,
@@ -242,10 +249,11 @@ def start_learner(context: WorkerContext, *, colocated: bool) -> LearnerRun:
         tracking,
         datasets,
         first_step={**initial_eval, **data_metrics},
+        first_step_at=first if first is not None and state.next_step == 0 else 0,
         last_checkpoint=context.store.latest_checkpoint(context.agent_name),
         colocated=colocated,
     )
-    return LearnerRun(state, algorithm, learner_sinks(parts))
+    return LearnerRun(state, algorithm, learner_sinks(parts), first)
 
 
 def run_learner_worker(context: WorkerContext, *, sampler: Sampler | None = None) -> None:
@@ -256,7 +264,16 @@ def run_learner_worker(context: WorkerContext, *, sampler: Sampler | None = None
     published only with each checkpoint, since no rollout worker loads them."""
     run = start_learner(context, colocated=sampler is not None)
     steps = context.spec.algorithm.steps
-    for step in range(run.state.next_step, steps):
+    away = False  # the steps before this one were recorded without the agent (``learner.team``)
+    for step in range(steps if run.first is None else run.first, steps):
+        if not team.is_member(context, step):
+            if not team.sits_out(context, step, partial(checkpoint, context, run.state, step)):
+                break  # removed or suspended: it left the team at this step
+            away = True
+            continue
+        if away:
+            team.rejoined(context, step, partial(publish_weights, context, run.state))
+            away = False
         clock = StageClock()
         sampled = sampler(run.state, step) if sampler else {}
         clock.lap("sample")

@@ -27,6 +27,7 @@ from hacrl_core.rollout.engine import RolloutEngine, engine_for
 from hacrl_core.rollout.replicas import check_replica_prompts, replica_slice
 from hacrl_core.rollout.sampling import rollout_metrics, rollout_rows, sample_step, sampling_params, sampling_version
 from hacrl_core.store import TrajectoryStore
+from hacrl_core.store.membership import join_step, still_member, stint_start
 from hacrl_core.store.weight_chain import fetch_policy
 from hacrl_core.worker_loop import StepSink, run_ended, step_ended
 
@@ -118,15 +119,20 @@ def load_weights(
 class WeightsHolder:
     """The weights an engine samples with, loaded as the steps ask for newer versions."""
 
-    def __init__(self, context: WorkerContext, engine: RolloutEngine, weights_root: Path, name: str) -> None:
+    def __init__(
+        self, context: WorkerContext, engine: RolloutEngine, weights_root: Path, name: str, floor: int = 0
+    ) -> None:
         self.context, self.engine, self.weights_root, self.name = context, engine, weights_root, name
+        # The first step of the agent's membership (``membership.stint_start``): a newcomer's, or an
+        # agent's back from a pause, first steps sample the version its learner published as it joined.
+        self.floor = floor
         self.loaded: int | None = None  # the version asked for last
         self.holds = 0  # the version the engine holds: ``loaded``, or an older one after a broken delta
 
     def for_step(self, step: int) -> int:
         """The version step ``step`` samples with (``maxStaleness`` behind it), loaded if it is not
         yet; returns the version the engine holds."""
-        version = sampling_version(step, self.context.spec.algorithm.max_staleness)
+        version = max(self.floor, sampling_version(step, self.context.spec.algorithm.max_staleness))
         if version == self.loaded:
             return self.holds
         self.holds = load_weights(self.context, self.engine, version, self.weights_root, loaded=self.loaded)
@@ -184,7 +190,7 @@ class RolloutRun:
 
     engine: RolloutEngine
     weights: WeightsHolder
-    first_step: int
+    first_step: int | None  # None: the agent is not in the team (removed or suspended)
     sinks: list[StepSink]
 
 
@@ -219,17 +225,34 @@ def start_rollout(context: WorkerContext) -> RolloutRun:
     start = first_missing_step(context.store, agent.name, spec.algorithm.steps, context.replica)
     if start:
         log.info("rollout %s: steps 0..%d already written, resuming at %d", name, start - 1, start)
+    # The team may change (store/membership.py): the first step that names the agent.
+    first = join_step(context.store, agent.name, start, spec.algorithm.steps, context.current_team)
+    if first is None:
+        log.info("rollout %s: not in the team for any step from %d (removed or suspended); nothing to do", name, start)
     # Replicas of one agent may share a machine (`hacrl run`): each rebuilds the weights in its own folder.
     weights_root = context.work_dir / ("rollout-weights" if replicas == 1 else f"rollout-weights-{context.replica}")
-    weights = WeightsHolder(context, engine, weights_root, name)
-    return RolloutRun(engine, weights, start, [ServeRolloutMetrics(metrics), LogRolloutStep(name)])
+    floor = 0 if first is None else stint_start(context.store, agent.name, first)
+    weights = WeightsHolder(context, engine, weights_root, name, floor)
+    return RolloutRun(engine, weights, first, [ServeRolloutMetrics(metrics), LogRolloutStep(name)])
 
 
 def run_rollout_worker(context: WorkerContext) -> None:
     """The rollout worker's step loop: start-up, then per step load the weights the step samples
     with, sample, score and write its rollouts, and the sinks (metrics, log line)."""
     run = start_rollout(context)
-    for step in range(run.first_step, context.spec.algorithm.steps):
+    steps = context.spec.algorithm.steps
+    away = False  # the steps before this one were recorded without the agent
+    for step in range(steps if run.first_step is None else run.first_step, steps):
+        if not still_member(context.store, context.agent_name, step, context.current_team):
+            if context.agent_name in context.current_team():
+                away = True  # recorded without it before it came back: on to the next step naming it
+                continue
+            log.info("rollout %s: left the team at step %d (removed or suspended)", context.agent_name, step)
+            break
+        if away:  # back in the team: its learner publishes version ``step`` as it comes back
+            run.weights.floor, away = step, False
+        if context.store.rollout_part_ready(step, context.agent_name, context.replica):
+            continue  # written before the agent sat steps out (a restart after a pause)
         began = time.perf_counter()
         holds = run.weights.for_step(step)
         seconds = {"load_weights": time.perf_counter() - began}

@@ -83,9 +83,11 @@ def join_step(store: TrajectoryStore, agent: str, start: int, steps: int, team: 
 
 def reopen_steps(store: TrajectoryStore, team: Collection[str], agents: Collection[str]) -> list[int]:
     """Drop the records of the steps no member finished (no member's metrics), from the first one
-    on, when any of them names an agent that is not in ``team`` any more: a resume without that
-    agent would otherwise wait for its rows there for ever. ``agents``: every agent whose metrics
-    may be in the store. Steps a member finished keep their record. Returns the steps reopened."""
+    on, when any of them is another team than ``team``: a resume without an agent would otherwise
+    wait for its rows there for ever, and an agent added on resume joins at the first step nobody
+    finished rather than after the steps the stopped run had only begun. ``agents``: every agent
+    whose metrics may be in the store. Steps a member finished keep their record. Returns the
+    steps reopened."""
     recorded = store.member_steps()
     open_steps = []
     for step in recorded:
@@ -94,8 +96,22 @@ def reopen_steps(store: TrajectoryStore, team: Collection[str], agents: Collecti
             open_steps = []  # finished by someone: the steps after it may still reopen
             continue
         open_steps.append((step, members))
-    if not any(name not in team for _, members in open_steps for name in members):
+    if all(set(members) == set(team) for _, members in open_steps):
         return []
     for step, _ in open_steps:
         store.delete_members(step)
     return [step for step, _ in open_steps]
+
+
+def stint_start(store: TrajectoryStore, agent: str, step: int) -> int:
+    """The first step of ``agent``'s membership that ``step`` belongs to: ``step``, or earlier while
+    the steps before it name the agent too (a step with no record, written before membership was
+    recorded, counts as the agent's). 0 for an agent of the team from the start; a newcomer's join
+    step; the step an agent came back at after a pause. Its weights version for sampling is at
+    least this one (the learner publishes it as the agent starts: ``learner.team``)."""
+    while step > 0:
+        members = read_members(store, step - 1)
+        if members is not None and agent not in members:
+            return step
+        step -= 1
+    return 0
