@@ -48,13 +48,13 @@ def first_version(context: WorkerContext, step: int) -> int:
     """The weights version the agent samples its first steps from ``step`` with: the first step of
     its membership (``membership.stint_start``), 0 for an agent there from the start."""
     found = stint_start(context.store, context.agent_name, step) if distributed.is_writer() else None
-    return int(distributed.decide(found))
+    return distributed.decide(found) or 0  # rank 0's answer, never None
 
 
 def members(context: WorkerContext, step: int) -> tuple[str, ...]:
     """The members of ``step``, fixed now from the spec's team when no worker did yet."""
     found = step_members(context.store, step, context.current_team) if distributed.is_writer() else None
-    return tuple(distributed.decide(found))
+    return tuple(distributed.decide(found) or ())  # rank 0's answer, never None
 
 
 def is_member(context: WorkerContext, step: int) -> bool:
