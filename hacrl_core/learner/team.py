@@ -53,8 +53,11 @@ def first_version(context: WorkerContext, step: int) -> int:
 
 def members(context: WorkerContext, step: int) -> tuple[str, ...]:
     """The members of ``step``, fixed now from the spec's team when no worker did yet."""
-    found = step_members(context.store, step, context.current_team) if distributed.is_writer() else None
-    return tuple(distributed.decide(found) or ())  # rank 0's answer, never None
+    found: list[str] | None = (
+        step_members(context.store, step, context.current_team) if distributed.is_writer() else None
+    )
+    decided: list[str] | None = distributed.decide(found)  # rank 0's answer, never None
+    return tuple(decided or ())
 
 
 def is_member(context: WorkerContext, step: int) -> bool:

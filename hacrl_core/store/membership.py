@@ -89,7 +89,7 @@ def reopen_steps(store: TrajectoryStore, team: Collection[str], agents: Collecti
     whose metrics may be in the store. Steps a member finished keep their record. Returns the
     steps reopened."""
     recorded = store.member_steps()
-    open_steps = []
+    open_steps: list[tuple[int, list[str]]] = []
     for step in recorded:
         members = read_members(store, step) or []
         if any(store.metrics_ready(step, name) for name in set(members) | set(agents)):
