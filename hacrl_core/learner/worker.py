@@ -56,6 +56,7 @@ from hacrl_core.learner.step_ports import StorePorts
 from hacrl_core.metrics import WorkerMetrics, store_retries
 from hacrl_core.models.loading import default_device, load_policy
 from hacrl_core.models.lora import AdapterDisabled, load_lora_policy
+from hacrl_core.runtime.preemption import LearnerStop, serve_count
 from hacrl_core.tracking import open_tracking
 from hacrl_core.tracking.hub import TrackingHub
 from hacrl_core.worker_loop import StepSink, run_ended, step_ended
@@ -198,6 +199,7 @@ def learner_metrics(context: WorkerContext) -> WorkerMetrics:
         lambda: store_retries(context.store),
     )
     if distributed.is_writer():
+        serve_count(metrics, context.store, context.agent_name, "learner")
         metrics.serve(context.spec.metrics.port, context.spec.metrics.bind_address)
     return metrics
 
@@ -265,7 +267,12 @@ def run_learner_worker(context: WorkerContext, *, sampler: Sampler | None = None
     run = start_learner(context, colocated=sampler is not None)
     steps = context.spec.algorithm.steps
     away = False  # the steps before this one were recorded without the agent (``learner.team``)
+    # SIGTERM (runtime/preemption.py): a step waiting for data is abandoned, one training finishes,
+    # and the finished steps are checkpointed as the worker exits (``preempted_exit``).
+    latest = partial(context.store.latest_checkpoint, context.agent_name)
+    stop = LearnerStop(run.state.tracker, partial(checkpoint, context, run.state), latest)
     for step in range(steps if run.first is None else run.first, steps):
+        stop.begin(step)
         if not team.is_member(context, step):
             if not team.sits_out(context, step, partial(checkpoint, context, run.state, step)):
                 break  # removed or suspended: it left the team at this step
@@ -278,6 +285,7 @@ def run_learner_worker(context: WorkerContext, *, sampler: Sampler | None = None
         sampled = sampler(run.state, step) if sampler else {}
         clock.lap("sample")
         trained = train_step(context, run.state, step, run.algorithm, clock)
+        stop.trained()
         completed = step + 1
         checkpoint_due = completed % context.spec.checkpoint.every_steps == 0 or completed == steps
         step_ended(run.sinks, LearnerStepEnd(step, trained, sampled, clock, checkpoint_due))

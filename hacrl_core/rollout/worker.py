@@ -26,6 +26,7 @@ from hacrl_core.rewards.remote import take_retries
 from hacrl_core.rollout.engine import RolloutEngine, engine_for
 from hacrl_core.rollout.replicas import check_replica_prompts, replica_slice
 from hacrl_core.rollout.sampling import rollout_metrics, rollout_rows, sample_step, sampling_params, sampling_version
+from hacrl_core.runtime.preemption import PREEMPTION, serve_count
 from hacrl_core.store import TrajectoryStore
 from hacrl_core.store.membership import join_step, still_member, stint_start
 from hacrl_core.store.weight_chain import fetch_policy
@@ -205,6 +206,7 @@ def rollout_worker_metrics(context: WorkerContext) -> WorkerMetrics:
         "Store requests sent again after a transient failure.",
         lambda: store_retries(context.store),
     )
+    serve_count(metrics, context.store, context.agent.name, "rollout", context.replica if replicas > 1 else None)
     metrics.serve(context.spec.metrics.port, context.spec.metrics.bind_address)
     for report in context.dataset_reports(include_eval=False):  # logs what the reader skipped
         metrics.publish(report.metrics())
@@ -243,6 +245,7 @@ def run_rollout_worker(context: WorkerContext) -> None:
     steps = context.spec.algorithm.steps
     away = False  # the steps before this one were recorded without the agent
     for step in range(steps if run.first_step is None else run.first_step, steps):
+        PREEMPTION.arm()  # a SIGTERM stops the worker here, after its last write (runtime/preemption.py)
         if not still_member(context.store, context.agent_name, step, context.current_team):
             if context.agent_name in context.current_team():
                 away = True  # recorded without it before it came back: on to the next step naming it

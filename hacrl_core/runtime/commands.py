@@ -56,6 +56,7 @@ class WorkerExit(Exception):
 def _worker(args: argparse.Namespace) -> int:
     """Start-up (the context, the local ranks, the replica, the leases), then the role's loop; a
     fenced-out or vanished store ends it with its own exit code."""
+    from hacrl_core.learner.distributed import ranks_from_env
     from hacrl_core.runtime.supervisor_watch import watch_supervisor
     from hacrl_core.store.fencing import FENCED_EXIT_CODE, STORE_GONE_EXIT_CODE, FencedOut, StoreGone
 
@@ -70,9 +71,16 @@ def _worker(args: argparse.Namespace) -> int:
     except WorkerExit as refused:
         logging.getLogger("hacrl.worker").error("%s", refused)
         return refused.code
+    from hacrl_core.runtime.preemption import PREEMPTION, Preempted, preempted_exit
+
     try:
+        if ranks_from_env().world_size == 1:  # several ranks: SIGTERM's default (runtime/preemption.py)
+            PREEMPTION.install()
         _hold_leases(context, args.role, replica)
         _run_role(context, args.role)
+    except Preempted as stopped:  # SIGTERM: the finished steps kept, exit code 7
+        role = "rollout" if args.role == "rollout" else "learner"
+        return preempted_exit(context.store, context.agent_name, role, replica, stopped)
     except FencedOut as error:
         logging.getLogger("hacrl.worker").error("%s", error)
         return FENCED_EXIT_CODE

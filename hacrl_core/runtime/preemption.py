@@ -32,7 +32,6 @@ to agree on where to stop, and the launcher process, not the ranks, receives the
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import logging
@@ -40,7 +39,7 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from hacrl_core.runtime.worker_failures import PREEMPTED_EXIT_CODE
@@ -68,6 +67,7 @@ class Preemption:
         self.armed = False  # in the step loop: a SIGTERM waits for a step boundary or a wait
         self.abandonable = True  # a wait now may be abandoned (a learner: until its first update)
         self.installed = False
+        self.learner: LearnerStop | None = None  # a learner's, once its step loop is set up
 
     @property
     def requested(self) -> bool:
@@ -126,6 +126,7 @@ class LearnerStop:
     def __init__(self, tracker: Any, save: Callable[[int], None], last_checkpoint: Callable[[], int | None]) -> None:
         self.tracker, self.save, self.last_checkpoint = tracker, save, last_checkpoint
         self.preemption = PREEMPTION
+        self.preemption.learner = self  # what ``preempted_exit`` stops
         self.step: int | None = None  # the step begun last: the count of finished steps
         self._snapshot: tuple[Any, Any, Any] | None = None
 
@@ -146,16 +147,6 @@ class LearnerStop:
         sinks: publish, metrics, checkpoint if due, progress) and the worker stops at the next
         ``begin``. (The step's waits all come before its updates, ``learner.step``.)"""
         self.preemption.abandonable = False
-
-    @contextlib.contextmanager
-    def stopping(self) -> Iterator[None]:
-        """Around the step loop: a ``Preempted`` from a boundary or a wait leaves the state of
-        the finished steps checkpointed (``stop``) and goes on with ``finished`` set."""
-        try:
-            yield
-        except Preempted as stopped:
-            stopped.finished = self.stop()
-            raise
 
     def stop(self) -> int | None:
         """Put the state back to the start of the step begun last (abandoned, or not begun) and
@@ -216,7 +207,10 @@ def serve_count(metrics: Any, store: Any, agent: str, role: str, replica: int | 
 def preempted_exit(store: Any, agent: str, role: str, replica: int | None, stopped: Preempted) -> int:
     """How a worker stopped by SIGTERM ends: its stop recorded (``hacrl_preemptions_total`` of its
     restart; ``role`` "rollout" or "learner", a colocated worker's "learner"), one log line, and
-    ``PREEMPTED_EXIT_CODE``."""
+    ``PREEMPTED_EXIT_CODE``. A learner's state, as the ``Preempted`` left it, is first put back
+    to its finished steps and checkpointed (``LearnerStop.stop``)."""
+    if PREEMPTION.learner is not None and stopped.finished is None:
+        stopped.finished = PREEMPTION.learner.stop()
     seconds = PREEMPTION.seconds_since()
     try:
         record_stop(store, agent, role, replica, finished=stopped.finished, reason=str(stopped), seconds=seconds)

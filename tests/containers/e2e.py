@@ -12,6 +12,13 @@ It kills one worker container (``podman kill``) once the run has committed its f
 checks that the operator replaced that pod, that the experiment Succeeded, and that the store
 holds every step's rollouts, scores and metrics and every checkpoint exactly once.
 
+With ``HACRL_E2E_STOP=sigterm`` it stops that learner's container with SIGTERM instead (``podman
+stop`` with a grace period, as a kubelet stops a pod that is deleted, evicted or preempted),
+mid-step, with periodic checkpoints only at the last step: the learner must exit with code 7
+having checkpointed the step it stopped at, the operator must replace its pod counting a
+preemption and no restart, and the replacement must resume from that step (its agent's progress
+never goes back below it) while the store still holds every step exactly once.
+
     python -m tests.containers.e2e --operator-image IMG --worker-image IMG --workdir DIR
 """
 
@@ -46,6 +53,10 @@ ENV_CONFIGMAP = "ce2e-env"
 # The worker whose container is killed mid-run: the learner of the first agent.
 KILLED_ROLE = "learner"
 STEPS = 6
+#: How that worker is stopped: "sigkill" (`podman kill`) or "sigterm" (`podman stop`, a preemption).
+STOP = os.environ.get("HACRL_E2E_STOP", "sigkill")
+#: sigterm: the learner stops after this many finished steps (or one more, the step in flight).
+STOP_AFTER = 2
 
 log = logging.getLogger("container-e2e")
 
@@ -64,6 +75,8 @@ def experiment(store_uri: str, endpoint: str) -> dict[str, Any]:
     # Long enough that a worker killed after the first step has steps left to lose (a few s each).
     spec["algorithm"]["steps"] = STEPS
     spec["checkpoint"] = {"everySteps": 1, "keepLast": spec["algorithm"]["steps"]}
+    if STOP == "sigterm":  # no periodic checkpoint before the last step: only the stop's own
+        spec["checkpoint"] = {"everySteps": 100, "keepLast": STEPS, "gracePeriodSeconds": 60}
     return document
 
 
@@ -170,12 +183,78 @@ def kill_one_worker(
     return pod
 
 
-def check_store(store: Any, steps: int, agents: list[str]) -> None:
-    """Every step's records and every checkpoint exactly once."""
+def stop_one_learner(
+    cluster: EmulatedCluster, kubelet: Kubelet, store: Any, agent: str, timeout: float
+) -> dict[str, Any]:
+    """``podman stop`` (SIGTERM, 60 s before SIGKILL) the running learner container of ``agent``
+    once it finished STOP_AFTER steps; it must exit 7 having checkpointed the step it stopped at.
+    Returns the pod, with ``stopped_at`` (that step) added."""
+
+    def target() -> dict[str, Any] | None:
+        kubelet.check()
+        if (store.read_progress(agent) or {}).get("step", 0) < STOP_AFTER:
+            return None
+        for pod in worker_pods(cluster):
+            labels = pod["metadata"]["labels"]
+            if (
+                labels.get(LABEL_AGENT) == agent
+                and labels.get(LABEL_ROLE) == KILLED_ROLE
+                and (pod.get("status") or {}).get("phase") == "Running"
+            ):
+                return pod
+        return None
+
+    pod = wait_for(target, timeout=timeout, interval=0.3, what=f"{agent}'s {KILLED_ROLE} past step {STOP_AFTER}")
+    container = f"{pod['metadata']['name']}-{pod['spec']['containers'][0]['name']}"
+    finished = (store.read_progress(agent) or {}).get("step", 0)
+    began = time.monotonic()
+    stopped = podman("stop", "--time", "60", container, check=False)
+    seconds = time.monotonic() - began
+    assert stopped.returncode == 0, f"could not stop {container} mid-run: {stopped.stderr.strip()}"
+    code = podman("inspect", "--format", "{{.State.ExitCode}}", container, check=False).stdout.strip()
+    checkpoints = store.list_checkpoints(agent)
+    log.info(
+        "stopped container %s with SIGTERM after %d finished steps: exit code %s in %.1f s, checkpoints %s",
+        container,
+        finished,
+        code,
+        seconds,
+        checkpoints,
+    )
+    assert code in ("7", ""), f"{container} exited with code {code} on SIGTERM, not 7 (preempted)"
+    assert len(checkpoints) == 1 and finished <= checkpoints[0] <= finished + 1, (
+        f"{agent}'s learner stopped after {finished} steps but the checkpoints are {checkpoints}"
+    )
+    return {**pod, "stopped_at": checkpoints[0]}
+
+
+def check_store(store: Any, steps: int, agents: list[str], stopped_at: int | None = None) -> None:
+    """Every step's records and every checkpoint exactly once (sigterm: the first agent's stop
+    checkpoint and the last step's; the other agent's last step's)."""
     assert_every_step_shard_exactly_once(store, steps, agents)
-    for agent in agents:
-        assert store.list_checkpoints(agent) == list(range(1, steps + 1)), (agent, store.list_checkpoints(agent))
+    for index, agent in enumerate(agents):
+        if stopped_at is None:
+            expected = list(range(1, steps + 1))
+        else:
+            expected = [stopped_at, steps] if index == 0 else [steps]
+        assert store.list_checkpoints(agent) == expected, (agent, store.list_checkpoints(agent))
         assert store.read_metrics(steps - 1, agent), f"{agent}: no metrics for the last step"
+
+
+def check_preemption(cluster: EmulatedCluster, stopped_at: int, seen_steps: list[int]) -> None:
+    """The replacement resumed from the step the learner stopped at (its progress never went
+    back below it), and the operator counted a preemption, no restart."""
+    assert seen_steps and min(seen_steps) >= stopped_at, (
+        f"the replacement started below step {stopped_at}: progress seen {seen_steps}"
+    )
+    entry = cluster.get("hacrlexperiment", NAME, NAMESPACE)["status"]["agentProgress"][0]
+    assert (entry.get("preemptions"), entry.get("restarts")) == (1, 0), entry
+    log.info(
+        "the learner resumed from step %d (progress seen %d..%d); status preemptions 1, restarts 0",
+        stopped_at,
+        min(seen_steps),
+        max(seen_steps),
+    )
 
 
 def run(args: argparse.Namespace) -> None:
@@ -213,10 +292,15 @@ def run(args: argparse.Namespace) -> None:
             began = time.monotonic()
             apply(cluster, document)
             store = open_trajectory_store(f"s3://{s3.bucket}/e2e/{NAMESPACE}", NAME, endpoint=s3.endpoint)
-            killed = kill_one_worker(cluster, kubelet, store, agents[0], args.timeout)
+            if STOP == "sigterm":
+                killed = stop_one_learner(cluster, kubelet, store, agents[0], args.timeout)
+            else:
+                killed = kill_one_worker(cluster, kubelet, store, agents[0], args.timeout)
+            seen_steps: list[int] = []  # the first agent's progress after the stop
 
             def finished() -> str | None:
                 kubelet.check()
+                seen_steps.append(int((store.read_progress(agents[0]) or {}).get("step", 0)))
                 current = phase(cluster)
                 assert current != "Failed", (
                     f"the experiment Failed: {json.dumps(cluster.get('hacrlexperiment', NAME, NAMESPACE).get('status'))[:3000]}"
@@ -238,7 +322,9 @@ def run(args: argparse.Namespace) -> None:
             assert set(replaced) <= set(kubelet.played), (
                 f"replacement {replaced} never ran as containers (played: {kubelet.played})"
             )
-            check_store(store, steps, agents)
+            check_store(store, steps, agents, killed.get("stopped_at"))
+            if STOP == "sigterm":
+                check_preemption(cluster, killed["stopped_at"], seen_steps)
             log.info(
                 "store: %d steps x %d agents, each step's records and checkpoints exactly once; pod %s (uid %s) replaced by uid %s",
                 steps,

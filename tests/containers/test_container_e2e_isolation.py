@@ -1,6 +1,7 @@
 """scripts/container-e2e.sh after each situation that once hung or failed it: a leftover container
 in storage under the name a pod's container will take, a `podman kube play` that never returns,
-and an earlier run killed with SIGKILL mid-run.
+and an earlier run killed with SIGKILL mid-run; and with its learner stopped by SIGTERM (a
+preemption) instead of killed.
 
 Marked ``container``: they need podman, buildah and the images that `make container-e2e` builds
 before running them (`pytest -m container tests/containers`; CI runs it in .ci/run), so the
@@ -146,6 +147,19 @@ def test_a_podman_that_always_hangs_fails_the_run_within_minutes_naming_the_call
     # the start (emulator, SeaweedFS, the operator's container: under a minute on a quiet machine),
     # then two plays of 20 s: a run that waited for the experiment's own timeout would take 1200 s
     assert took < 300, f"failed only after {took:.0f} s"
+
+
+def test_a_learner_stopped_with_sigterm_mid_step_resumes_from_the_step_it_stopped_at() -> None:
+    """Issue 41: the e2e with its learner container stopped by `podman stop` (SIGTERM, a grace
+    period) instead of killed, periodic checkpoints only at the last step (tests/containers/e2e.py,
+    ``HACRL_E2E_STOP``): exit code 7, the stop's own checkpoint, a preemption counted and no restart,
+    the replacement resumed from that step, every step in the store exactly once."""
+    result = e2e(env={"HACRL_E2E_STOP": "sigterm"})
+    assert passed(result), result.stdout[-5000:]
+    assert re.search(r"stopped container \S+ with SIGTERM after \d+ finished steps: exit code 7", result.stdout), (
+        result.stdout[-5000:]
+    )
+    assert "status preemptions 1, restarts 0" in result.stdout, result.stdout[-5000:]
 
 
 def test_a_run_after_one_killed_with_sigkill_mid_run_passes(tmp_path: Path) -> None:

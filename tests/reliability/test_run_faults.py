@@ -9,8 +9,10 @@ and the S3 server (SeaweedFS) killed mid-run and restarted on the same ports and
 
 from __future__ import annotations
 
+import os
 import random
 import re
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -381,3 +383,106 @@ def test_s3_run_leaks_no_credential(tmp_path: Path) -> None:
         assert not leaked, f"{needle!r} found in {leaked}"
         leaked = [k for k, data in S3_RUN["objects"].items() if needle in data]
         assert not leaked, f"{needle!r} found in store objects {leaked}"
+
+
+# -- SIGTERM: a preemption costs at most the step in flight ---------------------------------------
+
+
+def preemption_spec(directory: Path, name: str, store_uri: str, mode: str) -> Path:
+    """Periodic checkpoints far apart (only the last step's), and no restart allowed: a preempted
+    worker must resume from the step it stopped at, and its restart must not count."""
+    options = {k: v for k, v in MODES[mode].items() if k not in ("roles", "replicas")}
+    document = tiny_spec(name, store_uri, steps=STEPS, **options)
+    document["spec"]["restartLimit"] = 0
+    document["spec"]["checkpoint"] = {"everySteps": 100, "keepLast": 2, "gracePeriodSeconds": 60}
+    return write_spec(directory, document)
+
+
+def sigterm_while_others_held(workdir: Path, entry: dict[str, Any], workers: list[dict[str, Any]]) -> float:
+    """SIGTERM the worker's process alone (as the kubelet signals a container's PID 1) while every
+    other worker is held: a learner's step then waits for their data, mid-step, whatever the
+    machine's speed. Returns the seconds it took to exit (it must, with the others still held)."""
+    with held([w["pid"] for w in workers if w["pid"] != entry["pid"]]):
+        time.sleep(0.05)
+        began = time.monotonic()
+        os.kill(entry["pid"], signal.SIGTERM)
+        wait_for(lambda: not pid_alive(entry["pid"]), 60, f"the {entry['role']} worker of {entry['agent']} to stop")
+        return time.monotonic() - began
+
+
+def without_publish(result: dict[str, Any]) -> dict[str, Any]:
+    """``outcome`` without the per-step bytes of weight publishes (``learner/weights_*``)."""
+    steps = {
+        k: {m: v for m, v in values.items() if not m.startswith("learner/weights_")}
+        for k, values in result["metrics"].items()
+    }
+    return {**result, "metrics": steps}
+
+
+def resumed_at(log: Path) -> list[int]:
+    """The step counts a learner's log says it resumed from (one per start from a checkpoint)."""
+    return [int(n) for n in re.findall(r"resumed from checkpoint after (\d+) steps", log.read_text(errors="replace"))]
+
+
+@pytest.mark.parametrize("mode", ["split", "colocated"])
+def test_sigterm_mid_step_resumes_from_the_step_it_stopped_at(
+    tmp_path: Path, model_cache: Path, baselines, mode: str
+) -> None:
+    """A learner SIGTERMed mid-step (its peers held, so its step waits for their data) with no
+    periodic checkpoint since step 0 abandons the step, checkpoints its last finished one and exits
+    7; `hacrl run` restarts it without counting a restart (restartLimit 0) and it resumes from the
+    step it stopped at. Then a rollout worker (split) or the other agent's colocated worker is
+    SIGTERMed too. The store holds every step once and the result equals the uninterrupted run."""
+    name = f"rel-term-{mode}"
+    uri = (tmp_path / "store").as_uri()
+    store = open_run_store(uri, name, mode)
+    process = start_run(preemption_spec(tmp_path, name, uri, mode), tmp_path, run_env(model_cache))
+    learner_role = MODES[mode]["roles"][-1]
+    plan = [(1, "llama", learner_role), (3, "qwen", MODES[mode]["roles"][0])]
+    stops = []
+    try:
+        for reached, agent, role in plan:
+            wait_for(
+                lambda reached=reached: (
+                    min((store.read_progress(a) or {}).get("step", 0) for a in AGENTS) >= reached
+                    or process.poll() is not None
+                ),
+                RUN_TIMEOUT,
+                f"every learner past step {reached}",
+            )
+            found = wait_for(
+                lambda agent=agent, role=role: (
+                    live_target(tmp_path / "work", agent, role, 0, set()) or (process.poll() is not None and "ended")
+                ),
+                RUN_TIMEOUT,
+                f"a live {role} worker of {agent}",
+                interval=0.01,
+            )
+            assert found != "ended", f"the run ended before the SIGTERM of the {role} worker of {agent}"
+            workers, entry = found
+            progress = (store.read_progress(agent) or {}).get("step", 0)
+            seconds = sigterm_while_others_held(tmp_path / "work", entry, workers)
+            stops.append((agent, role, progress, store.latest_checkpoint(agent), seconds))
+        output = finish(process, f"the run with SIGTERMs {plan}")
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert not restarts_in(output) and output.count("preempted (stopped on SIGTERM") == len(plan), output[-3000:]
+    logs = tmp_path / "work" / "logs"
+    agent, role, progress, checkpointed, _ = stops[0]
+    # The learner checkpointed the step it stopped at (no periodic checkpoint before the last step)...
+    assert checkpointed is not None and progress <= checkpointed <= progress + 1 and checkpointed < STEPS, stops
+    # ...and its restart resumed from there, not from step 0.
+    assert resumed_at(logs / f"{agent}-{role}.log")[0] == checkpointed, stops
+    assert "worker preempted" in (logs / f"{agent}-{role}.log").read_text()
+    assert_every_step_shard_exactly_once(store, STEPS, AGENTS)
+    got, want = outcome(store), baselines(BASELINE_OF[mode])
+    if mode == "colocated":  # it publishes weights only with a checkpoint: compared without their bytes
+        got, want = without_publish(got), without_publish(want)
+    assert_same_result(got, want)
+    LEDGER.fault("sigterm", len(stops))
+    LEDGER.recoveries += len(stops)
+    LEDGER.runs.append(
+        f"SIGTERM ({mode}) of (agent, role, progress step, checkpoint after the stop, seconds to exit) {stops}: "
+        "resumed from the step stopped at, no restart counted, no step lost or repeated; result equal to uninterrupted"
+    )

@@ -75,18 +75,18 @@ def test_a_learner_stop_puts_the_step_back_and_checkpoints_the_finished_ones(fre
     torch.rand(4)
     random.random()
     fresh.requested_at = time.monotonic()
-    with pytest.raises(Preempted) as stopped, stop.stopping():
+    with pytest.raises(Preempted):
         fresh.check_wait()
-    assert stopped.value.finished == 3 and saved == [3]
+    assert stop.stop() == 3 and saved == [3]
     assert tracker.state_dict() == before[0] and torch.equal(torch.get_rng_state(), before[1])
     assert random.getstate() == before[2]
     # At a boundary whose steps a checkpoint already holds: nothing written again.
-    with pytest.raises(Preempted), stop.stopping():
+    with pytest.raises(Preempted):
         stop.begin(3)
-    assert saved == [3]
+    assert stop.stop() == 3 and saved == [3]
 
 
-def test_a_stop_is_recorded_and_served_by_the_restart(tmp_path: Path) -> None:
+def test_a_stop_is_recorded_and_served_by_the_restart(tmp_path: Path, fresh: Preemption) -> None:
     store = open_trajectory_store(tmp_path.as_uri(), "exp")
     stopped = Preempted("stopped on SIGTERM at a step boundary")
     stopped.finished = 4
