@@ -45,6 +45,7 @@ for extra in (REPO, REPO / "operator", REPO / "tests" / "operator"):
 from bench.common import RESULTS, EmulatorApi, save, table  # noqa: E402 (the path set up above first)
 
 NS = "hx-scale"
+GOAL_MIB, GOAL_AT = 300, 500  # issue 38: under 300 MiB at 500 experiments, half of them finished
 GROUP = "/apis/hacrl.io/v1alpha1"
 STEPS = 12
 LAUNCH = """
@@ -339,6 +340,7 @@ def run_scale(n: int, args: argparse.Namespace) -> dict[str, Any]:
         )
         time.sleep(args.interval)
         memory["all deleted"] = operator.rss_mib()
+        print(f"  N={n}: {fell_back(n, memory)}", flush=True)
         per_minute = 60.0 / args.window
         result = {
             "experiments": n,
@@ -380,6 +382,21 @@ def run_scale(n: int, args: argparse.Namespace) -> dict[str, Any]:
         cluster.stop()
         s3.stop()
         shutil.rmtree(work / "seaweed", ignore_errors=True)
+
+
+def fell_back(n: int, memory: dict[str, float]) -> str:
+    """The memory goal (under 300 MiB at 500 experiments, half finished) and how far the resident
+    size fell back once every experiment was deleted, of what it had grown since idle."""
+    grown = max(memory["all running"], memory["half finished"], memory["all finished"]) - memory["idle"]
+    fallen = max(memory["all running"], memory["half finished"], memory["all finished"]) - memory["all deleted"]
+    goal = "met" if memory["half finished"] < GOAL_MIB else "NOT met"
+    scale = f"{memory['half finished']:.0f} MiB half finished" + (
+        f" (goal < {GOAL_MIB} MiB at {GOAL_AT}: {goal})" if n >= GOAL_AT else ""
+    )
+    return (
+        f"RSS {memory['idle']:.0f} MiB idle, {scale}, {memory['all deleted']:.0f} MiB after deleting all: "
+        f"fell back {fallen:.0f} of the {grown:.0f} MiB it grew"
+    )
 
 
 def _peak(operator: Operator) -> float:
@@ -436,6 +453,13 @@ def write(args: argparse.Namespace, runs: list[dict[str, Any]], began: float) ->
         ],
         rows,
     )
+    for r in runs:
+        print(f"N={r['experiments']}: {fell_back(r['experiments'], r['memory_mib'])}")
+        finished = r["requests_per_experiment"]["finished_per_minute"]
+        print(
+            f"N={r['experiments']}: a finished experiment costs {finished['api']:.2f} API and "
+            f"{finished['store']:.2f} S3 requests a minute (0 S3 expected)"
+        )
     print(
         f"\noperator at scale ({args.agents} agents per experiment, s3:// stores on SeaweedFS, reconcile interval {args.interval:g}s)\n{text}"
     )
