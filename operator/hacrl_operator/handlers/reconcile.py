@@ -89,6 +89,7 @@ class Reconciler:
         self._guard = threading.Lock()
         self.known: set[tuple[str, str]] = set()  # experiments seen, for the periodic ticker
         self.resting: dict[tuple[str, str], float] = {}  # the ticker's next visit (time.monotonic) of each
+        self.let_go = 0  # experiments forgotten or resting since the ticker last trimmed (memory.trim)
 
     # -- serialisation -------------------------------------------------------------------------
 
@@ -142,8 +143,9 @@ class Reconciler:
             slot = self._slots.get(key)
             if not known and slot is not None and not slot.waiting:
                 del self._slots[key]
-        if rests or not known:
-            self.stores.release(namespace, name)
+        if (rests or not known) and self.stores.release(namespace, name):
+            with self._guard:
+                self.let_go += 1
         if not known:
             self.metrics.set_phase(namespace, name, None)
 
@@ -152,8 +154,15 @@ class Reconciler:
             self._slots.pop((namespace, name), None)
             self.known.discard((namespace, name))
             self.resting.pop((namespace, name), None)
+            self.let_go += 1
         self.stores.release(namespace, name)
         self.metrics.set_phase(namespace, name, None)
+
+    def take_let_go(self) -> int:
+        """Experiments forgotten or resting since the last call (the ticker's trim, memory.py)."""
+        with self._guard:
+            count, self.let_go = self.let_go, 0
+        return count
 
     # -- one reconcile -------------------------------------------------------------------------
 

@@ -121,12 +121,14 @@ class ExperimentStores:
             opened = self._open[key] = self.opener(experiment)
             return opened.store
 
-    def release(self, namespace: str, name: str) -> None:
-        """Let go of the experiment's store (and its use of a shared client); none held is fine."""
+    def release(self, namespace: str, name: str) -> bool:
+        """Let go of the experiment's store (and its use of a shared client); whether it held one."""
         with self._guard:
             opened = self._open.pop((namespace, name), None)
-        if opened is not None:
-            opened.close()
+        if opened is None:
+            return False
+        opened.close()
+        return True
 
     @contextmanager
     def borrowed(self, experiment: Experiment) -> Iterator[Any]:

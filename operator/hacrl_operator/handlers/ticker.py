@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from hacrl_operator.concurrency import TICKER_THREADS
 from hacrl_operator.handlers.reconcile import Reconciler
+from hacrl_operator.memory import trim
 
 logger = logging.getLogger("hacrl_operator.ticker")
 
@@ -72,7 +73,11 @@ class Ticker:
             pool.shutdown(wait=False, cancel_futures=True)
 
     def tick(self, pool: ThreadPoolExecutor) -> int:
-        """Queue every known experiment not still in flight; returns how many were queued."""
+        """Queue every known experiment not still in flight; returns how many were queued. First,
+        if experiments were forgotten or came to rest since the last tick, the memory they freed
+        goes back to the system (memory.trim)."""
+        if self.reconciler.take_let_go():
+            trim()
         queued = 0
         for key in sorted(self.reconciler.known):
             if not self.reconciler.due(key):  # resting: finished, suspended or invalid
