@@ -54,6 +54,9 @@ def test_a_resume_without_an_agent_reopens_the_steps_nobody_finished(tmp_path: P
         for agent in ("a", "b"):
             ts.write_metrics(step, agent, {"step": step})
     assert reopen_steps(ts, ["a", "b"], ["a", "b"]) == []  # same team: nothing to reopen
+    assert reopen_steps(ts, ["a", "b", "c"], ["a", "b", "c"]) == [2, 3]  # a newcomer joins at step 2, not 4
+    for step in (2, 3):
+        step_members(ts, step, lambda: ["a", "b"])
     assert reopen_steps(ts, ["a"], ["a"]) == [2, 3]
     assert ts.member_steps() == [0, 1] and ts.read_members(1) == ["a", "b"]
     assert step_members(ts, 2, lambda: ["a"]) == ["a"]
