@@ -277,7 +277,8 @@ def all_keys(store: Any) -> list[str]:
 
 def assert_every_step_shard_exactly_once(store: Any, steps: int, agents: list[str], max_staleness: int = 0) -> None:
     """Every step's rollouts (every part, with several rollout replicas: ``store.rollout_replicas``),
-    scores and metrics of every agent committed, nothing else under
+    scores and metrics of every agent committed, its team record (``members.json``) with its
+    marker if it has one, nothing else under
     steps/, no data without its marker and no marker without its data, each row once, and every
     rollout row sampled with the weights the step is owed: those of step ``max(0, step -
     max_staleness)`` (``algorithm.maxStaleness``'s fixed lag; counted in ``LEDGER.runs_verified``)."""
@@ -296,6 +297,9 @@ def assert_every_step_shard_exactly_once(store: Any, steps: int, agents: list[st
                 expected |= {key, key + ".commit.json"}
                 if key not in keys or key + ".commit.json" not in keys:
                     lost_steps.add(step)
+        members = layout.members_key(store.experiment, step)  # the step's team (store/membership.py), once
+        if members in keys or members + ".commit.json" in keys:
+            expected |= {members, members + ".commit.json"}
     assert not lost_steps, f"steps lost (a shard or its marker missing): {sorted(lost_steps)}"
     assert keys == expected, f"unexpected objects under steps/: {sorted(keys - expected)}"
     for step in range(steps):
