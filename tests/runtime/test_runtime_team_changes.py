@@ -9,8 +9,12 @@ import copy
 import signal
 from pathlib import Path
 
+import pytest
+
 from hacrl_core.store import TrajectoryStore, open_trajectory_store
 from tests.integration.runs import run_env, start_run, tiny_spec, wait_for, write_spec
+
+pytestmark = pytest.mark.slow
 
 STEPS = 10
 NAME = "elastic"

@@ -312,7 +312,6 @@ def _plan_active(
     spec = experiment.spec
     steps = spec.algorithm.steps
     previous = {p.name: p for p in old.agent_progress}
-    entries = plan.status.agent_progress
     rules = PodRules(
         steps,
         spec.restart_limit,
@@ -323,10 +322,7 @@ def _plan_active(
         pod_counts(experiment)[1],
         resized,
     )
-    # A suspended agent (agents[].suspend) is released, not decided: the team goes on without it.
-    paused = {agent.name for agent in spec.agents if agent.suspend}
-    _release_suspended([e for e in plan.status.agent_progress if e.name in paused], plan, views)
-    entries = [entry for entry in entries if entry.name not in paused]
+    entries = _unsuspended(plan, spec, views)
     decisions = [
         decide_agent(entry, observed.progress.get(entry.name) or {}, views, previous.get(entry.name), rules)
         for entry in entries
@@ -362,6 +358,14 @@ def _plan_active(
         _finish(plan, experiment, views, old, "Succeeded", "AllAgentsFinished", "Finished", message, observed.now)
         return
     _plan_running(plan, spec, decisions, observed.now, old)
+
+
+def _unsuspended(plan: Plan, spec: ExperimentSpec, views: Views) -> list[AgentProgress]:
+    """The entries of the agents to decide: a suspended agent (agents[].suspend) is released
+    (``_release_suspended``), not decided; the team goes on without it."""
+    paused = {agent.name for agent in spec.agents if agent.suspend}
+    _release_suspended([e for e in plan.status.agent_progress if e.name in paused], plan, views)
+    return [entry for entry in plan.status.agent_progress if entry.name not in paused]
 
 
 def _release_suspended(entries: list[AgentProgress], plan: Plan, views: Views) -> None:
