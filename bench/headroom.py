@@ -167,7 +167,7 @@ def per_token_logprob(engine: Any, rows: list[tuple[list[int], list[int]]], batc
     scores rows (``learner.batch.score_rows``)."""
     from hacrl_core.learner.batch import TrainRow, score_rows
     from hacrl_core.learner.micro_batches import MicroBatching
-    from hacrl_core.learner.stages import pad_id
+    from hacrl_core.learner.state import pad_id
 
     train_rows = [TrainRow(0, "", 0.0, ids, mask, True) for ids, mask in rows]
     packing = MicroBatching(

@@ -177,7 +177,7 @@ def plain_step(context, state, rows, plan) -> float:
     import torch
 
     from hacrl_core.learner.batch import collate_rows
-    from hacrl_core.learner.stages import pad_id
+    from hacrl_core.learner.state import pad_id
 
     pad = pad_id(state.tokenizer)
     model, backend = state.backend.model, state.backend

@@ -114,7 +114,7 @@ def inprocess_loop(spec_path: Path) -> dict[str, float]:
     from hacrl_core.algorithms import resolve_algorithm
     from hacrl_core.context import WorkerContext
     from hacrl_core.learner.backends import create_backend
-    from hacrl_core.learner.stages import start_state
+    from hacrl_core.learner.state import start_state
     from hacrl_core.learner.step import StepSetup, learner_step, run_team
     from hacrl_core.learner.step_ports import MemoryExchange, MemoryPorts
     from hacrl_core.models.loading import load_policy

@@ -39,7 +39,7 @@ from hacrl_core.algorithms import resolve_algorithm
 from hacrl_core.context import step_problems
 from hacrl_core.data.report import open_dataset
 from hacrl_core.learner.backends import create_backend
-from hacrl_core.learner.stages import start_state
+from hacrl_core.learner.state import start_state
 from hacrl_core.learner.step import StepSetup, learner_step, run_team
 from hacrl_core.learner.step_ports import MemoryExchange, MemoryPorts
 from hacrl_core.models.loading import load_policy

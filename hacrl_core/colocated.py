@@ -9,14 +9,14 @@ package, so that neither the learner nor the rollout package imports the other.
 
 from __future__ import annotations
 
-from hacrl_core.context import WorkerContext
+from hacrl_core.context import RunDescription, WorkerContext
 from hacrl_core.learner import distributed
-from hacrl_core.learner.stages import LearnerState
+from hacrl_core.learner.state import LearnerState
 from hacrl_core.learner.worker import Sampler, run_learner_worker
 from hacrl_core.rewards.remote import take_retries
 from hacrl_core.rollout.hf_engine import HFEngine
 from hacrl_core.rollout.sampling import rollout_metrics
-from hacrl_core.rollout.worker import sample_rollouts
+from hacrl_core.rollout.worker import StoreRolloutPorts, sample_rollouts
 from hacrl_core.spec import SpecError
 
 
@@ -26,6 +26,7 @@ def live_policy_sampler(context: WorkerContext) -> Sampler:
     them; their metrics. Rank 0 of several learner ranks samples; the others read its rollouts
     from the store."""
     engine = HFEngine(batch_size=context.agent.rollout.batch_size)
+    ports = StoreRolloutPorts(context)
 
     def sample(state: LearnerState, step: int) -> dict[str, float]:
         if distributed.decide(
@@ -36,22 +37,22 @@ def live_policy_sampler(context: WorkerContext) -> Sampler:
             if not distributed.is_writer():
                 return {}
             engine.set_policy(model, state.tokenizer)
-            rows, seconds = sample_rollouts(context, engine, step, version=step)
+            rows, seconds = sample_rollouts(context.run, ports, engine, step, version=step)
         return rollout_metrics(rows, step, {"load_weights": 0.0, **seconds}, take_retries())
 
     return sample
 
 
-def check_colocatable(context: WorkerContext) -> None:
+def check_colocatable(run: RunDescription) -> None:
     """A SpecError naming each field that keeps this experiment from running colocated."""
-    blockers = context.spec.colocation_blockers()
+    blockers = run.spec.colocation_blockers()
     if blockers:
         raise SpecError(
-            str(context.experiment.name),
+            str(run.experiment),
             [f"spec.{b}: cannot run colocated; or run the rollout and learner workers apart" for b in blockers],
         )
 
 
 def run_colocated_worker(context: WorkerContext) -> None:
-    check_colocatable(context)
+    check_colocatable(context.run)
     run_learner_worker(context, sampler=live_policy_sampler(context))

@@ -1,4 +1,10 @@
-"""What every worker needs, built once from the spec file and the agent name."""
+"""What every worker needs, built once from the spec file and the agent name.
+
+``RunDescription``: who the worker is in which run (spec, agent, names, seed, replica), frozen and
+without I/O. ``WorkerContext``: that and the worker's I/O (the store, its work folder, the
+datasets it opened, the scorer); only the worker modules take it whole (``runtime/commands.py``,
+``colocated.py``, ``learner/worker.py``, ``learner/sinks.py``, ``rollout/worker.py``, `hacrl eval`);
+the layers below take the pieces they use."""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hacrl_core.catalog import installed_backends, installed_engines
 from hacrl_core.data import PromptSource, iter_batches
@@ -30,6 +37,9 @@ from hacrl_core.spec import (
 )
 from hacrl_core.store import TrajectoryStore, describe_prefix, open_experiment_store
 from hacrl_core.store.ownership import Owner, claim
+
+if TYPE_CHECKING:
+    from hacrl_core.weight_formats import WeightFormat
 
 log = logging.getLogger("hacrl")
 
@@ -75,6 +85,35 @@ def unsupported_settings(experiment: Experiment) -> list[str]:
     return problems
 
 
+@dataclass(frozen=True)
+class RunDescription:
+    """Who a worker is in which run, and nothing else: the experiment's name and spec, the agent
+    (its name, its index among the spec's agents, all their names), the seed and the rollout
+    replica. No store, no files, no I/O: what a function takes when it needs to know where it
+    stands and not to read or write anything (``WorkerContext.run``)."""
+
+    experiment: str
+    spec: ExperimentSpec
+    agent_name: str
+    replica: int = 0
+
+    @property
+    def agent(self) -> AgentSpec:
+        return self.spec.agent(self.agent_name)
+
+    @property
+    def agent_index(self) -> int:
+        return self.spec.agent_index(self.agent_name)
+
+    @property
+    def agent_names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.spec.agents)
+
+    @property
+    def seed(self) -> int:
+        return self.spec.algorithm.seed
+
+
 @dataclass
 class WorkerContext:
     experiment: Experiment
@@ -113,6 +152,11 @@ class WorkerContext:
         context.work_dir = cache_root() / "work" / experiment.name / agent
         context.work_dir.mkdir(parents=True, exist_ok=True)
         return context
+
+    @property
+    def run(self) -> RunDescription:
+        """This worker's run description (frozen, no I/O)."""
+        return RunDescription(self.experiment.name, self.experiment.spec, self.agent_name, self.replica)
 
     @property
     def spec(self) -> ExperimentSpec:
@@ -183,6 +227,14 @@ class WorkerContext:
 
     def step_problems(self, step: int) -> list[Problem]:
         return step_problems(self.train_source, self.spec.algorithm, step)
+
+    def weights(self) -> WeightFormat:
+        """The agent's weight format (``weight_formats``: the full-model chain or a LoRA adapter) on
+        this worker's store."""
+        from hacrl_core.weight_formats import WeightsPlace, weight_format
+
+        place = WeightsPlace(self.store, self.agent_name, self.initial_model_dir, self.wait_seconds)
+        return weight_format(self.agent, place, f"spec.agents[{self.agent_index}].learner.lora")
 
     def initial_model_dir(self) -> Path:
         from hacrl_core.models.uri import resolve_model

@@ -20,6 +20,7 @@ import torch
 from hacrl_core.catalog import BACKEND_TABLE
 from hacrl_core.learner import distributed
 from hacrl_core.registry import Registry
+from hacrl_core.spec import LearnerSettings
 
 
 class TrainingBackend(Protocol):
@@ -74,11 +75,12 @@ class TorchBackend:
     checkpoint_globals: tuple[type, ...] = ()  # torch optimizer state is tensors and plain data
     lockstep = False  # gradients are summed over the ranks in step(), after every backward
 
-    def __init__(self, model: torch.nn.Module, settings) -> None:
+    def __init__(self, model: torch.nn.Module, settings: LearnerSettings) -> None:
         self.model = model
         self.grad_clip = settings.grad_clip
         self.sharded = distributed.multi_rank()
         self.parameters = trainable_parameters(model)
+        self.optimizer: torch.optim.Optimizer
         if self.sharded:
             from torch.distributed.optim import ZeroRedundancyOptimizer
 
@@ -103,6 +105,9 @@ class TorchBackend:
 
     def optimizer_state(self) -> dict[str, Any]:
         if self.sharded:  # every rank takes part; rank 0 gets the whole state, the others nothing
+            from torch.distributed.optim import ZeroRedundancyOptimizer
+
+            assert isinstance(self.optimizer, ZeroRedundancyOptimizer)
             self.optimizer.consolidate_state_dict(to=0)
             return plain_optimizer_state(self.optimizer.state_dict()) if distributed.is_writer() else {}
         return self.optimizer.state_dict()
@@ -152,5 +157,5 @@ def backend_factory(name: str) -> Callable[..., TrainingBackend]:
     return BACKENDS.get(name)
 
 
-def create_backend(name: str, model: torch.nn.Module, settings) -> TrainingBackend:
+def create_backend(name: str, model: torch.nn.Module, settings: LearnerSettings) -> TrainingBackend:
     return backend_factory(name)(model, settings)

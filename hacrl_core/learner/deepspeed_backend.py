@@ -76,6 +76,7 @@ from deepspeed.utils.tensor_fragment import fragment_address  # noqa: E402
 from hacrl_core.learner import distributed, launcher  # noqa: E402
 from hacrl_core.learner.backends import register_backend, trainable_parameters  # noqa: E402
 from hacrl_core.learner.checkpoint import RANK_SHARDS  # noqa: E402
+from hacrl_core.spec import LearnerSettings
 
 log = logging.getLogger("hacrl")
 
@@ -99,7 +100,7 @@ def ensure_distributed() -> None:
     deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False, verbose=False, rank=0, world_size=1)
 
 
-def deepspeed_config(settings, zero_stage: int) -> dict[str, Any]:
+def deepspeed_config(settings: LearnerSettings, zero_stage: int) -> dict[str, Any]:
     """The DeepSpeed config of one learner: the learner owns accumulation, DeepSpeed clips."""
     bf16 = settings.dtype == "bfloat16"
     config: dict[str, Any] = {
@@ -133,7 +134,7 @@ class DeepSpeedBackend:
     # runs no code of the file's choosing.
     checkpoint_globals: tuple[type, ...] = (LossScaler, ZeroStageEnum, fragment_address)
 
-    def __init__(self, model: torch.nn.Module, settings) -> None:
+    def __init__(self, model: torch.nn.Module, settings: LearnerSettings) -> None:
         ensure_distributed()
         self.zero_stage = int(settings.zero_stage or 0)
         self.dtype = settings.dtype

@@ -33,6 +33,7 @@ import logging
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
@@ -126,6 +127,7 @@ def gather_in_order(mine: list[Any], total: int) -> list[Any]:
     dist.all_gather_object(parts, mine)
     merged: list[Any] = [None] * total
     for source, part in enumerate(parts):
+        assert part is not None, "all_gather_object fills every rank's part"
         merged[source::size] = part
     return merged
 
@@ -234,8 +236,10 @@ def sum_gradients(parameters: Iterable[torch.nn.Parameter]) -> None:
     bucket: list[torch.Tensor] = []
     size = 0
     for p in params:
-        bucket.append(p.grad)
-        size += p.grad.numel()
+        grad = p.grad
+        assert grad is not None, "zero-filled above"
+        bucket.append(grad)
+        size += grad.numel()
         if size >= BUCKET_ELEMENTS:
             _all_reduce_flat(bucket)
             bucket, size = [], 0
@@ -298,15 +302,15 @@ class ReadOnlyStore:
         return f"ReadOnlyStore({self._store!r}, rank={self._rank})"
 
 
-def join_ranks(context) -> str:
-    """Make this learner process one of its ranks (from torchrun's environment), returning the
-    device it trains on: the process group joined, and on ranks other than 0 a read-only store
-    and a work directory of their own (downloads of checkpoints must not collide). One rank:
-    only the device."""
+def join_ranks(store: Any, work_dir: Path) -> tuple[str, Any, Path]:
+    """Make this learner process one of its ranks (from torchrun's environment): the process group
+    joined. Returns the device it trains on, the store it may use and its work directory: on ranks
+    other than 0 a read-only view of ``store`` and a folder of their own under ``work_dir``
+    (downloads of checkpoints must not collide). One rank: the device, ``store`` and ``work_dir``."""
     ranks = ranks_from_env()
     device = init_ranks(ranks)
     if ranks.rank > 0:
-        context.store = ReadOnlyStore(context.store, ranks.rank)
-        context.work_dir = context.work_dir / f"rank-{ranks.rank}"
-        context.work_dir.mkdir(parents=True, exist_ok=True)
-    return device
+        store = ReadOnlyStore(store, ranks.rank)
+        work_dir = work_dir / f"rank-{ranks.rank}"
+        work_dir.mkdir(parents=True, exist_ok=True)
+    return device, store, work_dir

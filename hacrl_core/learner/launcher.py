@@ -28,7 +28,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hacrl_core.spec import NODE_RANK_ENV, RENDEZVOUS_PORT
+from hacrl_core.spec import NODE_RANK_ENV, RENDEZVOUS_PORT, LearnerSettings
 
 log = logging.getLogger("hacrl")
 
@@ -190,15 +190,15 @@ def stop_ranks(children: Sequence[subprocess.Popen], grace: float = STOP_GRACE_S
             child.wait()
 
 
-def launch_learner_ranks(context, role: str, argv: Sequence[str]) -> int | None:
+def launch_learner_ranks(agent: str, settings: LearnerSettings, role: str, argv: Sequence[str]) -> int | None:
     """For a learner (or colocated) worker whose spec asks for several ranks and that is not a
     rank itself (no ``WORLD_SIZE``): start this node's ranks (``node_placement``: with several
     nodes, from ``HACRL_NODE_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``), wait, return their exit
-    code. None: this process is the worker (one rank, or one of several started by a launcher)."""
-    settings = context.agent.learner
+    code. None: this process is the worker (one rank, or one of several started by a launcher).
+    ``settings``: the agent's ``learner`` section (nodes, processesPerNode)."""
     if role == "rollout" or "WORLD_SIZE" in os.environ or settings.world_size == 1:
         return None
-    placement = node_placement(context.agent_name, settings.nodes)
+    placement = node_placement(agent, settings.nodes)
     return launch_local_ranks(
         [sys.executable, "-m", "hacrl_core.cli", *argv], settings.processes_per_node, placement=placement
     )

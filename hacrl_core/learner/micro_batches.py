@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from hacrl_core.learner import distributed
+from hacrl_core.spec import LearnerSettings
 
 #: The share of the machine's memory a CPU learner's activations may take: the rest is the
 #: weights, the optimizer, the reference model, the rollout engine and the other workers.
@@ -62,7 +63,7 @@ class MicroBatching:
         return max(len(self.pack(rows, list(indices[rank::size]))) for rank in range(size))
 
 
-def micro_batching(settings, model: torch.nn.Module, device: str) -> MicroBatching:
+def micro_batching(settings: LearnerSettings, model: torch.nn.Module, device: str) -> MicroBatching:
     """The micro-batching of the spec's ``learner`` section: ``micro_batch_tokens``, or the
     device's default, capped at ``micro_batch_size`` rows where set. With several learner ranks
     every rank takes the smallest rank's budget, so that all cut their rows alike."""

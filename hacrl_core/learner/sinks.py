@@ -17,17 +17,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from hacrl_core.context import WorkerContext
-from hacrl_core.evaluation import evaluate_policy
+from hacrl_core.context import RunDescription, WorkerContext
+from hacrl_core.evaluation import EvalSampling, eval_sets, evaluate_policy
 from hacrl_core.learner import distributed
 from hacrl_core.learner.checkpoint import save_checkpoint
 from hacrl_core.learner.clock import StageClock
 from hacrl_core.learner.guards import ensure_finite_weights
-from hacrl_core.learner.stages import LearnerState
+from hacrl_core.learner.state import LearnerState
 from hacrl_core.metrics import WorkerMetrics
 from hacrl_core.models.lora import save_trained
 from hacrl_core.sharing import shared_rows_used, sharing_warning
-from hacrl_core.store.weight_chain import directory_bytes, publish_policy
 from hacrl_core.tracking import steps_jsonl
 from hacrl_core.tracking.hub import TrackingHub
 from hacrl_core.worker_loop import StepSink
@@ -67,37 +66,10 @@ def publish_weights(context: WorkerContext, state: LearnerState, version: int) -
         shutil.rmtree(local, ignore_errors=True)
         ensure_finite_weights(model, context.agent_name, f"publish weights version {version}")
         save_trained(model, state.tokenizer, local)  # a LoRA agent's: the adapter alone
-    try:
-        if (
-            context.agent.learner.lora is not None
-        ):  # an adapter is small and most of it moves each step: published whole
-            size = float(directory_bytes(local))
-            context.store.publish_weights(context.agent_name, version, local)
-            return {"learner/weights_bytes_written": size, "learner/weights_publish_share": 1.0}
-        # A delta against the previous publish, or in full (store/weight_chain.py; docs/architecture.md, "Weight publishes").
-        published = publish_policy(
-            context.store,
-            context.agent_name,
-            version,
-            local,
-            context.work_dir / "published-weights",
-            full_every=context.agent.learner.full_publish_every,
-        )
+    try:  # the format's publish (weight_formats): a chain's delta or full publish, an adapter whole
+        return context.weights().publish(local, version, context.work_dir)
     finally:  # a failed publish leaves no copy of the model behind either
         shutil.rmtree(local, ignore_errors=True)
-    log.info(
-        "learner %s: weights version %d published %s, %.1f MB of %.1f MB%s",
-        context.agent_name,
-        version,
-        published.kind,
-        published.bytes_written / 1e6,
-        published.full_bytes / 1e6,
-        "" if published.changed_fraction is None else f", {published.changed_fraction:.2%} of elements changed",
-    )
-    return {
-        "learner/weights_bytes_written": float(published.bytes_written),
-        "learner/weights_publish_share": published.bytes_written / max(published.full_bytes, 1),
-    }
 
 
 def evaluate(context: WorkerContext, state: LearnerState, *, suffix: str = "") -> dict[str, float]:
@@ -106,13 +78,17 @@ def evaluate(context: WorkerContext, state: LearnerState, *, suffix: str = "") -
     with state.backend.gathered_weights() as model:
         if not distributed.is_writer():
             return {}
-        return {f"{key}{suffix}": value for key, value in evaluate_policy(context, model, state.tokenizer).items()}
+        sampling = EvalSampling.of(context.spec, context.agent)
+        sets = eval_sets(context.spec.data.eval, context.eval_source)
+        results = evaluate_policy(model, state.tokenizer, sets, context.score, sampling)
+        return {f"{key}{suffix}": value for key, value in results.items()}
 
 
-def evaluation_due(context: WorkerContext, completed: int) -> bool:
-    every = context.spec.evaluation.every_steps
-    return bool(context.spec.data.eval) and (
-        completed == context.spec.algorithm.steps or bool(every and completed % every == 0)
+def evaluation_due(run: RunDescription, completed: int) -> bool:
+    """Whether the policy is evaluated after ``completed`` steps (``evaluation.everySteps``, the last)."""
+    every = run.spec.evaluation.every_steps
+    return bool(run.spec.data.eval) and (
+        completed == run.spec.algorithm.steps or bool(every and completed % every == 0)
     )
 
 
@@ -146,7 +122,7 @@ def prune_checkpoints(context: WorkerContext) -> None:
 
 
 def progress_record(
-    context: WorkerContext,
+    run: RunDescription,
     state: LearnerState,
     values: dict,
     completed: int,
@@ -156,16 +132,16 @@ def progress_record(
     """The agent's progress file: what `hacrl status`, the live display and the operator read."""
     accuracy = next((v for k, v in values.items() if k.startswith("eval/") and k.endswith("/accuracy")), None)
     return {
-        "agent": context.agent_name,
+        "agent": run.agent_name,
         "step": completed,
-        "steps": context.spec.algorithm.steps,
+        "steps": run.spec.algorithm.steps,
         "weights_version": completed,
         "reward": values["rollout/reward_mean"],
         "accuracy": accuracy,
-        "capability": float(state.tracker.capability[state.tracker.team.index(context.agent_name)]),
+        "capability": float(state.tracker.capability[state.tracker.team.index(run.agent_name)]),
         "shared_rows_used": shared_rows_used(values),
         "last_checkpoint": last_checkpoint,
-        "done": completed == context.spec.algorithm.steps,
+        "done": completed == run.spec.algorithm.steps,
         "time": time.time(),
         "data": [report.as_dict() for report in datasets],
     }
@@ -191,7 +167,7 @@ class Evaluate(StepSink[LearnerStepEnd]):
         self.context, self.state = context, state
 
     def on_step_end(self, end: LearnerStepEnd) -> None:
-        if evaluation_due(self.context, end.completed):
+        if evaluation_due(self.context.run, end.completed):
             end.evaluation = evaluate(self.context, self.state)
         end.clock.lap("eval")
 
@@ -286,7 +262,10 @@ class ReleaseTracked(StepSink[LearnerStepEnd]):
             self.tracking.release()
 
     def on_run_end(self) -> None:
-        self.tracking.artifact(steps_jsonl(self.context))
+        context = self.context
+        self.tracking.artifact(
+            steps_jsonl(context.store, context.agent_name, context.spec.algorithm.steps, context.work_dir)
+        )
         self.tracking.finish()
 
 
@@ -303,7 +282,7 @@ class WriteProgress(StepSink[LearnerStepEnd]):
         if end.checkpoint_due:
             self.last_checkpoint = end.completed
         record = progress_record(
-            self.context, self.state, end.values, end.completed, self.last_checkpoint, self.datasets
+            self.context.run, self.state, end.values, end.completed, self.last_checkpoint, self.datasets
         )
         self.context.store.write_progress(self.context.agent_name, record)
         log.info(

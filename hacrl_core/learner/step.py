@@ -38,6 +38,7 @@ from hacrl_core.learner.stages import (
     update_capability,
 )
 from hacrl_core.learner.updates import StepInputs, UpdatePlan, plan_updates, run_updates
+from hacrl_core.spec import AlgorithmSpec
 
 #: The step's stage boundaries, in order: ``lap`` is called with each as that stage ends, so a
 #: driver can sum them into its own clock (the worker's ``learner/seconds_*``, a benchmark's).
@@ -56,7 +57,7 @@ class StepSetup:
     agent_index: int
     agent_names: tuple[str, ...]  # the step's members (the worker's: its record in the store, store.membership)
     algorithm: Algorithm
-    settings: Any
+    settings: AlgorithmSpec  # the spec's ``algorithm`` section
     score_in_first_update: bool = True
 
     @property
@@ -127,7 +128,7 @@ def learner_step(
     lap("read_peers")
     state.tracker.set_team(setup.agent_names)  # the step's members (a team may change between steps)
     update_capability(state.tracker, mean_rewards, algorithm)
-    advantages, discrepancy = assign_advantages(rows, state.tracker, algorithm, index, tuple(settings.ratio_bounds))
+    advantages, discrepancy = assign_advantages(rows, state.tracker, algorithm, index, settings.ratio_bounds)
     inputs = StepInputs(rows, advantages, discrepancy, algorithm, settings)
     plan = plan_updates(
         rows,

@@ -15,7 +15,6 @@ import logging
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
@@ -25,6 +24,7 @@ from hacrl_core.learner.batch import TrainRow, collate_rows
 from hacrl_core.learner.guards import is_finite
 from hacrl_core.learner.micro_batches import MicroBatching
 from hacrl_core.models.logprobs import sequence_logprobs
+from hacrl_core.spec import AlgorithmSpec
 
 log = logging.getLogger("hacrl")
 
@@ -64,7 +64,7 @@ class UpdatePlan:
 
 def plan_updates(
     rows: Sequence[TrainRow],
-    settings,
+    settings: AlgorithmSpec,
     *,
     step: int,
     agent_index: int,
@@ -127,7 +127,7 @@ class StepInputs:
     advantages: torch.Tensor
     discrepancy: torch.Tensor
     algorithm: Algorithm
-    settings: Any
+    settings: AlgorithmSpec  # the spec's ``algorithm`` section
     response_tokens: tuple[int, ...] = field(init=False)  # per row: each update's norm and each micro-batch's share
 
     def __post_init__(self) -> None:

@@ -50,12 +50,11 @@ from hacrl_core.learner.sinks import (
     learner_sinks,
     publish_weights,
 )
-from hacrl_core.learner.stages import LearnerState, start_state
+from hacrl_core.learner.state import LearnerState, start_state
 from hacrl_core.learner.step import StepSetup, learner_step, run_step
 from hacrl_core.learner.step_ports import StorePorts
 from hacrl_core.metrics import WorkerMetrics, store_retries
-from hacrl_core.models.loading import default_device, load_policy
-from hacrl_core.models.lora import AdapterDisabled, load_lora_policy
+from hacrl_core.models.loading import default_device
 from hacrl_core.runtime.preemption import LearnerStop, serve_count
 from hacrl_core.tracking import open_tracking
 from hacrl_core.tracking.hub import TrackingHub
@@ -108,11 +107,7 @@ def initialize(context: WorkerContext, device: str | None = None) -> LearnerStat
         log.info("learner %s: resumed from checkpoint after %d steps", context.agent_name, latest)
     reference = None
     if spec.algorithm.kl_coef > 0:  # 0 must skip loading the reference entirely
-        if settings.lora:  # the frozen reference is the base model itself: no second copy
-            reference = AdapterDisabled(backend.unwrapped_model())
-        else:
-            reference, _ = load_policy(context.initial_model_dir(), dtype=dtype, device=device)
-            reference.eval().requires_grad_(False)
+        reference = context.weights().reference(backend.unwrapped_model(), dtype, device)
     state = start_state(
         model,
         tokenizer,
@@ -131,16 +126,10 @@ def initialize(context: WorkerContext, device: str | None = None) -> LearnerStat
 
 def model_loader(context: WorkerContext, dtype: torch.dtype, device: str) -> Callable[[Path | None], tuple[Any, Any]]:
     """How the learner gets its ``(model, tokenizer)``: from a checkpoint's weights directory, or
-    from the agent's initial model when None. A LoRA agent (``learner.lora``) reads its base
-    model from the agent's ``model`` either way and adds the adapter (the checkpoint's, or a
-    fresh one): its checkpoints hold the adapter alone (``models.lora``)."""
-    lora = context.agent.learner.lora
-    if lora is None:
-        return lambda weights: load_policy(weights or context.initial_model_dir(), dtype=dtype, device=device)
-    field = f"spec.agents[{context.agent_index}].learner.lora"
-    return lambda weights: load_lora_policy(
-        context.initial_model_dir(), lora, adapter_dir=weights, dtype=dtype, device=device, field=field
-    )
+    from the agent's initial model when None, as its weight format reads them (``weight_formats``:
+    a LoRA agent's checkpoints hold the adapter alone, over the base model its ``model`` names)."""
+    weights_format = context.weights()
+    return lambda weights: weights_format.load_model(weights, dtype, device)
 
 
 def step_setup(context: WorkerContext, algorithm: Algorithm, members: tuple[str, ...]) -> StepSetup:
@@ -206,7 +195,16 @@ def learner_metrics(context: WorkerContext) -> WorkerMetrics:
 
 def learner_tracking(context: WorkerContext, state: LearnerState, metrics: WorkerMetrics) -> TrackingHub | None:
     """The spec's trackers, continuing a resumed learner's runs; rank 0 logs for the learner."""
-    tracking = open_tracking(context, state.next_step) if distributed.is_writer() else None
+    if not distributed.is_writer():
+        return None
+    tracking = open_tracking(
+        context.spec,
+        experiment=context.experiment.name,
+        agent=context.agent_name,
+        store=context.store,
+        work_dir=context.work_dir,
+        next_step=state.next_step,
+    )
     if tracking:
         metrics.count_from(
             "hacrl_tracker_drops",
@@ -233,7 +231,8 @@ def start_learner(context: WorkerContext, *, colocated: bool) -> LearnerRun:
     datasets' reports, the initial weights and evaluation; then the sinks each step ends in."""
     seed_process(context)
     algorithm = resolve_algorithm(context.spec.algorithm)
-    device = distributed.join_ranks(context)  # several learner ranks: the process group (one rank: nothing)
+    # Several learner ranks: the process group, and on ranks > 0 a read-only store (one rank: the device alone).
+    device, context.store, context.work_dir = distributed.join_ranks(context.store, context.work_dir)
     metrics = learner_metrics(context)
     state = initialize(context, device)
     tracking = learner_tracking(context, state, metrics)

@@ -15,21 +15,23 @@ committed, so it rewrites nothing another replica or its own earlier incarnation
 
 from __future__ import annotations
 
-import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
-from hacrl_core.context import WorkerContext, log
+from hacrl_core.context import RunDescription, WorkerContext, log
+from hacrl_core.data.base import Problem
 from hacrl_core.metrics import WorkerMetrics, store_retries
 from hacrl_core.rewards.remote import take_retries
+from hacrl_core.rewards.scoring import RewardItem
 from hacrl_core.rollout.engine import RolloutEngine, engine_for
 from hacrl_core.rollout.replicas import check_replica_prompts, replica_slice
 from hacrl_core.rollout.sampling import rollout_metrics, rollout_rows, sample_step, sampling_params, sampling_version
 from hacrl_core.runtime.preemption import PREEMPTION, serve_count
 from hacrl_core.store import TrajectoryStore
 from hacrl_core.store.membership import join_step, still_member, stint_start
-from hacrl_core.store.weight_chain import fetch_policy
 from hacrl_core.worker_loop import StepSink, run_ended, step_ended
 
 
@@ -41,23 +43,50 @@ def first_missing_step(store: TrajectoryStore, agent: str, steps: int, replica: 
     return step
 
 
+class RolloutPorts(Protocol):
+    """A rollout step's I/O: the step's prompts in, the rewards of its responses, its rows out."""
+
+    def step_problems(self, step: int) -> list[Problem]: ...
+
+    def score(self, items: Sequence[RewardItem]) -> list[float]: ...
+
+    def write_rollouts(self, step: int, rows: list[dict]) -> None: ...
+
+
+@dataclass(frozen=True)
+class StoreRolloutPorts:
+    """``RolloutPorts`` of a worker: the spec's training set, its reward, this replica's part of
+    the step's rollouts in the trajectory store."""
+
+    context: WorkerContext
+
+    def step_problems(self, step: int) -> list[Problem]:
+        return self.context.step_problems(step)
+
+    def score(self, items: Sequence[RewardItem]) -> list[float]:
+        return self.context.score(items)
+
+    def write_rollouts(self, step: int, rows: list[dict]) -> None:
+        self.context.store.write_rollouts(step, self.context.agent_name, rows, replica=self.context.replica)
+
+
 def sample_rollouts(
-    context: WorkerContext, engine: RolloutEngine, step: int, version: int
+    run: RunDescription, ports: RolloutPorts, engine: RolloutEngine, step: int, version: int
 ) -> tuple[list[dict], dict[str, float]]:
     """Sample, score and write the agent's rollouts of ``step`` (this replica's slice of the step's
     prompts and its part of the rollouts) with the policy ``engine`` holds (weights ``version``);
     returns the rows and the seconds of each stage."""
-    spec, agent = context.spec, context.agent
+    spec, agent = run.spec, run.agent
     seconds: dict[str, float] = {}
     began = time.perf_counter()
-    share = replica_slice(spec.algorithm.prompts_per_step, agent.rollout.replicas, context.replica)
-    problems = context.step_problems(step)[share]
+    share = replica_slice(spec.algorithm.prompts_per_step, agent.rollout.replicas, run.replica)
+    problems = ports.step_problems(step)[share]
     params = sampling_params(
         agent.rollout,
         group_size=spec.algorithm.group_size,
         seed=spec.algorithm.seed,
         step=step,
-        agent_index=context.agent_index,
+        agent_index=run.agent_index,
         first_prompt=share.start,
     )
     prompts, samples = sample_step(engine, problems, spec.data.template, params)
@@ -68,8 +97,8 @@ def sample_rollouts(
         problems,
         prompts,
         samples,
-        context.score,
-        experiment=context.experiment.name,
+        ports.score,
+        experiment=run.experiment,
         agent=agent.name,
         step=step,
         tokenizer=engine.tokenizer,
@@ -78,7 +107,7 @@ def sample_rollouts(
     seconds["reward"] = time.perf_counter() - began
 
     began = time.perf_counter()
-    context.store.write_rollouts(step, agent.name, rows, replica=context.replica)
+    ports.write_rollouts(step, rows)
     seconds["write"] = time.perf_counter() - began
     return rows, seconds
 
@@ -89,32 +118,13 @@ def load_weights(
     """Put the agent's weights version ``version`` into ``engine`` (fetched under ``weights_root``;
     ``loaded``: the version asked for before, None at start); returns the version the engine holds.
 
-    Version 0 is the initial model, which the learner is still loading to publish: sampling from
-    the same checkpoint at once takes the learner's start-up off the critical path (its pi_old is
-    the learner's own scoring either way). A fully trained agent's later versions are rebuilt from
-    what ``weights_root`` holds along the chain of deltas (store/weight_chain.py): after a broken
-    delta, an older version of the chain, which the rows then record. A LoRA agent's versions are
-    adapters (``models.lora``), published whole: the engine reads the base model once and applies
-    each version over it; its version 0 adapter is the identity (peft starts B at 0), so the base
-    alone samples it.
+    The agent's weight format does it (``weight_formats``: a full model rebuilt along its chain of
+    deltas, after a broken delta an older version of the chain, which the rows then record; or a
+    LoRA adapter applied over the base model read once). Version 0 is the initial model, which the
+    learner is still loading to publish: sampling from the same checkpoint at once takes the
+    learner's start-up off the critical path (its pi_old is the learner's own scoring either way).
     """
-    lora = context.agent.learner.lora is not None
-    if lora and loaded is None:
-        engine.load(context.initial_model_dir())
-    if version == 0:
-        if not lora:
-            engine.load(context.initial_model_dir())
-        return 0
-    if not lora:
-        fetched = fetch_policy(context.store, context.agent.name, version, weights_root, wait=context.wait_seconds)
-        engine.load(weights_root)
-        return fetched.version
-    local = weights_root / f"adapter-{version:06d}"
-    context.store.fetch_weights(context.agent.name, version, local, wait=context.wait_seconds)
-    engine.load_adapter(local)
-    if loaded is not None:
-        shutil.rmtree(weights_root / f"adapter-{loaded:06d}", ignore_errors=True)
-    return version
+    return context.weights().apply(engine, version, weights_root, loaded=loaded)
 
 
 class WeightsHolder:
@@ -259,7 +269,7 @@ def run_rollout_worker(context: WorkerContext) -> None:
         began = time.perf_counter()
         holds = run.weights.for_step(step)
         seconds = {"load_weights": time.perf_counter() - began}
-        rows, sampled = sample_rollouts(context, run.engine, step, holds)
+        rows, sampled = sample_rollouts(context.run, StoreRolloutPorts(context), run.engine, step, holds)
         seconds.update(sampled)
         values = rollout_metrics(rows, step, seconds, take_retries())
         step_ended(run.sinks, RolloutStepEnd(step, rows, values))

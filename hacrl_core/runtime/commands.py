@@ -100,7 +100,7 @@ def _worker_context(args: argparse.Namespace) -> WorkerContext:
         if args.role == "colocated":
             from hacrl_core.colocated import check_colocatable
 
-            check_colocatable(context)
+            check_colocatable(context.run)
     except (SpecError, KeyError) as error:  # KeyError: --agent not in the spec (the message lists its agents)
         raise WorkerExit(2, str(error) if isinstance(error, SpecError) else error.args[0]) from error
     return context
@@ -111,7 +111,8 @@ def _launch_local_ranks(context: WorkerContext, args: argparse.Namespace) -> int
     they do (their exit code); None: this process is the worker."""
     from hacrl_core.learner.launcher import launch_learner_ranks
 
-    return launch_learner_ranks(context, args.role, ["worker", args.role, "--spec", args.spec, "--agent", args.agent])
+    argv = ["worker", args.role, "--spec", args.spec, "--agent", args.agent]
+    return launch_learner_ranks(context.agent_name, context.agent.learner, args.role, argv)
 
 
 def _rollout_replica(context: WorkerContext, role: str) -> int | None:
@@ -144,7 +145,12 @@ def _hold_leases(context: WorkerContext, role: str, replica: int | None) -> None
         for held in (("rollout", "learner") if role == "colocated" else (role,))
         if ranks_from_env().writer
     ]  # of several learner ranks only rank 0 writes, so only it holds leases
-    context.store.fence = lambda: [lease.check() for lease in leases]  # every later write checks them
+
+    def fence() -> None:  # every later write checks the leases
+        for lease in leases:
+            lease.check()
+
+    context.store.fence = fence
 
 
 def _run_role(context: WorkerContext, role: str) -> None:

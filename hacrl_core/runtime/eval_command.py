@@ -66,7 +66,7 @@ def _listed(versions: list[int]) -> str:
 
 def evaluate(args: argparse.Namespace) -> dict:
     from hacrl_core.context import WorkerContext
-    from hacrl_core.evaluation import evaluate_engine
+    from hacrl_core.evaluation import EvalSampling, eval_sets, evaluate_engine
     from hacrl_core.rewards.remote import RewardServerError
     from hacrl_core.rollout.engine import engine_for
     from hacrl_core.spec import SpecError
@@ -126,7 +126,9 @@ def evaluate(args: argparse.Namespace) -> dict:
                     f"{type(error).__name__}: {_first_line(error)}",
                     1,
                 ) from None
-            results = evaluate_engine(context, engine, samples=args.samples, sets=args.set)
+            sampling = EvalSampling.of(context.spec, context.agent, samples=args.samples)
+            sets = eval_sets(context.spec.data.eval, context.eval_source, args.set)
+            results = evaluate_engine(engine, sets, context.score, sampling)
     except (StoreError, TimeoutError) as error:
         raise EvalRefused(f"agent {args.agent!r}: {_first_line(error)}", 1) from None
     except RewardServerError as error:  # already one line naming the server

@@ -47,7 +47,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +69,56 @@ DELTA_TENSORS = "hacrl.delta.tensors"
 #: whose elements nearly all change); a full publish carries the delta against its parent beside it
 #: while the delta is below this fraction (beyond it a holder of the parent saves little).
 DELTA_BESIDE_FULL = 0.5
+
+
+@dataclass(frozen=True)
+class WeightMeta:
+    """A version's META (``hacrl-weights.json``), read once into typed fields; see the module
+    docstring. ``parent`` and the fields after it are set when the version carries a delta against
+    its parent (a delta publish, or a full one with its delta beside it); ``changed`` and ``numel``
+    too, and ``delta_bytes`` only when the delta file was written."""
+
+    kind: str  # "full" or "delta"
+    version: int
+    base: int
+    chain: tuple[int, ...]
+    state_sha256: str
+    full_bytes: int
+    chain_bytes: int
+    format: int = FORMAT
+    parent: int | None = None
+    parent_sha256: str | None = None
+    changed: int | None = None
+    numel: int | None = None
+    delta_bytes: int | None = None
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> WeightMeta:
+        """From the JSON object of a META file; KeyError, TypeError or ValueError if it is not one."""
+        if not isinstance(value, dict):
+            raise TypeError(f"a META is a JSON object, not {type(value).__name__}")
+        optional = ("parent", "parent_sha256", "changed", "numel", "delta_bytes")
+        return cls(
+            kind=str(value["kind"]),
+            version=int(value["version"]),
+            base=int(value["base"]),
+            chain=tuple(int(v) for v in value["chain"]),
+            state_sha256=str(value["state_sha256"]),
+            full_bytes=int(value["full_bytes"]),
+            chain_bytes=int(value.get("chain_bytes", 0)),
+            format=int(value.get("format", FORMAT)),
+            **{key: value[key] for key in optional if value.get(key) is not None},
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object of the META file (fields that are None left out)."""
+        out = {key: getattr(self, key) for key in self.__dataclass_fields__ if getattr(self, key) is not None}
+        out["chain"] = list(self.chain)
+        return out
+
+    def holds(self, version: int | None, state_sha256: str | None) -> bool:
+        """Whether this META stands for ``version`` with the state checksum ``state_sha256``."""
+        return self.version == version and self.state_sha256 == state_sha256
 
 
 class ChainBroken(StoreError):
@@ -111,16 +161,17 @@ def write_state(directory: Path, tensors: dict[str, torch.Tensor], files: dict[s
         os.replace(staging, path)
 
 
-def read_local_meta(directory: Path) -> dict[str, Any] | None:
+def read_local_meta(directory: Path) -> WeightMeta | None:
+    """The META of the version a local directory holds (None: none, or unreadable)."""
     try:
-        return json.loads((directory / META).read_text())
-    except (OSError, ValueError):
+        return WeightMeta.from_json(json.loads((directory / META).read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
-def _write_json(path: Path, value: dict[str, Any]) -> None:
+def _write_meta(path: Path, meta: WeightMeta) -> None:
     staging = path.with_name(f".{path.name}.tmp")
-    staging.write_text(json.dumps(value, indent=1, sort_keys=True))
+    staging.write_text(json.dumps(meta.to_json(), indent=1, sort_keys=True))
     os.replace(staging, path)
 
 
@@ -178,10 +229,10 @@ class _Reader:
 
     def __init__(self, store, agent: str, scratch: Path) -> None:
         self.store, self.agent, self.scratch = store, agent, scratch
-        self.metas: dict[int, dict[str, Any] | None] = {}
+        self.metas: dict[int, WeightMeta | None] = {}
         self.bytes_read = 0
 
-    def meta(self, version: int, wait: float = 0.0) -> dict[str, Any] | None:
+    def meta(self, version: int, wait: float = 0.0) -> WeightMeta | None:
         """The version's META (None: a plain directory without one)."""
         if version not in self.metas:
             target = self.scratch / f"meta-{version:06d}"
@@ -195,7 +246,9 @@ class _Reader:
             )
             self.bytes_read += _files_bytes(manifest, lambda path: path == META)
             listed = {str(e.get("path")) for e in manifest.get("files", [])}
-            self.metas[version] = json.loads((target / META).read_text()) if META in listed else None
+            self.metas[version] = (
+                WeightMeta.from_json(json.loads((target / META).read_text())) if META in listed else None
+            )
         return self.metas[version]
 
     def delta(self, version: int) -> StateDelta:
@@ -222,28 +275,29 @@ class Fetched:
         return self.version != self.requested
 
 
-def _plan(reader: _Reader, version: int, held: dict[str, Any] | None) -> tuple[int | None, list[int]]:
+def _plan(reader: _Reader, version: int, held: WeightMeta | None) -> tuple[int | None, list[int]]:
     """(start, deltas): start None to use the held version, else the full publish to download;
     then the versions whose deltas take the state from there to ``version``, oldest first."""
     path: list[int] = []
     current = version
     meta = reader.meta(version)
-    for _ in range(len(meta["chain"]) + 1):
-        if held is not None and held.get("version") == current and held.get("state_sha256") == meta["state_sha256"]:
+    if meta is None:
+        raise ChainBroken(f"version {version} is a plain directory")
+    for _ in range(len(meta.chain) + 1):
+        if held is not None and held.holds(current, meta.state_sha256):
             return None, path[::-1]
-        holds_parent = (
-            held is not None
-            and held.get("version") == meta.get("parent")
-            and held.get("state_sha256") == meta.get("parent_sha256")
-        )
-        if meta["kind"] == "full" and not (holds_parent and meta.get("delta_bytes")):
+        holds_parent = held is not None and held.holds(meta.parent, meta.parent_sha256)
+        if meta.kind == "full" and not (holds_parent and meta.delta_bytes):
             return current, path[::-1]
+        if meta.parent is None:
+            raise ChainBroken(f"version {current} in the chain of version {version} is a delta without a parent")
         path.append(current)
-        current = int(meta["parent"])
-        meta = reader.meta(current)
-        if meta is None:
+        current = meta.parent
+        parent = reader.meta(current)
+        if parent is None:
             raise ChainBroken(f"version {current} in the chain of version {version} is a plain directory")
-    raise ChainBroken(f"the chain of version {version} is longer than its META says ({meta['chain']})")
+        meta = parent
+    raise ChainBroken(f"the chain of version {version} is longer than its META says ({list(meta.chain)})")
 
 
 def fetch_policy(store, agent: str, version: int, local_dir: Path | str, *, wait: float = 0.0) -> Fetched:
@@ -271,9 +325,9 @@ def fetch_policy(store, agent: str, version: int, local_dir: Path | str, *, wait
                 "%s: its chain cannot be followed (%s); falling back to its full publish %s",
                 what,
                 error,
-                meta.get("base"),
+                meta.base,
             )
-            start, deltas = int(meta["base"]), []
+            start, deltas = meta.base, []
         full_read = start is not None
         if start is not None:
             _replace_with_full(reader, start, local)
@@ -284,15 +338,15 @@ def fetch_policy(store, agent: str, version: int, local_dir: Path | str, *, wait
         for step in deltas:
             step_meta = reader.meta(step)
             try:
-                if step_meta.get("parent") != held["version"] or step_meta.get("parent_sha256") != held["state_sha256"]:
+                if step_meta is None or not held.holds(step_meta.parent, step_meta.parent_sha256):
                     raise DeltaMismatch(
-                        f"it applies to version {step_meta.get('parent')}, not to the held version {held['version']}"
+                        f"it applies to version {step_meta and step_meta.parent}, not to the held version {held.version}"
                     )
                 updated = apply_delta(tensors, reader.delta(step))
                 got = state_sha256(updated)
-                if got != step_meta["state_sha256"]:
+                if got != step_meta.state_sha256:
                     raise DeltaMismatch(
-                        f"the rebuilt state has sha256 {got}, its publish says {step_meta['state_sha256']}"
+                        f"the rebuilt state has sha256 {got}, its publish says {step_meta.state_sha256}"
                     )
             except (StoreError, TimeoutError, DeltaMismatch, KeyError) as error:
                 log.warning(
@@ -301,21 +355,21 @@ def fetch_policy(store, agent: str, version: int, local_dir: Path | str, *, wait
                     what,
                     step,
                     error,
-                    held["version"],
+                    held.version,
                 )
                 break
             tensors, held, applied = updated, step_meta, applied + 1
         if applied:
             (local / META).unlink(missing_ok=True)  # no claim while the files change
             write_state(local, tensors, files)
-            _write_json(local / META, held)
-        return Fetched(int(held["version"]), version, reader.bytes_read, applied, full_read)
+            _write_meta(local / META, held)
+        return Fetched(held.version, version, reader.bytes_read, applied, full_read)
 
 
 def _replace_with_full(reader: _Reader, version: int, local: Path) -> None:
     """``local`` := the full publish ``version`` (without its delta), verified against its checksum."""
     meta = reader.meta(version)
-    if meta is None or meta.get("kind") != "full":
+    if meta is None or meta.kind != "full":
         raise ChainBroken(f"version {version} is not a full publish")
     (local / META).unlink(missing_ok=True)
     for path in _weight_files(local):
@@ -323,10 +377,10 @@ def _replace_with_full(reader: _Reader, version: int, local: Path) -> None:
     reader.bytes_read += _download(reader.store, reader.agent, version, local, lambda path: path != DELTA, 0.0)
     tensors, _ = read_state(local)
     got = state_sha256(tensors)
-    if got != meta["state_sha256"]:
+    if got != meta.state_sha256:
         (local / META).unlink(missing_ok=True)
         raise CorruptObject(
-            f"full weights version {version}: state sha256 {got} differs from its publish's {meta['state_sha256']}"
+            f"full weights version {version}: state sha256 {got} differs from its publish's {meta.state_sha256}"
         )
 
 
@@ -343,11 +397,11 @@ class Published:
 
 
 def _reference(
-    store, agent: str, parent: int, parent_meta: dict[str, Any], reference_dir: Path
+    store, agent: str, parent: int, parent_meta: WeightMeta, reference_dir: Path
 ) -> dict[str, torch.Tensor] | None:
     """The state of version ``parent`` (from ``reference_dir`` or rebuilt there from the store), or None."""
     held = read_local_meta(reference_dir)
-    if held is None or held.get("version") != parent or held.get("state_sha256") != parent_meta.get("state_sha256"):
+    if held is None or not held.holds(parent, parent_meta.state_sha256):
         try:
             fetched = fetch_policy(store, agent, parent, reference_dir)
         except (StoreError, TimeoutError, DeltaMismatch, OSError) as error:
@@ -358,6 +412,43 @@ def _reference(
         if fetched.version != parent:
             return None
     return read_state(reference_dir)[0]
+
+
+def _new_meta(
+    version: int,
+    sha: str,
+    full_bytes: int,
+    parent: int | None,
+    parent_meta: WeightMeta | None,
+    delta: StateDelta | None,
+    full_every: int,
+) -> tuple[WeightMeta, bool]:
+    """The META of a new publish (a delta where the module docstring's rules allow, else full) and
+    whether its directory carries ``delta`` (a delta publish's, or a full one's beside it)."""
+    if delta is None or parent is None or parent_meta is None:
+        return WeightMeta("full", version, version, (version,), sha, full_bytes, 0), False
+    chain_bytes = parent_meta.chain_bytes + delta.nbytes
+    as_delta = (
+        len(parent_meta.chain) < full_every
+        and chain_bytes <= full_bytes
+        and delta.nbytes <= DELTA_BESIDE_FULL * full_bytes
+    )
+    write_delta = as_delta or delta.nbytes < DELTA_BESIDE_FULL * full_bytes
+    if as_delta:
+        meta = WeightMeta(
+            "delta", version, parent_meta.base, (*parent_meta.chain, version), sha, full_bytes, chain_bytes
+        )
+    else:
+        meta = WeightMeta("full", version, version, (version,), sha, full_bytes, 0)
+    meta = replace(
+        meta,
+        parent=parent,
+        parent_sha256=parent_meta.state_sha256,
+        changed=delta.changed,
+        numel=delta.numel,
+        delta_bytes=delta.nbytes if write_delta else None,
+    )
+    return meta, write_delta
 
 
 def publish_policy(
@@ -373,7 +464,7 @@ def publish_policy(
     full_bytes = sum(t.numel() * t.element_size() for t in tensors.values())
     earlier = [v for v in committed_versions(store, agent) if v < version]
     parent = earlier[-1] if earlier else None
-    parent_meta = None
+    parent_meta: WeightMeta | None = None
     if parent is not None and full_every > 1:
         try:
             parent_meta = get_meta(store, agent, parent)
@@ -382,56 +473,32 @@ def publish_policy(
                 "weights of agent %r: META of version %d unreadable (%s); publishing in full", agent, parent, error
             )
     delta = None
-    if parent_meta is not None:
+    if parent is not None and parent_meta is not None:
         previous = _reference(store, agent, parent, parent_meta, reference_dir)
         if previous is not None:
             try:
                 delta = state_delta(previous, tensors)
             except DeltaMismatch as error:
                 log.info("weights of agent %r version %d: %s; publishing in full", agent, version, error)
-    meta: dict[str, Any] = {"format": FORMAT, "version": version, "state_sha256": sha, "full_bytes": full_bytes}
-    if delta is not None:
-        meta.update(
-            parent=parent,
-            parent_sha256=parent_meta["state_sha256"],
-            changed=delta.changed,
-            numel=delta.numel,
-            delta_bytes=delta.nbytes,
-        )
-    chain_bytes = (parent_meta.get("chain_bytes", 0) if parent_meta else 0) + (delta.nbytes if delta else 0)
-    as_delta = (
-        delta is not None
-        and len(parent_meta["chain"]) < full_every
-        and chain_bytes <= full_bytes
-        and delta.nbytes <= DELTA_BESIDE_FULL * full_bytes
-    )
+    meta, write_delta = _new_meta(version, sha, full_bytes, parent, parent_meta, delta, full_every)
+    as_delta = meta.kind == "delta"
     with tempfile.TemporaryDirectory(prefix=".publish-", dir=local.parent) as scratch:
-        if as_delta:
-            out = Path(scratch)
-            meta.update(
-                kind="delta", base=parent_meta["base"], chain=[*parent_meta["chain"], version], chain_bytes=chain_bytes
-            )
+        out = Path(scratch) if as_delta else local
+        if delta is not None and write_delta:
             _write_delta(out / DELTA, delta)
-        else:
-            out = local
-            meta.update(kind="full", base=version, chain=[version], chain_bytes=0)
-            if delta is not None and delta.nbytes < DELTA_BESIDE_FULL * full_bytes:
-                _write_delta(out / DELTA, delta)
-            else:
-                meta.pop("delta_bytes", None)
-        _write_json(out / META, meta)
+        _write_meta(out / META, meta)
         written = directory_bytes(out)
         store.publish_weights(agent, version, out)
         (local / DELTA).unlink(missing_ok=True)
-        _write_json(local / META, meta)
+        _write_meta(local / META, meta)
     shutil.rmtree(reference_dir, ignore_errors=True)
     reference_dir.parent.mkdir(parents=True, exist_ok=True)
     os.replace(local, reference_dir)
     fraction = delta.changed_fraction() if delta is not None else None
-    return Published(version, meta["kind"], written, full_bytes, fraction)
+    return Published(version, meta.kind, written, full_bytes, fraction)
 
 
-def get_meta(store, agent: str, version: int, *, wait: float = 0.0) -> dict[str, Any] | None:
+def get_meta(store, agent: str, version: int, *, wait: float = 0.0) -> WeightMeta | None:
     """The META of a committed weights version (None for a plain directory)."""
     with tempfile.TemporaryDirectory(prefix="hacrl-meta-") as scratch:
         return _Reader(store, agent, Path(scratch)).meta(version, wait=wait)

@@ -1,9 +1,9 @@
 """Experiment tracking: a learner's step metrics to MLflow, W&B and TensorBoard (docs/tracking.md).
 
-``open_tracking(context, next_step)`` builds the spec's trackers for one learner (rank 0 only:
-the caller decides), continuing the runs a resumed learner started (their ids and the last step
-they got live in the store, ``<experiment>/tracking/<agent>.json``). ``None`` when the spec
-names no tracker.
+``open_tracking`` builds the spec's trackers for one learner (rank 0 only: the caller decides),
+continuing the runs a resumed learner started (their ids and the last step they got live in the
+store, ``<experiment>/tracking/<agent>.json``). ``None`` when the spec names no tracker. It takes
+what it uses (the spec, the names, the store, a work folder), not a worker's context.
 """
 
 from __future__ import annotations
@@ -37,14 +37,17 @@ def make_trackers(tracking: Any, *, experiment: str, agent: str, work_dir: Path)
     return trackers
 
 
-def open_tracking(context: Any, next_step: int) -> TrackingHub | None:
-    spec = context.spec
+def open_tracking(
+    spec: Any, *, experiment: str, agent: str, store: Any, work_dir: Path, next_step: int
+) -> TrackingHub | None:
+    """The spec's trackers for ``agent``, continuing its runs from the store's record; None when the
+    spec names none. ``spec``: the experiment's spec (its ``tracking`` section, and the whole of it
+    as the runs' parameters)."""
     if not spec.tracking.enabled():
         return None
-    agent, store = context.agent.name, context.store
-    trackers = make_trackers(spec.tracking, experiment=context.experiment.name, agent=agent, work_dir=context.work_dir)
+    trackers = make_trackers(spec.tracking, experiment=experiment, agent=agent, work_dir=work_dir)
     params = {
-        "experiment": context.experiment.name,
+        "experiment": experiment,
         "agent": agent,
         **spec.model_dump(mode="json", by_alias=True, exclude_none=True),
     }
@@ -82,12 +85,11 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def steps_jsonl(context: Any) -> Path:
+def steps_jsonl(store: Any, agent: str, steps: int, work_dir: Path) -> Path:
     """Every step's metrics of the agent, one JSON line each (the learner's closing artifact)."""
-    store, agent = context.store, context.agent.name
-    path = context.work_dir / "metrics.jsonl"
-    steps = [step for step in range(context.spec.algorithm.steps) if store.metrics_ready(step, agent)]
-    path.write_text("".join(json.dumps(store.read_metrics(step, agent), sort_keys=True) + "\n" for step in steps))
+    path = work_dir / "metrics.jsonl"
+    ready = [step for step in range(steps) if store.metrics_ready(step, agent)]
+    path.write_text("".join(json.dumps(store.read_metrics(step, agent), sort_keys=True) + "\n" for step in ready))
     return path
 
 

@@ -51,7 +51,7 @@ def delta_chain_store(finished, tmp_path: Path) -> tuple[Path, object]:
             tmp_path / "reference",
             full_every=10,
         )
-    assert [get_meta(store, "llama", v)["kind"] for v in (0, 1)] == ["full", "delta"]
+    assert [get_meta(store, "llama", v).kind for v in (0, 1)] == ["full", "delta"]
     return spec, store
 
 

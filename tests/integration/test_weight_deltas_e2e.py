@@ -38,21 +38,23 @@ def test_bf16_learners_publish_deltas_that_every_reader_rebuilds_after_a_killed_
     assert_every_shard_once(store, 5, ["llama", "qwen"])
     for agent in ("llama", "qwen"):
         metas = [get_meta(store, agent, version) for version in range(6)]
-        kinds = [meta["kind"] for meta in metas]
+        assert all(metas), (agent, metas)  # every version a chain's, none a plain directory
+        metas_of = [meta for meta in metas if meta is not None]
+        kinds = [meta.kind for meta in metas_of]
         assert kinds[0] == "full" and "delta" in kinds, (agent, kinds)
-        assert all(len(meta["chain"]) <= 3 for meta in metas), (agent, [m["chain"] for m in metas])
-        for version, meta in enumerate(metas):  # a new replica at each version: full + deltas, verified
+        assert all(len(meta.chain) <= 3 for meta in metas_of), (agent, [m.chain for m in metas_of])
+        for version, meta in enumerate(metas_of):  # a new replica at each version: full + deltas, verified
             fetched = fetch_policy(store, agent, version, tmp_path / f"reader-{agent}-{version}")
             assert (fetched.version, fetched.full_read, fetched.deltas_applied) == (
                 version,
                 True,
-                len(meta["chain"]) - 1,
+                len(meta.chain) - 1,
             )
         for step in range(5):  # the rollout worker never fell back
             assert {row["policy_version"] for row in store.read_rollouts(step, agent)} == {step}, (agent, step)
         # the step metrics say what each publish cost: a delta's bytes are a share of a full publish's
         shares = {
-            metas[step + 1]["kind"]: store.read_metrics(step, agent)["learner/weights_publish_share"]
+            metas_of[step + 1].kind: store.read_metrics(step, agent)["learner/weights_publish_share"]
             for step in range(5)
         }
         # (over the tensors' bytes: a full publish also writes the config and tokenizer, a few % here)

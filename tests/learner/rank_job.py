@@ -167,7 +167,7 @@ def main() -> None:
     if args.lora:
         backend["lora"] = LORA
     context = context_for(args.model, args.store, args.work, backend)
-    device = distributed.join_ranks(context)
+    device, context.store, context.work_dir = distributed.join_ranks(context.store, context.work_dir)
     state = initialize(context, device)
     if args.micro_batch_tokens:
         state.micro_batching = MicroBatching(args.micro_batch_tokens)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from hacrl_core.context import WorkerContext
-from hacrl_core.learner.stages import LearnerState
+from hacrl_core.learner.state import LearnerState
 from hacrl_core.learner.worker import checkpoint, initialize, publish_weights
 from hacrl_core.models.lora import AdapterDisabled, adapter_state
 from hacrl_core.spec import parse_experiment

@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -25,6 +24,7 @@ from hacrl_core.learner.launcher import (
     node_placement,
     rank_environment,
 )
+from hacrl_core.spec import LearnerSettings
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -84,12 +84,10 @@ def test_node_placement_reads_the_operators_variables_and_refuses_without_them()
 def test_a_learner_worker_over_two_nodes_without_the_variables_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("WORLD_SIZE", "HACRL_NODE_RANK", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(name, raising=False)
-    context = SimpleNamespace(
-        agent_name="a", agent=SimpleNamespace(learner=SimpleNamespace(nodes=2, processes_per_node=1, world_size=2))
-    )
+    settings = LearnerSettings(nodes=2, processesPerNode=1)
     with pytest.raises(RuntimeError, match="learner.nodes 2 needs one launcher per node"):
-        launch_learner_ranks(context, "learner", ["worker", "learner"])
-    assert launch_learner_ranks(context, "rollout", ["worker", "rollout"]) is None  # rollouts have no ranks
+        launch_learner_ranks("a", settings, "learner", ["worker", "learner"])
+    assert launch_learner_ranks("a", settings, "rollout", ["worker", "rollout"]) is None  # rollouts have no ranks
 
 
 RANK_SCRIPT = """

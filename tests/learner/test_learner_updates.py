@@ -19,7 +19,8 @@ from hacrl_core.learner.backends import create_backend
 from hacrl_core.learner.batch import TrainRow
 from hacrl_core.learner.guards import NonFiniteWeightsError, nonfinite_parameters
 from hacrl_core.learner.micro_batches import MicroBatching
-from hacrl_core.learner.stages import LearnerState, OldLogprobs, score_pi_old
+from hacrl_core.learner.stages import OldLogprobs, score_pi_old
+from hacrl_core.learner.state import LearnerState
 from hacrl_core.learner.updates import StepInputs, UpdatePlan, plan_updates, run_updates
 from hacrl_core.learner.worker import publish_weights
 from hacrl_core.models.loading import load_policy

@@ -16,7 +16,6 @@ TREES = ("operator/hacrl_operator", "hacrl_core")
 EXCEPTIONS: dict[str, str] = {
     "hacrl_core/algorithms/losses.py:hacpo_loss": "the paper's loss, one equation per block, read top to bottom",
     "hacrl_core/runtime/report.py:write_report": "the summary's sections in the order the reader sees them",
-    "hacrl_core/store/weight_chain.py:publish_policy": "one publish: delta or full, with its atomic commit",
     "hacrl_core/store/weight_chain.py:fetch_policy": "one fetch along the chain, with its fallback",
     "hacrl_core/runtime/eval_command.py:evaluate": "`hacrl eval` top to bottom: weights, sets, table",
     "hacrl_core/crd.py:to_structural": "one recursive walk of the JSON schema, a branch per keyword",

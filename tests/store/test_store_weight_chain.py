@@ -89,9 +89,7 @@ def test_every_version_rebuilds_bit_identical_from_any_start(ts: TrajectoryStore
             tmp_path / f"fresh-{version}" / DELTA
         ).exists()
         step = fetch_policy(ts, AGENT, version, follower)
-        assert (
-            state_sha256(held_state(follower)) == state_sha256(expected) == get_meta(ts, AGENT, version)["state_sha256"]
-        )
+        assert state_sha256(held_state(follower)) == state_sha256(expected) == get_meta(ts, AGENT, version).state_sha256
         if version:  # steady state: the delta only, also at a full version (its delta beside it)
             assert not step.full_read and step.deltas_applied == 1 and step.bytes_read < 0.2 * full
 
