@@ -6,7 +6,8 @@ two-agent experiment is heterogeneous in the ways HACPO cares about (docs/archit
 - ``llama-char``: Llama, character tokenizer, hidden 128, 3 layers, 4 heads (2 kv), 0.60M params;
 - ``qwen2-bpe``: Qwen2, byte-level BPE (384), hidden 96, 4 layers, 4 heads (2 kv), 0.37M params.
 
-Default warm starts (seed 0, difficulty 1-3, 300 held-out problems, greedy, 2 CPU threads):
+Default warm starts (seed 0, difficulty 1-3, greedy on the ``EVAL_PROBLEMS`` = 100 held-out
+problems the build record scores, 2 CPU threads):
 ``llama-char`` 400 steps, 20-26 s, accuracy about 0.21 (0.37 / 0.14 / 0.06 at difficulty
 1 / 2 / 3); ``qwen2-bpe`` 300 steps, about 13 s, accuracy about 0.26 (0.43 / 0.22 / 0.06).
 

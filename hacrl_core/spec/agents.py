@@ -31,10 +31,14 @@ class RolloutSettings(SpecModel):
         ge=1,
         le=64,
         description=(
-            "Rollout workers of this agent (pods on Kubernetes, processes under `hacrl run`), each with the agent's rollout "
-            "resources: replica r samples its contiguous slice of every step's prompts and writes its own part of the step's "
-            "rollouts, and the learners read all parts in replica order. Separate rollout and learner workers only (a colocated "
-            "worker samples with the model it trains). Fixed once the experiment started (the parts already written are "
+            "Rollout workers of this agent (pods on Kubernetes, processes under `hacrl run`), each with the agent's "
+            "rollout "
+            "resources: replica r samples its contiguous slice of every step's prompts and writes its own part of the "
+            "step's "
+            "rollouts, and the learners read all parts in replica order. Separate rollout and learner workers only (a "
+            "colocated "
+            "worker samples with the model it trains). Fixed once the experiment started (the parts already written "
+            "are "
             "sliced by it). Default 1."
         ),
     )
@@ -88,7 +92,8 @@ class LoraSettings(SpecModel):
         ge=1,
         le=512,
         description=(
-            "r: rank of each adapter matrix pair (vLLM serves adapters up to rank 512). The adapter holds rank x (in + out) "
+            "r: rank of each adapter matrix pair (vLLM serves adapters up to rank 512). The adapter holds rank x (in + "
+            "out) "
             "parameters per targeted linear layer. Default 16."
         ),
     )
@@ -109,8 +114,10 @@ class LoraSettings(SpecModel):
         min_length=1,
         max_length=64,
         description=(
-            "Names of the linear modules that get an adapter, as peft matches them (a module name or a dotted suffix, e.g. "
-            "`[q_proj, k_proj, v_proj, o_proj]`). Unset: every linear layer but the output head (peft's `all-linear`). A name "
+            "Names of the linear modules that get an adapter, as peft matches them (a module name or a dotted suffix, "
+            "e.g. "
+            "`[q_proj, k_proj, v_proj, o_proj]`). Unset: every linear layer but the output head (peft's `all-linear`). "
+            "A name "
             "that matches no module of the model stops the learner with the model's linear module names."
         ),
     )
@@ -135,7 +142,8 @@ class LearnerSettings(SpecModel):
         None,
         ge=1,
         description=(
-            "Most rows per micro-batch (one forward/backward pass; gradients accumulate up to the mini-batch). Unset: no row "
+            "Most rows per micro-batch (one forward/backward pass; gradients accumulate up to the mini-batch). Unset: "
+            "no row "
             "cap, micro-batches are sized by microBatchTokens alone."
         ),
     )
@@ -143,8 +151,10 @@ class LearnerSettings(SpecModel):
         None,
         ge=1,
         description=(
-            "Padded tokens (rows x the longest row) per micro-batch: rows are packed in order up to it. Unset: derived from "
-            "the device (CPU: a quarter of the machine's memory; GPU: half the free memory less the gradients and optimizer "
+            "Padded tokens (rows x the longest row) per micro-batch: rows are packed in order up to it. Unset: derived "
+            "from "
+            "the device (CPU: a quarter of the machine's memory; GPU: half the free memory less the gradients and "
+            "optimizer "
             "state), see docs/runtime.md."
         ),
     )
@@ -157,13 +167,20 @@ class LearnerSettings(SpecModel):
         ge=1,
         le=1000,
         description=(
-            "Weights versions per full publish. Between two full publishes the learner publishes only the elements that "
-            "changed since its previous publish (a delta, bit-identical once applied, checked against a sha256 of the whole "
-            "state), and sooner than this it publishes in full once the deltas since the last full one add up to its size. "
-            "A rollout replica that holds the previous version reads one delta per step; a new or restarted one reads the "
-            "last full publish and at most fullPublishEvery - 1 deltas. Deltas pay off for bf16 publishes (dtype bfloat16, "
-            "or deepspeed): at lr 1e-6 a few percent of bf16 elements change per step, while an fp32 copy changes almost "
-            "everywhere and is published in full. 1: every publish in full. Default 10: a new replica reads at most a full "
+            "Weights versions per full publish. Between two full publishes the learner publishes only the elements "
+            "that "
+            "changed since its previous publish (a delta, bit-identical once applied, checked against a sha256 of the "
+            "whole "
+            "state), and sooner than this it publishes in full once the deltas since the last full one add up to its "
+            "size. "
+            "A rollout replica that holds the previous version reads one delta per step; a new or restarted one reads "
+            "the "
+            "last full publish and at most fullPublishEvery - 1 deltas. Deltas pay off for bf16 publishes (dtype "
+            "bfloat16, "
+            "or deepspeed): at lr 1e-6 a few percent of bf16 elements change per step, while an fp32 copy changes "
+            "almost "
+            "everywhere and is published in full. 1: every publish in full. Default 10: a new replica reads at most a "
+            "full "
             "publish and 9 deltas, and the full publishes add a tenth of a model per step to the writes "
             "(docs/benchmarks.md, weights). A LoRA agent (`lora`) publishes its adapter whole every version."
         ),
@@ -173,9 +190,12 @@ class LearnerSettings(SpecModel):
         ge=1,
         le=64,
         description=(
-            "Data-parallel learner ranks per node (one per GPU; torchrun's --nproc-per-node). Each rank trains on its slice of "
-            "every mini-batch and the gradients are summed, so the update is the one-rank update; the optimizer state is "
-            "sharded over the ranks (torch: ZeroRedundancyOptimizer; deepspeed: ZeRO stage zeroStage). Rank 0 alone writes "
+            "Data-parallel learner ranks per node (one per GPU; torchrun's --nproc-per-node). Each rank trains on its "
+            "slice of "
+            "every mini-batch and the gradients are summed, so the update is the one-rank update; the optimizer state "
+            "is "
+            "sharded over the ranks (torch: ZeroRedundancyOptimizer; deepspeed: ZeRO stage zeroStage). Rank 0 alone "
+            "writes "
             "to the store. 1 (default): one learner process."
         ),
     )
@@ -184,16 +204,20 @@ class LearnerSettings(SpecModel):
         ge=1,
         le=1024,
         description=(
-            "Nodes the learner spans (torchrun's --nnodes): the learner has nodes x processesPerNode ranks. `hacrl run` runs "
-            "one node and refuses more; the operator runs one learner pod per node (colocated: one colocated pod per node) "
+            "Nodes the learner spans (torchrun's --nnodes): the learner has nodes x processesPerNode ranks. `hacrl "
+            "run` runs "
+            "one node and refuses more; the operator runs one learner pod per node (colocated: one colocated pod per "
+            "node) "
             "behind a headless Service, node 0's pod the rendezvous, and restarts them together. Default 1."
         ),
     )
     lora: LoraSettings | None = Field(
         None,
         description=(
-            "Train a LoRA adapter (peft) instead of every weight: the base model stays frozen, the optimizer holds the adapter's "
-            "parameters only, and weights versions and checkpoints carry the adapter alone (adapter_model.safetensors and "
+            "Train a LoRA adapter (peft) instead of every weight: the base model stays frozen, the optimizer holds the "
+            "adapter's "
+            "parameters only, and weights versions and checkpoints carry the adapter alone (adapter_model.safetensors "
+            "and "
             "adapter_config.json); every worker reads the base model once, from `model`. Unset: full fine-tuning."
         ),
     )
@@ -212,12 +236,14 @@ class LearnerSettings(SpecModel):
 
 class AgentSpec(SpecModel):
     name: str = Field(
-        description="Agent name: a DNS label (lower-case letters, digits, '-'), unique in the experiment; used in pod names and store keys.",
+        description="Agent name: a DNS label (lower-case letters, digits, '-'), unique in the experiment; used in pod "
+        "names and store keys.",
         json_schema_extra={"pattern": DNS_LABEL.pattern, "maxLength": 40},
     )
     model: str = Field(
         max_length=1024,
-        description="Model: a local path, a hub id (`org/name`), an `s3://bucket/prefix`, or `tiny://<preset>?seed=N` (offline tiny model).",
+        description="Model: a local path, a hub id (`org/name`), an `s3://bucket/prefix`, or `tiny://<preset>?seed=N` "
+        "(offline tiny model).",
     )
     rollout: RolloutSettings = Field(default_factory=RolloutSettings, description="Rollout worker settings.")
     learner: LearnerSettings = Field(default_factory=LearnerSettings, description="Learner worker settings.")
@@ -229,11 +255,13 @@ class AgentSpec(SpecModel):
     )
     model_cache: ModelCacheSpec | None = Field(
         None,
-        description="This agent's model cache (operator only); overrides spec.modelCache for its rollout and learner pods.",
+        description="This agent's model cache (operator only); overrides spec.modelCache for its rollout and learner "
+        "pods.",
     )
     suspend: bool = Field(
         False,
-        description="Pause this agent while the team goes on: its workers leave the team at their next step boundary and "
+        description="Pause this agent while the team goes on: its workers leave the team at their next step boundary "
+        "and "
         'its pods are released; false again brings it back from its last step (docs/operator.md, "Changing the team").',
     )
 

@@ -32,7 +32,8 @@ class AlgorithmSpec(SpecModel):
             "x-kubernetes-validations": [
                 {
                     "rule": "!has(self.promptsPerStep) || !has(self.miniBatchPrompts) || "
-                    "(self.miniBatchPrompts <= self.promptsPerStep && self.promptsPerStep % self.miniBatchPrompts == 0)",
+                    "(self.miniBatchPrompts <= self.promptsPerStep && self.promptsPerStep % self.miniBatchPrompts == "
+                    "0)",
                     "message": "miniBatchPrompts must divide promptsPerStep (e.g. promptsPerStep 128 with miniBatchPrompts 64)",
                 },
                 # miniBatchPrompts has no schema default (it is min(64, promptsPerStep), which OpenAPI
@@ -40,7 +41,8 @@ class AlgorithmSpec(SpecModel):
                 {
                     "rule": "!has(self.promptsPerStep) || has(self.miniBatchPrompts) || self.promptsPerStep <= 64 || self.promptsPerStep % 64 == 0",
                     "message": "without miniBatchPrompts an update takes 64 prompts, which must divide promptsPerStep; "
-                    "set miniBatchPrompts to a divisor of promptsPerStep (e.g. promptsPerStep 100 with miniBatchPrompts 50)",
+                    "set miniBatchPrompts to a divisor of promptsPerStep (e.g. promptsPerStep 100 with "
+                    "miniBatchPrompts 50)",
                 },
                 {
                     "rule": "!has(self.ratioBounds) || (self.ratioBounds[0] > 0.0 && self.ratioBounds[0] <= 1.0 && self.ratioBounds[1] >= 1.0)",
@@ -51,7 +53,8 @@ class AlgorithmSpec(SpecModel):
     )
     name: AlgorithmName = Field(
         "hacpo",
-        description="`hacpo`; `gspo` and `grpo` (isolated agents); `naive` (shared rows, no mechanisms). GSPOx2 is `gspo` with groupSize doubled.",
+        description="`hacpo`; `gspo` and `grpo` (isolated agents); `naive` (shared rows, no mechanisms). GSPOx2 is "
+        "`gspo` with groupSize doubled.",
     )
     group_size: int = Field(8, ge=2, le=1024, description="G: responses sampled per prompt per agent (paper: 8).")
     prompts_per_step: int = Field(
@@ -64,7 +67,8 @@ class AlgorithmSpec(SpecModel):
             DEFAULT_MINI_BATCH_PROMPTS, validated.get("prompts_per_step", DEFAULT_MINI_BATCH_PROMPTS)
         ),
         ge=1,
-        description="Prompts per optimizer update; must divide promptsPerStep. Default min(64, promptsPerStep) (paper: 64).",
+        description="Prompts per optimizer update; must divide promptsPerStep. Default min(64, promptsPerStep) (paper: "
+        "64).",
     )
     epochs: int = Field(1, ge=1, le=100, description="Passes over a step's rows (paper: 1).")
     steps: int = Field(100, ge=1, le=10_000_000, description="Training steps to run.")
@@ -88,7 +92,8 @@ class AlgorithmSpec(SpecModel):
         0.0,
         ge=0,
         le=10,
-        description="k3 KL penalty to the frozen reference on own rows (paper: 0.001); 0 disables it and skips loading the reference model.",
+        description="k3 KL penalty to the frozen reference on own rows (paper: 0.001); 0 disables it and skips loading "
+        "the reference model.",
     )
     own_clip_low: float = Field(
         3e-4, ge=0, lt=1, description="GSPO clip below 1 of own rows' sequence ratio (paper: 3e-4)."
@@ -104,8 +109,10 @@ class AlgorithmSpec(SpecModel):
         ge=0,
         le=4,
         description=(
-            "Weights versions a rollout may lag its step: step t is sampled with weights version max(0, t - maxStaleness). "
-            "0: strictly on-policy (the paper's), rollout and learner take turns; 1: sampling of step t+1 overlaps the update of "
+            "Weights versions a rollout may lag its step: step t is sampled with weights version max(0, t - "
+            "maxStaleness). "
+            "0: strictly on-policy (the paper's), rollout and learner take turns; 1: sampling of step t+1 overlaps the "
+            "update of "
             "step t (one-step off-policy, as verl's recipe; pi_old stays the learner's own scoring pass)."
         ),
     )

@@ -36,7 +36,10 @@ class RoleResources(SpecModel):
 class RolePodTemplates(SpecModel):
     rollout: KubeObject = Field(
         default_factory=dict,
-        description="Pod spec fields merged into the rollout pod (strategic override of the generated pod spec). An allow-list (docs/security.md): scheduling fields, resources, env from values or ConfigMaps, emptyDir/PVC/configMap/ephemeral volumes and their mounts, sidecars and init containers; no Secrets, service accounts, host settings or weaker securityContext.",
+        description="Pod spec fields merged into the rollout pod (strategic override of the generated pod spec). An "
+        "allow-list (docs/security.md): scheduling fields, resources, env from values or ConfigMaps, "
+        "emptyDir/PVC/configMap/ephemeral volumes and their mounts, sidecars and init containers; no Secrets, "
+        "service accounts, host settings or weaker securityContext.",
     )
     learner: KubeObject = Field(
         default_factory=dict, description="Pod spec fields merged into the learner pod; same allow-list as `rollout`."
@@ -57,9 +60,12 @@ class ModelCacheSpec(SpecModel):
     claim_name: str = Field(
         max_length=253,
         description=(
-            "PersistentVolumeClaim (in the experiment's namespace) mounted at the workers' model cache: hub downloads, tiny builds "
-            "and s3:// models ($HACRL_CACHE/models) and HF_HOME (datasets, hub files) live there, so a restarted or later pod "
-            "reuses them. The pods of every agent that uses it mount it at once: ReadWriteMany (NFS, CephFS, EFS, Filestore) "
+            "PersistentVolumeClaim (in the experiment's namespace) mounted at the workers' model cache: hub downloads, "
+            "tiny builds "
+            "and s3:// models ($HACRL_CACHE/models) and HF_HOME (datasets, hub files) live there, so a restarted or "
+            "later pod "
+            "reuses them. The pods of every agent that uses it mount it at once: ReadWriteMany (NFS, CephFS, EFS, "
+            "Filestore) "
             "for pods on several nodes; a ReadWriteOnce claim holds them all to one node (the others stay Pending). "
             "It must be writable by the workers' user and group (fsGroup; the chart value workerRunAsUser)."
         ),
@@ -190,7 +196,8 @@ class EnvVarSource(SpecModel):
     config_map_key_ref: KeyReference | None = Field(None, description="A key of a ConfigMap.")
     secret_key_ref: KeyReference | None = Field(
         None,
-        description="A key of a Secret the cluster admin approved for experiments (chart value experimentSecrets); otherwise the experiment waits with Ready=False, reason SecretNotAllowed.",
+        description="A key of a Secret the cluster admin approved for experiments (chart value experimentSecrets); "
+        "otherwise the experiment waits with Ready=False, reason SecretNotAllowed.",
     )
 
     @model_validator(mode="after")
@@ -217,7 +224,8 @@ class EnvVar(SpecModel):
     )
     name: str = Field(
         max_length=128,
-        description="Variable name. Not one the operator sets (HACRL_*, POD_NAME, HOME, the cache directories, the store's AWS_* and HF_TOKEN): those are refused.",
+        description="Variable name. Not one the operator sets (HACRL_*, POD_NAME, HOME, the cache directories, the "
+        "store's AWS_* and HF_TOKEN): those are refused.",
         json_schema_extra={"pattern": ENV_NAME.pattern},
     )
     value: str | None = Field(
@@ -330,12 +338,15 @@ class SchedulingSpec(SpecModel):
     gang: GangScheduler = Field(
         "none",
         description=(
-            "Put all the experiment's pods (every agent's rollout and learner) into one gang, admitted or scheduled all together "
+            "Put all the experiment's pods (every agent's rollout and learner) into one gang, admitted or scheduled "
+            "all together "
             "by the cluster's own scheduler, so that some pods never hold GPUs while the others wait. "
             "`none`: each pod is scheduled on its own. "
-            "`kueue`: Kueue plain-pod group (pod integration enabled): labels kueue.x-k8s.io/queue-name (queueName, required) and "
+            "`kueue`: Kueue plain-pod group (pod integration enabled): labels kueue.x-k8s.io/queue-name (queueName, "
+            "required) and "
             "kueue.x-k8s.io/pod-group-name, annotation kueue.x-k8s.io/pod-group-total-count. "
-            "`volcano`: a scheduling.volcano.sh/v1beta1 PodGroup with minMember = the pod count (queue: queueName, else Volcano's default), "
+            "`volcano`: a scheduling.volcano.sh/v1beta1 PodGroup with minMember = the pod count (queue: queueName, "
+            "else Volcano's default), "
             "pods annotated scheduling.k8s.io/group-name and scheduled by schedulerName volcano. "
             "Change it with the experiment suspended: pods created before and after would be in different gangs."
         ),
@@ -343,7 +354,8 @@ class SchedulingSpec(SpecModel):
     queue_name: str | None = Field(
         None,
         max_length=63,
-        description="The Kueue LocalQueue (gang kueue, required) or Volcano Queue (gang volcano, optional) of the pods.",
+        description="The Kueue LocalQueue (gang kueue, required) or Volcano Queue (gang volcano, optional) of the "
+        "pods.",
         json_schema_extra={"pattern": DNS_SUBDOMAIN.pattern},
     )
     pending_timeout_seconds: int = Field(
@@ -351,9 +363,12 @@ class SchedulingSpec(SpecModel):
         ge=0,
         le=MAX_PENDING_TIMEOUT_SECONDS,
         description=(
-            "A pod not scheduled (Pending, PodScheduled not True: no node fits, a quota or gang not admitted, no such scheduler) for "
-            "this long turns the experiment's Ready condition to False, reason Unschedulable, with the scheduler's message, and posts "
-            "one Warning event; until then Ready says PodsPending. The experiment keeps waiting. 0 reports at once (at most 7 days)."
+            "A pod not scheduled (Pending, PodScheduled not True: no node fits, a quota or gang not admitted, no such "
+            "scheduler) for "
+            "this long turns the experiment's Ready condition to False, reason Unschedulable, with the scheduler's "
+            "message, and posts "
+            "one Warning event; until then Ready says PodsPending. The experiment keeps waiting. 0 reports at once (at "
+            "most 7 days)."
         ),
     )
 
@@ -370,11 +385,13 @@ class SchedulingSpec(SpecModel):
     def _gang(self) -> SchedulingSpec:
         if self.queue_name is not None and self.gang == "none":
             raise ValueError(
-                "queueName: scheduling.queueName names a Kueue LocalQueue or a Volcano Queue: set scheduling.gang to kueue or volcano, or remove queueName"
+                "queueName: scheduling.queueName names a Kueue LocalQueue or a Volcano Queue: set scheduling.gang to "
+                "kueue or volcano, or remove queueName"
             )
         if self.gang == "kueue" and self.queue_name is None:
             raise ValueError(
-                "queueName: scheduling.gang kueue needs scheduling.queueName: the LocalQueue of the experiment's namespace that admits the pods"
+                "queueName: scheduling.gang kueue needs scheduling.queueName: the LocalQueue of the experiment's "
+                "namespace that admits the pods"
             )
         if self.gang == "volcano" and self.scheduler_name not in (None, "volcano"):
             raise ValueError(

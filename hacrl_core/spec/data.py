@@ -41,7 +41,8 @@ class RewardServerSpec(SpecModel):
         5,
         ge=0,
         le=20,
-        description="Retries of a batch that timed out, could not connect or got HTTP 429/5xx (exponential backoff from 0.5 s); then the worker stops resumably.",
+        description="Retries of a batch that timed out, could not connect or got HTTP 429/5xx (exponential backoff "
+        "from 0.5 s); then the worker stops resumably.",
     )
     concurrency: int = Field(4, ge=1, le=256, description="Batches in flight at once.")
     batch_size: int = Field(256, ge=1, le=65536, description="Responses per request.")
@@ -55,17 +56,20 @@ class DataSpec(SpecModel):
     template: str = Field(
         "{question}",
         max_length=16384,
-        description="Prompt template; `{question}` is replaced by the row's prompt. Each agent then applies its own chat template.",
+        description="Prompt template; `{question}` is replaced by the row's prompt. Each agent then applies its own "
+        "chat template.",
     )
     reward: str = Field(
         "math",
         max_length=2048,
-        description="Verifier: `exact`, `numeric` or `math` (Math-Verify), or the http(s):// URL of a reward server (docs/rewards.md; its knobs: rewardServer).",
+        description="Verifier: `exact`, `numeric` or `math` (Math-Verify), or the http(s):// URL of a reward server "
+        "(docs/rewards.md; its knobs: rewardServer).",
         json_schema_extra={"pattern": REWARD_PATTERN},
     )
     reward_server: RewardServerSpec = Field(
         default_factory=lambda: RewardServerSpec(),
-        description="Timeout, retries, concurrency and batch size of the reward server that `reward` names (unused for a built-in reward).",
+        description="Timeout, retries, concurrency and batch size of the reward server that `reward` names (unused for "
+        "a built-in reward).",
     )
 
     @field_validator("reward")

@@ -72,7 +72,9 @@ class ExperimentSpec(SpecModel):
     data: DataSpec = Field(description="Training data, eval sets, template and reward.")
     store: StoreSpec = Field(
         default_factory=StoreSpec,
-        description="Where trajectories, weights and checkpoints live. Omitted: `hacrl run` uses file://./runs; the operator fills in its install's default store (chart values defaultStore or minio.enabled) and refuses the experiment when it has none.",
+        description="Where trajectories, weights and checkpoints live. Omitted: `hacrl run` uses file://./runs; the "
+        "operator fills in its install's default store (chart values defaultStore or minio.enabled) and refuses "
+        "the experiment when it has none.",
     )
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec, description="Checkpointing.")
     evaluation: EvaluationSpec = Field(
@@ -81,16 +83,19 @@ class ExperimentSpec(SpecModel):
     metrics: MetricsSpec = Field(default_factory=MetricsSpec, description="Prometheus endpoints of the workers.")
     tracking: TrackingSpec = Field(
         default_factory=TrackingSpec,
-        description="Experiment trackers (MLflow, W&B, TensorBoard) each learner logs its step metrics to (docs/tracking.md; needs the `tracking` extra).",
+        description="Experiment trackers (MLflow, W&B, TensorBoard) each learner logs its step metrics to "
+        "(docs/tracking.md; needs the `tracking` extra).",
     )
     images: ImageSpec = Field(default_factory=ImageSpec, description="Container images (operator only).")
     scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec, description="Pod placement (operator only).")
     colocate: bool | None = Field(
         None,
         description=(
-            "True: one worker (pod) per agent samples with its live model and trains, instead of a rollout and a learner "
+            "True: one worker (pod) per agent samples with its live model and trains, instead of a rollout and a "
+            "learner "
             "worker: no weights published and loaded every step, rollout and learner share the machine's CPUs or GPUs. "
-            "Needs algorithm.maxStaleness 0 and every agent's rollout.engine hf and rollout.replicas 1. Omitted: `hacrl run` colocates whenever "
+            "Needs algorithm.maxStaleness 0 and every agent's rollout.engine hf and rollout.replicas 1. Omitted: "
+            "`hacrl run` colocates whenever "
             "both hold (it measured faster on one machine), the operator runs separate rollout and learner pods."
         ),
     )
@@ -105,7 +110,8 @@ class ExperimentSpec(SpecModel):
         default_factory=list,
         max_length=64,
         description=(
-            "Environment variables of every rollout and learner pod (operator only), e.g. HF_HUB_OFFLINE or NCCL settings. "
+            "Environment variables of every rollout and learner pod (operator only), e.g. HF_HUB_OFFLINE or NCCL "
+            "settings. "
             "Variables the operator sets are refused, naming the field; values from Secrets need the admin's approval."
         ),
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
@@ -114,17 +120,22 @@ class ExperimentSpec(SpecModel):
         default_factory=list,
         max_length=16,
         description=(
-            "ConfigMaps and approved Secrets whose every key becomes a variable of every rollout and learner pod (operator only). "
-            "Variables set by the operator or by spec.env take precedence over these (Kubernetes: env wins over envFrom)."
+            "ConfigMaps and approved Secrets whose every key becomes a variable of every rollout and learner pod "
+            "(operator only). "
+            "Variables set by the operator or by spec.env take precedence over these (Kubernetes: env wins over "
+            "envFrom)."
         ),
     )
     model_cache: ModelCacheSpec | None = Field(
         None,
-        description="A PersistentVolumeClaim shared as model cache by the pods of every agent without its own agents[].modelCache (operator only); without either, each pod downloads into an emptyDir.",
+        description="A PersistentVolumeClaim shared as model cache by the pods of every agent without its own "
+        "agents[].modelCache (operator only); without either, each pod downloads into an emptyDir.",
     )
     model_token_secret: str | None = Field(
         None,
-        description="Secret with the key HF_TOKEN, given to every rollout and learner pod as HF_TOKEN (gated Hugging Face models; operator; referenced, never copied). The cluster admin must have marked it usable by experiments.",
+        description="Secret with the key HF_TOKEN, given to every rollout and learner pod as HF_TOKEN (gated Hugging "
+        "Face models; operator; referenced, never copied). The cluster admin must have marked it usable by "
+        "experiments.",
     )
 
     @field_validator("model_token_secret")
@@ -179,7 +190,8 @@ class ExperimentSpec(SpecModel):
                 )
         if all(agent.suspend for agent in self.agents):
             raise ValueError(
-                "agents: every agent has suspend: true; keep at least one agent active, or set spec.suspend to pause the "
+                "agents: every agent has suspend: true; keep at least one agent active, or set spec.suspend to pause "
+                "the "
                 "whole experiment"
             )
         if self.algorithm.name in SHARED_ROW_ALGORITHMS and len(self.agents) < 2:

@@ -14,7 +14,8 @@ from hacrl_core.spec.base import SpecModel
 class MlflowTracking(SpecModel):
     tracking_uri: str = Field(
         max_length=2048,
-        description="MLflow tracking server (`http(s)://...`, `databricks`) or a local file store (`file:///path`). Credentials (MLFLOW_TRACKING_TOKEN, or _USERNAME and _PASSWORD) through spec.env from an approved Secret.",
+        description="MLflow tracking server (`http(s)://...`, `databricks`) or a local file store (`file:///path`). "
+        "Credentials (MLFLOW_TRACKING_TOKEN, or _USERNAME and _PASSWORD) through spec.env from an approved Secret.",
         json_schema_extra={"pattern": r"^(https?://|file:/|databricks)\S*$"},
     )
     experiment_name: str | None = Field(
@@ -42,7 +43,8 @@ class WandbTracking(SpecModel):
     entity: str | None = Field(None, max_length=128, description="W&B entity (team or user); default: the API key's.")
     mode: Literal["online", "offline", "disabled"] = Field(
         "online",
-        description="`offline` writes the runs locally (`wandb sync` uploads them later). Credentials (WANDB_API_KEY) through spec.env from an approved Secret.",
+        description="`offline` writes the runs locally (`wandb sync` uploads them later). Credentials (WANDB_API_KEY) "
+        "through spec.env from an approved Secret.",
     )
     dir: str | None = Field(
         None, max_length=4096, description="Folder of W&B's local files; default: the worker's work folder."
@@ -59,7 +61,8 @@ class WandbTracking(SpecModel):
 class TensorBoardTracking(SpecModel):
     log_dir: str = Field(
         max_length=4096,
-        description="Folder of the event files, one subfolder per agent: a local path, or a PVC mounted in the learner pods (podTemplate).",
+        description="Folder of the event files, one subfolder per agent: a local path, or a PVC mounted in the learner "
+        "pods (podTemplate).",
     )
 
 
@@ -73,7 +76,8 @@ class TrackingSpec(SpecModel):
         1000,
         ge=1,
         le=100000,
-        description="Steps of metrics kept for a tracker while it is unreachable; past that the oldest are dropped and counted (hacrl_tracker_drops_total).",
+        description="Steps of metrics kept for a tracker while it is unreachable; past that the oldest are dropped and "
+        "counted (hacrl_tracker_drops_total).",
     )
 
     def enabled(self) -> list[str]:

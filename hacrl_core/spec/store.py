@@ -23,7 +23,9 @@ class StoreSpec(SpecModel):
     )
     adopt_existing: bool = Field(
         False,
-        description="Operator: let this experiment take over the store prefix of a deleted experiment of the same namespace and name and resume from its checkpoints; false refuses such a prefix (condition StoreOwnedByAnother).",
+        description="Operator: let this experiment take over the store prefix of a deleted experiment of the same "
+        "namespace and name and resume from its checkpoints; false refuses such a prefix (condition "
+        "StoreOwnedByAnother).",
     )
 
     @field_validator("uri")
