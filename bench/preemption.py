@@ -2,16 +2,19 @@
 
 Issue 41, item 5: `examples/quickstart.yaml` (its agents, data, algorithm and checkpoint.everySteps
 4) run by `hacrl run` twice, one after the other on the same machine: once uninterrupted, once
-with ``--preemptions`` (3) SIGTERMs at seeded random moments (uniform over 10-85% of the
-uninterrupted run's wall time), each to the process of a random worker, as the kubelet signals a
-pod's container (runtime/preemption.py: the worker ends or abandons its step in flight,
-checkpoints its last finished step, exits 7, and `hacrl run` restarts it, counting no restart).
+with ``--preemptions`` (3) SIGTERMs, each once the slowest learner finished a seeded random step
+(distinct, not the last two) and a seeded random part of a step later, to the process of a
+random live worker, as the kubelet signals a pod's container (runtime/preemption.py: the worker
+ends or abandons its step in flight, checkpoints its last finished step, exits 7, and `hacrl
+run` restarts it, counting no restart).
 
-Per preemption: the step its agent had finished, the seconds from SIGTERM to the worker's exit
-(stop), from SIGTERM until the agent's learner finished its next step (back: the restart, the
-resume and the step redone or waited for), that minus the uninterrupted run's mean step time
-(cost: what the preemption added to the agent's clock), and the step the restarted worker
-resumed from (its log). Per run: wall seconds and each agent's final held-out accuracy.
+Per preemption: the steps its agent had finished, the step the restarted worker resumed from (its
+log), the seconds from SIGTERM to the worker's exit (stop) and to its restart's resume line
+(resumed: process start, model and checkpoint load), and the struck agent's gap: from its last
+finished step before the SIGTERM to its next one after it, against the same run's median step
+interval of that agent away from any SIGTERM (same machine, same load); the difference is the
+preemption's cost in wall-clock seconds. Per run: wall seconds, the load, and each agent's final
+held-out accuracy (the run's last evaluation).
 
     .venv/bin/python bench/preemption.py            # the quickstart as it is (12 steps)
     .venv/bin/python bench/preemption.py --quick    # 4 steps, 100 eval prompts, 2 preemptions
@@ -84,29 +87,42 @@ def pid_alive(pid: int) -> bool:
 
 
 class Preempter(threading.Thread):
-    """SIGTERMs a random live worker of the run at each moment of ``moments`` (seconds from start)
-    and times what follows (module docstring)."""
+    """SIGTERMs a random live worker of the run once the slowest learner finished each planned
+    step, after a random part of a step (``plan``: (step, delay s)), and records every agent's
+    progress as it changes, to time what follows (module docstring)."""
 
-    def __init__(self, workdir: Path, store: Any, agents: list[str], moments: list[float], seed: int) -> None:
+    def __init__(self, workdir: Path, store: Any, agents: list[str], plan: list[tuple[int, float]], seed: int) -> None:
         super().__init__(name="preempter", daemon=True)
-        self.workdir, self.store, self.agents, self.moments = workdir, store, agents, moments
+        self.workdir, self.store, self.agents, self.plan = workdir, store, agents, plan
         self.rng = random.Random(seed)
         self.began = time.monotonic()
         self.events: list[dict[str, Any]] = []
+        self.timeline: list[tuple[float, str, int]] = []  # (seconds, agent, steps finished) at each change
         self.done = threading.Event()
+        self._last: dict[str, int] = {}
+
+    def sample(self) -> dict[str, int]:
+        now = progress(self.store, self.agents)
+        for agent, step in now.items():
+            if step >= 0 and step != self._last.get(agent):
+                self._last[agent] = step
+                self.timeline.append((time.monotonic() - self.began, agent, step))
+        return now
 
     def run(self) -> None:
-        for moment in self.moments:
-            while time.monotonic() - self.began < moment and not self.done.is_set():
-                time.sleep(0.05)
-            if self.done.is_set():
-                return
-            event = self.strike()
-            if event is not None:
-                self.events.append(event)
-                threading.Thread(target=self.follow, args=(event,), daemon=True).start()
+        pending = list(self.plan)
+        while not self.done.is_set():
+            now = self.sample()
+            if pending and min(now.values()) >= pending[0][0]:
+                step, delay = pending.pop(0)
+                self.done.wait(delay)
+                event = self.strike(step)
+                if event is not None:
+                    self.events.append(event)
+                    threading.Thread(target=self.follow, args=(event,), daemon=True).start()
+            self.done.wait(0.05)
 
-    def strike(self) -> dict[str, Any] | None:
+    def strike(self, planned: int) -> dict[str, Any] | None:
         try:
             table_ = json.loads((self.workdir / "workers.json").read_text())
         except (OSError, ValueError):
@@ -119,6 +135,7 @@ class Preempter(threading.Thread):
         at = time.monotonic()
         os.kill(victim["pid"], signal.SIGTERM)
         return {
+            "planned_after_step": planned,
             "at_seconds": round(at - self.began, 2),
             "agent": victim["agent"],
             "role": victim["role"],
@@ -128,19 +145,47 @@ class Preempter(threading.Thread):
         }
 
     def follow(self, event: dict[str, Any]) -> None:
+        """Seconds from SIGTERM to the worker's exit, and to its restart's resume line."""
+        log = self.workdir / "logs" / f"{event['agent']}-{event['role']}.log"
+        resumes = log.read_text(errors="replace").count("resumed from checkpoint") if log.exists() else 0
         while pid_alive(event["pid"]) and not self.done.is_set():
             time.sleep(0.02)
         event["stop_seconds"] = round(time.monotonic() - event["_at"], 2)
-        agent = event["agent"]
         while not self.done.is_set():
-            if progress(self.store, [agent])[agent] > event["steps_finished"]:
-                event["back_seconds"] = round(time.monotonic() - event["_at"], 2)
+            if log.read_text(errors="replace").count("resumed from checkpoint") > resumes:
+                event["resumed_seconds"] = round(time.monotonic() - event["_at"], 2)
                 return
             time.sleep(0.05)
 
 
+def step_cost(timeline: list[tuple[float, str, int]], event: dict[str, Any], struck: list[float]) -> dict[str, Any]:
+    """The struck agent's steps around the SIGTERM: the time from its last finished step before it
+    to its next one after it, against the same run's median step interval of that agent away from
+    any SIGTERM (same machine, same load): the extra is the preemption's cost to the agent."""
+    at = event["at_seconds"]
+    mine = [(t, s) for t, a, s in timeline if a == event["agent"]]
+    before = [(t, s) for t, s in mine if t <= at]
+    after = [(t, s) for t, s in mine if t > at]
+    intervals = [
+        (t1 - t0) / (s1 - s0)
+        for (t0, s0), (t1, s1) in zip(mine, mine[1:])
+        if s1 > s0 > 0 and not any(t0 < x <= t1 for x in struck)
+    ]
+    if not before or not after or not intervals:
+        return {"gap_seconds": None, "median_step_seconds": None, "cost_seconds": None}
+    (t0, s0), (t1, s1) = before[-1], after[0]
+    median = sorted(intervals)[len(intervals) // 2]
+    gap = t1 - t0
+    return {
+        "gap_seconds": round(gap, 2),
+        "gap_steps": s1 - s0,
+        "median_step_seconds": round(median, 2),
+        "cost_seconds": round(gap - (s1 - s0) * median, 2),
+    }
+
+
 def run_once(
-    spec: Path, workdir: Path, env: dict[str, str], store: Any, agents: list[str], preempter: Preempter | None
+    spec: Path, workdir: Path, env: dict[str, str], store: Any, agents: list[str], preempter: Preempter
 ) -> tuple[float, str]:
     began = time.monotonic()
     process = subprocess.Popen(
@@ -151,14 +196,12 @@ def run_once(
         stderr=subprocess.STDOUT,
         text=True,
     )
-    if preempter is not None:
-        preempter.began = began
-        preempter.start()
+    preempter.began = began
+    preempter.start()
     output, _ = process.communicate(timeout=3600)
     seconds = time.monotonic() - began
-    if preempter is not None:
-        preempter.done.set()
-        preempter.join(10)
+    preempter.done.set()
+    preempter.join(10)
     if process.returncode != 0:
         raise RuntimeError(f"hacrl run {spec} failed ({process.returncode}):\n{output[-4000:]}")
     return seconds, output
@@ -206,27 +249,26 @@ def main() -> int:
         build_models([a["model"] for a in document["spec"]["agents"]], args.cache)
         spec = write_spec(document, root / f"{name}.yaml")
         store = open_trajectory_store((root / "store").as_uri(), name)
-        preempter = None
-        if mode == "preempted":
+        if mode == "preempted":  # distinct steps, each struck a random part of a step after it
             rng = random.Random(args.seed)
-            wall = results["uninterrupted"]["wall_seconds"]
-            moments = sorted(rng.uniform(0.10 * wall, 0.85 * wall) for _ in range(count))
-            preempter = Preempter(root / "work", store, agents, moments, args.seed)
+            step_seconds = results["uninterrupted"]["mean_step_seconds"]
+            plan = [(s, rng.uniform(0, step_seconds)) for s in sorted(rng.sample(range(1, steps - 1), count))]
+        preempter = Preempter(root / "work", store, agents, plan if mode == "preempted" else [], args.seed)
         seconds, output = run_once(spec, root / "work", env, store, agents, preempter)
         entry: dict[str, Any] = {
             "wall_seconds": round(seconds, 1),
+            "load_after": os.getloadavg(),
             "final_accuracy": final_accuracies(store, agents, steps),
             "restart_lines": [line for line in output.splitlines() if "restarting" in line],
         }
-        if preempter is None:
-            entry["mean_step_seconds"] = round(mean_step_seconds(store, agents, steps), 2)
-        else:
-            step_seconds = results["uninterrupted"]["mean_step_seconds"]
+        entry["mean_step_seconds"] = round(mean_step_seconds(store, agents, steps), 2)
+        entry["timeline"] = preempter.timeline
+        if mode == "preempted":
+            struck = [e["at_seconds"] for e in preempter.events]
             for event in preempter.events:
                 event.pop("_at", None)
                 event["resumed_from"] = resumed_from(root / "work", event)
-                back = event.get("back_seconds")
-                event["cost_seconds"] = None if back is None else round(back - step_seconds, 2)
+                event.update(step_cost(preempter.timeline, event, struck))
             entry["preemptions"] = preempter.events
         results[mode] = entry
         print(f"{mode}: {entry['wall_seconds']} s, final accuracy {entry['final_accuracy']}", flush=True)
@@ -238,7 +280,9 @@ def main() -> int:
             e["steps_finished"],
             e["resumed_from"],
             e.get("stop_seconds"),
-            e.get("back_seconds"),
+            e.get("resumed_seconds"),
+            e.get("gap_seconds"),
+            e.get("median_step_seconds"),
             e.get("cost_seconds"),
         ]
         for e in results["preempted"]["preemptions"]
@@ -250,8 +294,10 @@ def main() -> int:
             "steps finished",
             "resumed from",
             "stop s",
-            "back s",
-            "cost s (back - mean step)",
+            "resumed s",
+            "gap s",
+            "median step s",
+            "cost s",
         ],
         rows,
     )
