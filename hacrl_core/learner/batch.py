@@ -80,7 +80,9 @@ def collate_rows(rows: Sequence[TrainRow], pad_token_id: int, device: str = "cpu
 def score_rows(model, rows: Sequence[TrainRow], pad_token_id: int, micro_batching: MicroBatching, device: str = "cpu"):
     """Per-row (sum, count) of response log-probs and the per-token log-probs, without grad, in
     micro-batches of ``micro_batching``."""
-    sums, counts, tokens = [], [], []
+    sums: list[float] = []
+    counts: list[int] = []
+    tokens: list[torch.Tensor] = []
     was_training = model.training
     model.eval()
     for indices in micro_batching.pack(rows, range(len(rows))):

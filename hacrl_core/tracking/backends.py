@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import unquote, urlparse
@@ -50,7 +50,7 @@ def _require(module: str, tracker: str):
         raise RuntimeError(f"spec.tracking.{tracker} needs the {module!r} package: {EXTRA_HINT}") from None
 
 
-def flat_params(document: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+def flat_params(document: Mapping[str, Any] | Sequence[Any], prefix: str = "") -> dict[str, str]:
     """A nested spec as `a.b.c: value` parameters (lists by index), values as strings."""
     flat: dict[str, str] = {}
     items = document.items() if isinstance(document, Mapping) else enumerate(document)
@@ -148,7 +148,7 @@ class WandbTracker:
     def __init__(self, project: str, entity: str | None, mode: str, directory: Path, group: str) -> None:
         self.wandb = _require("wandb", "wandb")
         self.project, self.entity, self.mode, self.directory, self.group = project, entity, mode, directory, group
-        self.run = None
+        self.run: Any = None  # wandb's Run once started
 
     def start(self, run_id: str | None, run_name: str, params: Mapping[str, Any]) -> str:
         self.directory.mkdir(parents=True, exist_ok=True)

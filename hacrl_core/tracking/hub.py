@@ -14,6 +14,7 @@ each step pushed out of a full queue is counted in ``drops`` (served as
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -110,7 +111,7 @@ class TrackingHub:
     def artifact(self, path: Path) -> None:
         for channel in self.channels:
             if channel.started:
-                self._attempt(channel, lambda c=channel: c.tracker.artifact(path), f"artifact {path.name}")
+                self._attempt(channel, functools.partial(channel.tracker.artifact, path), f"artifact {path.name}")
 
     def finish(self) -> None:
         """Send what is released and queued (one last try, whatever the backoff), then close every
@@ -138,7 +139,7 @@ class TrackingHub:
         for channel in self.channels:
             if not force and channel.failing and self.clock() < channel.next_try:
                 continue
-            self._attempt(channel, lambda c=channel: self._send(c), "log")
+            self._attempt(channel, functools.partial(self._send, channel), "log")
 
     def _send(self, channel: _Channel) -> None:
         if not channel.started:
