@@ -17,6 +17,7 @@ prompts; the runs differ in the team only.
 
     python bench/elastic.py                   # 30 steps, join at 10, seed 0
     python bench/elastic.py --seeds 0,1,2     # more seeds
+    python bench/elastic.py --quick           # smoke test: 4 steps, join at 2, 50 eval prompts
 
 Results: ``bench/results/elastic.json``.
 """
@@ -45,12 +46,14 @@ THIRD = "llama-char-b"
 EVAL = "eval/arithmetic/accuracy"
 
 
-def quickstart(steps: int, seed: int, store: Path, agents: int) -> dict[str, Any]:
+def quickstart(steps: int, seed: int, store: Path, agents: int, quick: bool = False) -> dict[str, Any]:
     document = yaml.safe_load((REPO / "examples/quickstart.yaml").read_text())
     document["metadata"] = {"name": NAME}
     spec = document["spec"]
     spec["algorithm"].update(steps=steps, seed=seed)
     spec["evaluation"] = {"everySteps": 10}
+    if quick:
+        spec["data"]["eval"][0]["maxPrompts"] = 50
     spec["store"] = {"uri": store.as_uri()}
     llama = copy.deepcopy(spec["agents"][0])
     third = {**llama, "name": THIRD, "model": llama["model"].replace("seed=0", "seed=1")}
@@ -96,12 +99,12 @@ def run_config(config: str, args: argparse.Namespace, seed: int, env: dict[str, 
     store = open_trajectory_store(store_dir.as_uri(), NAME)
     spec = root / f"{NAME}.yaml"
     if config == "from-0":
-        write_spec(quickstart(args.steps, seed, store_dir, 3), spec)
+        write_spec(quickstart(args.steps, seed, store_dir, 3, args.quick), spec)
         seconds = hacrl_run(spec, workdir, env)
     else:
-        write_spec(quickstart(args.steps, seed, store_dir, 2), spec)
+        write_spec(quickstart(args.steps, seed, store_dir, 2, args.quick), spec)
         seconds = interrupted_run(spec, workdir, env, store, args.join)
-        write_spec(quickstart(args.steps, seed, store_dir, 3), spec)
+        write_spec(quickstart(args.steps, seed, store_dir, 3, args.quick), spec)
         seconds += hacrl_run(spec, workdir, env, args=["--resume"])
     members = [store.read_members(s) for s in range(args.steps)]
     agents = {}
@@ -120,7 +123,10 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     parser.add_argument("--configs", default="from-0,join", help="which of from-0 and join to run")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--quick", action="store_true", help="smoke test: 4 steps, join at 2, 50 eval prompts")
     args = parser.parse_args()
+    if args.quick:
+        args.steps, args.join = 4, 2
     env = bench_env(args.cache)
     document = quickstart(args.steps, 0, args.work, 3)
     build_models([a["model"] for a in document["spec"]["agents"]], args.cache)
@@ -146,6 +152,7 @@ def main() -> None:
             )
     print(table(["config", "seed", "agent", "first step", "initial", "final", "wall s"], rows))
     name = NAME if args.configs == "from-0,join" else f"{NAME}-{args.configs.replace(',', '-')}"
+    name += "-quick" if args.quick else ""
     path = save(name, {"steps": args.steps, "join": args.join, "runs": runs}, args.out)
     print(f"wrote {path}")
 
