@@ -916,7 +916,8 @@ def main(argv: list[str] | None = None) -> int:
         for rep in range(args.reps):
             for config in args.configs:
                 base, policy = parse_config(config)
-                name = f"peer-{key}-{base}-{(policy or 'default').lower()}-{rep}"
+                # Experiment names are at most 40 characters: the setup by its initial.
+                name = f"peer-{setup[0]}{target or ''}-{length}-{base}-{(policy or 'default').lower()}-{rep}"
                 if base == "trl":
                     run = functools.partial(run_trl, python, model_dir, prompts, args, args.work / name, budget, policy)
                 else:
