@@ -152,8 +152,10 @@ class Preempter(threading.Thread):
             time.sleep(0.02)
         event["stop_seconds"] = round(time.monotonic() - event["_at"], 2)
         while not self.done.is_set():
-            if log.read_text(errors="replace").count("resumed from checkpoint") > resumes:
+            found = re.findall(r"resumed from checkpoint after (\d+) steps", log.read_text(errors="replace"))
+            if len(found) > resumes:  # this stop's restart: its own line, not a later one's
                 event["resumed_seconds"] = round(time.monotonic() - event["_at"], 2)
+                event["resumed_from"] = int(found[resumes])
                 return
             time.sleep(0.05)
 
@@ -205,13 +207,6 @@ def run_once(
     if process.returncode != 0:
         raise RuntimeError(f"hacrl run {spec} failed ({process.returncode}):\n{output[-4000:]}")
     return seconds, output
-
-
-def resumed_from(workdir: Path, event: dict[str, Any]) -> int | None:
-    """The step count the restarted worker's log says it resumed from (its latest start)."""
-    log = workdir / "logs" / f"{event['agent']}-{event['role']}.log"
-    found = re.findall(r"resumed from checkpoint after (\d+) steps", log.read_text(errors="replace"))
-    return int(found[-1]) if found else None
 
 
 def mean_step_seconds(store: Any, agents: list[str], steps: int) -> float:
@@ -267,7 +262,6 @@ def main() -> int:
             struck = [e["at_seconds"] for e in preempter.events]
             for event in preempter.events:
                 event.pop("_at", None)
-                event["resumed_from"] = resumed_from(root / "work", event)
                 event.update(step_cost(preempter.timeline, event, struck))
             entry["preemptions"] = preempter.events
         results[mode] = entry
@@ -278,7 +272,7 @@ def main() -> int:
             f"{e['at_seconds']:.1f}",
             f"{e['agent']}.{e['role']}",
             e["steps_finished"],
-            e["resumed_from"],
+            e.get("resumed_from"),
             e.get("stop_seconds"),
             e.get("resumed_seconds"),
             e.get("gap_seconds"),
