@@ -138,10 +138,9 @@ def _decide_pod(
         # pod of a group until a replacement exists): as good as gone, replaced under another name.
         # A disrupted one never recorded Disrupted (deleted while running, its worker stopped on
         # SIGTERM) is a preemption seen as it goes.
-        unseen = bool(view.disruption) and last != "Disrupted"
-        view, last = None, "Disrupted" if view.disruption else last
-        missing = _missing(label, role, last, done, restarts, limit)
-        return dataclasses.replace(missing, preempted=unseen and missing.create)
+        disrupted = bool(view.disruption)
+        missing = _missing(label, role, "Disrupted" if disrupted else last, done, restarts, limit)
+        return dataclasses.replace(missing, preempted=disrupted and last != "Disrupted" and missing.create)
     if view is None:
         return _missing(label, role, last, done, restarts, limit)
     if view.disruption and not done and (view.terminating or view.phase != "Failed"):
