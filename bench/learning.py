@@ -20,7 +20,9 @@ way), and ``marker-trio`` (all three marker agents); none of these is in the def
 ``marker=0.1`` and ``marker_if=mul`` or ``marker_if=nomul``: each always ends its chains with the
 rewarded ``#### <answer>`` on one part of the task (problems with a ``*``, or without one) and on
 only 10% of the other part, so each agent's verified rows show the other the convention where it
-lacks it; evaluated on the mixed held-out task (``--probe`` prints each part's accuracy). Every configuration of a team runs the same number of optimizer updates (same steps,
+lacks it; evaluated on the mixed held-out task (``--probe`` prints each part's accuracy). ``marker-gap``
+(not in the default): ``strong-char-m`` with ``weaker-char-m``, the same model and ``marker=0.3``
+after only 100 warm-start steps, a much weaker peer for HACPO's mechanisms to guard against. Every configuration of a team runs the same number of optimizer updates (same steps,
 promptsPerStep and miniBatchPrompts) over the same seeds (``algorithm.seed``: data order,
 sampling; the initial models are the same for every run, so seeds measure RL noise only).
 
@@ -50,6 +52,14 @@ The marker regime (docs/benchmarks.md section 1), as reported there:
         --configs gspo,hacpo,no-capability-advantage,no-discrepancy-coefficient,no-exponential-importance,no-stepwise-clipping \
         --ablation-teams marker-cross-tokenizer --ablation-seeds 3 --reuse bench/results/learning-markerx.json
 
+The mechanisms' regime (a strong agent with a much weaker peer, docs/benchmarks.md section 1),
+cut to fit a loaded 2-CPU machine (12 steps, 32 prompts per step, 300 held-out problems, 3 seeds):
+
+    python bench/learning.py --name gap --teams marker-gap \
+        --configs gspo,naive,hacpo,no-capability-advantage,no-discrepancy-coefficient,no-exponential-importance,no-stepwise-clipping \
+        --ablation-teams marker-gap --ablation-seeds 5 --seeds 3 --steps 12 --eval-every 3 --eval-prompts 300 --prompts 32 \
+        --probe --work /tmp/hacrl-bench/gap
+
 Results: ``bench/results/learning.json`` (every run, every curve) and PNGs per team and agent
 (``docs/img/learning-<team>-<agent>.png``). Finished runs are cached under ``--work`` so an
 interrupted benchmark continues where it stopped; on another machine, ``--reuse
@@ -63,6 +73,7 @@ import argparse
 import itertools
 import json
 import math
+import os
 import shutil
 import statistics
 import sys
@@ -718,6 +729,10 @@ def cached_run(path: Path, fingerprint: str) -> dict[str, Any] | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # The warm starts (build_models) and --probe run in this process: idle OpenMP threads must sleep
+    # here too, not only in the runs (bench_env). Spinning, a 500-step warm start took 48 minutes on
+    # 2 CPUs at load 10-20 (2026-12-07), against about 3 minutes on a quiet machine.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     schedule = plan(args)
     prefix = ("blq" if args.quick else "bl") + (f"-{args.name}" if args.name else "")
     work = work_dir(args)
