@@ -156,8 +156,10 @@ def algo_step(
     from hacrl_core.learner.step import learner_step, run_step
     from hacrl_core.learner.worker import step_setup, store_ports
 
+    members = tuple(context.spec.team())  # step 0's members: every agent of the spec
     setup = dataclasses.replace(
-        step_setup(context, resolve_algorithm(context.spec.algorithm)), score_in_first_update=score_in_first_update
+        step_setup(context, resolve_algorithm(context.spec.algorithm), members),
+        score_in_first_update=score_in_first_update,
     )
     stages = dict.fromkeys(STAGES, 0.0)
     last = [time.perf_counter()]
@@ -167,13 +169,14 @@ def algo_step(
         stages[STEP_COLUMNS[stage]] += now - last[0]
         last[0] = now
 
-    result = run_step(learner_step(state, setup, store_ports(context, state), step, lap=lap))
+    result = run_step(learner_step(state, setup, store_ports(context, state, members), step, lap=lap))
     stages["total"] = sum(stages[k] for k in STAGES)
     return stages, sum(len(r.input_ids) for r in result.rows), result.rows, result.plan
 
 
 def plain_step(context, state, rows, plan) -> float:
-    """Forward, response-token cross-entropy, backward, clip, AdamW: the same batches, nothing else."""
+    """Forward (the logits of the response positions only), response-token cross-entropy, backward,
+    clip, AdamW: the same batches, nothing else."""
     import torch
 
     from hacrl_core.learner.batch import collate_rows
@@ -187,11 +190,17 @@ def plain_step(context, state, rows, plan) -> float:
         for chunk in micro:
             input_ids, attention, response = collate_rows([rows[i] for i in chunk], pad)
             position_ids = (attention.long().cumsum(-1) - 1).clamp(min=0)
+            # Logits of the response positions only, as the algo step (and TRL) asks for them.
+            first = max(int(response.any(0).long().argmax()), 1)
             logits = model(
-                input_ids=input_ids, attention_mask=attention, position_ids=position_ids, use_cache=False
+                input_ids=input_ids,
+                attention_mask=attention,
+                position_ids=position_ids,
+                use_cache=False,
+                logits_to_keep=input_ids.shape[1] - first + 1,
             ).logits
-            logp = torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, input_ids[:, 1:, None]).squeeze(-1)
-            mask = response[:, 1:].float()
+            logp = torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, input_ids[:, first:, None]).squeeze(-1)
+            mask = response[:, first:].float()
             loss = -(logp * mask).sum() / mask.sum().clamp(min=1)
             backend.backward(loss)
         backend.step()
