@@ -68,13 +68,14 @@ system-packages:
 test: install lint system-packages
 	$(RUN) $(PYTHON) -m pytest -q
 
-# ruff at the lock's version (the test extra has it too); the rules and why: [tool.ruff] in
-# pyproject.toml. `ruff format --check` fails on a file `ruff format` would change: run
-# `make format` to apply it.
+# ruff and mypy at the lock's versions (the test extra has them too); the rules and why:
+# [tool.ruff] and [tool.mypy] in pyproject.toml. `ruff format --check` fails on a file
+# `ruff format` would change: run `make format` to apply it.
 lint: $(LOCK_PINS) $(PYTHON)
-	$(PIP) install --quiet -c $(LOCK_PINS) ruff
+	$(PIP) install --quiet -c $(LOCK_PINS) ruff mypy
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m ruff format --check .
+	$(PYTHON) -m mypy
 
 format: $(LOCK_PINS) $(PYTHON)
 	$(PIP) install --quiet -c $(LOCK_PINS) ruff

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
 from hacrl_core.data import PromptSource
 from hacrl_core.data.base import Problem
@@ -18,6 +19,9 @@ from hacrl_core.rewards.scoring import RewardItem
 from hacrl_core.rollout.engine import RolloutEngine, SamplingParams, create_engine
 from hacrl_core.spec import AgentSpec, ExperimentSpec
 from hacrl_core.spec import EvalSet as SpecEvalSet
+
+if TYPE_CHECKING:
+    from hacrl_core.rollout.hf_engine import HFEngine
 
 
 @dataclass(frozen=True)
@@ -74,7 +78,7 @@ def evaluate_policy(
     model, tokenizer, eval_sets: Sequence[EvalSet], scorer: Scorer, sampling: EvalSampling
 ) -> dict[str, float]:
     """`evaluate_engine` of a model already in memory (the learner's live policy), with `hf`."""
-    engine = create_engine("hf", batch_size=sampling.batch_size)  # its module is imported on use
+    engine = cast("HFEngine", create_engine("hf", batch_size=sampling.batch_size))  # imported on use
     engine.set_policy(model, tokenizer)
     return evaluate_engine(engine, eval_sets, scorer, sampling)
 

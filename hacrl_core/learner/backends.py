@@ -13,7 +13,7 @@ import importlib
 import importlib.util
 import math
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import torch
 
@@ -27,7 +27,7 @@ class TrainingBackend(Protocol):
     model: torch.nn.Module  # the module to call forward on (with grad)
     #: Classes besides tensors and plain data that ``optimizer_state`` may hold: the only ones a
     #: checkpoint's optimizer file may rebuild (``torch.load(weights_only=True)`` refuses the rest).
-    checkpoint_globals: tuple[type, ...]
+    checkpoint_globals: ClassVar[tuple[type, ...]]
     #: True when ``backward`` (and forward) run collectives, so that every rank must run as many
     #: micro-batches (``learner.stages`` pads a shorter slice with zero-weighted passes).
     lockstep: bool
@@ -52,10 +52,19 @@ class TrainingBackend(Protocol):
         evaluating): ``with backend.gathered_weights() as model: ...``."""
 
 
-BACKENDS: Registry[Callable[..., TrainingBackend]] = Registry("training backend")
+class BackendFactory(Protocol):
+    """A backend class as the registry holds it: called with the model and the learner section;
+    its ``checkpoint_globals`` are read before one is built (a restore needs them first)."""
+
+    checkpoint_globals: tuple[type, ...]
+
+    def __call__(self, model: torch.nn.Module, settings: LearnerSettings) -> TrainingBackend: ...
 
 
-def register_backend(name: str) -> Callable[[Callable[..., TrainingBackend]], Callable[..., TrainingBackend]]:
+BACKENDS: Registry[BackendFactory] = Registry("training backend")
+
+
+def register_backend(name: str) -> Callable[[BackendFactory], BackendFactory]:
     """``@register_backend(name)`` on a backend class (called as ``factory(model, settings)``)."""
     return BACKENDS.decorator(name)
 
@@ -72,7 +81,7 @@ class TorchBackend:
     ranks restores at any other.
     """
 
-    checkpoint_globals: tuple[type, ...] = ()  # torch optimizer state is tensors and plain data
+    checkpoint_globals: ClassVar[tuple[type, ...]] = ()  # torch optimizer state is tensors and plain data
     lockstep = False  # gradients are summed over the ranks in step(), after every backward
 
     def __init__(self, model: torch.nn.Module, settings: LearnerSettings) -> None:
@@ -147,7 +156,7 @@ def available_backends() -> list[str]:
     return sorted(set(BACKENDS.names()) | installed)
 
 
-def backend_factory(name: str) -> Callable[..., TrainingBackend]:
+def backend_factory(name: str) -> BackendFactory:
     """The registered backend ``name``, importing an optional one on first use."""
     backends = available_backends()
     if name not in backends:

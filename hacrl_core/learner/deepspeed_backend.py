@@ -59,7 +59,7 @@ import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -132,7 +132,7 @@ class DeepSpeedBackend:
     # What a ZeRO optimizer's state_dict pickles besides tensors (read from the pickles of ZeRO 0-3
     # states; stage 0 needs none, stage 3 no fragment_address): plain records whose rebuilding
     # runs no code of the file's choosing.
-    checkpoint_globals: tuple[type, ...] = (LossScaler, ZeroStageEnum, fragment_address)
+    checkpoint_globals: ClassVar[tuple[type, ...]] = (LossScaler, ZeroStageEnum, fragment_address)
 
     def __init__(self, model: torch.nn.Module, settings: LearnerSettings) -> None:
         ensure_distributed()

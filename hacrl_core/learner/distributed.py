@@ -279,6 +279,8 @@ STORE_WRITES = frozenset(
         "delete_checkpoint",
         "write_progress",
         "write_tracking",
+        "write_members",
+        "delete_members",
         "delete_experiment",
     }
 )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -75,7 +76,7 @@ def activation_bytes_per_token(model: torch.nn.Module) -> int:
     """Activation memory of one token of a training pass (no activation checkpointing): about
     34 x hidden x layers bytes in bf16 plus 6 x vocab for the logits and their log-softmax
     (docs/scaling.md, section 3.1), scaled to the model's parameter width."""
-    config = model.config
+    config: Any = model.config  # a transformers config
     width = next(model.parameters()).element_size()
     return max(int((34 * config.hidden_size * config.num_hidden_layers + 6 * config.vocab_size) * width / 2), 1)
 

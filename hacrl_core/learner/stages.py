@@ -117,12 +117,13 @@ def score_and_train(
         batch = forward_micro_batch(state, rows, chunk)
         old = batch.logp_new.detach()
         mask = batch.response.to(old.dtype)
+        chunk_mean: list[float] = []
+        chunk_tokens: list[torch.Tensor] = []
         for j, i in enumerate(chunk):
-            tokens[i] = old[j, : len(rows[i].input_ids)].cpu()
-            mean[i] = float((old[j] * mask[j]).sum() / mask[j].sum().clamp(min=1))
-        metrics = train_micro_batch(
-            state, inputs, batch, [mean[i] for i in chunk], [tokens[i] for i in chunk], update_index=0, norm=norm
-        )
+            chunk_tokens.append(old[j, : len(rows[i].input_ids)].cpu())
+            chunk_mean.append(float((old[j] * mask[j]).sum() / mask[j].sum().clamp(min=1)))
+            tokens[i], mean[i] = chunk_tokens[-1], chunk_mean[-1]
+        metrics = train_micro_batch(state, inputs, batch, chunk_mean, chunk_tokens, update_index=0, norm=norm)
         if metrics is None:  # the update is skipped; the rows not reached still need their pi_old
             score_into(
                 state, rows, [i for later in chunks[done + 1 :] for i in later], plan.micro_batching, mean, tokens
@@ -150,6 +151,13 @@ def score_into(
             tokens[i] = per_token
 
 
+def _scored(mean: float | None) -> float:
+    """An own row's pi_old, which scoring always sets (None there is a bug, not a value)."""
+    if mean is None:
+        raise RuntimeError("an own row of the step has no pi_old: it was never scored")
+    return mean
+
+
 def scores_shard(
     rollouts: Any, rows: Sequence[TrainRow], old: OldLogprobs, *, experiment: str, step: int, agent: str
 ) -> list[dict]:
@@ -165,7 +173,7 @@ def scores_shard(
             "source_agent": agent,
             "prompt_uid": uid,
             "sample_index": sample,
-            "logp_sum": mean * count,
+            "logp_sum": _scored(mean) * count,
             "token_count": count,
         }
         for uid, sample, (mean, count) in zip(keys["prompt_uid"], keys["sample_index"], own)
@@ -259,7 +267,7 @@ def assign_advantages(
         agent_index,
         capability,
         mode=algorithm.advantage_mode,
-        bounds=tuple(ratio_bounds),
+        bounds=(ratio_bounds[0], ratio_bounds[1]),
     )
     ratios = tracker.ratio_matrix()
     discrepancy = torch.tensor(

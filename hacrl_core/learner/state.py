@@ -33,6 +33,15 @@ class LearnerState:
     def pad_id(self) -> int:
         return pad_id(self.tokenizer)
 
+    @property
+    def batching(self) -> MicroBatching:
+        """``micro_batching``, which a step needs: set by ``start_state`` given the learner section."""
+        if self.micro_batching is None:
+            raise ValueError(
+                "this learner state has no micro-batching: start_state(..., learner=<the spec's learner section>)"
+            )
+        return self.micro_batching
+
 
 def start_state(
     model: torch.nn.Module,

@@ -122,7 +122,12 @@ def learner_step(
     own_rollouts, own_rows = ports.read_own_rows(step)
     lap("read_own")
     n = len(setup.agent_names)
-    peer_rollouts, by_agent = ports.read_peer_rows(step) if algorithm.shares_rows else ([None] * n, [None] * n)
+    peer_rollouts: list
+    by_agent: list[list[TrainRow] | None]
+    if algorithm.shares_rows:
+        peer_rollouts, by_agent = ports.read_peer_rows(step)
+    else:
+        peer_rollouts, by_agent = [None] * n, [None] * n
     by_agent[index] = own_rows
     rows, mean_rewards = gather_rows(by_agent, index)
     lap("read_peers")
@@ -135,7 +140,7 @@ def learner_step(
         settings,
         step=step,
         agent_index=index,
-        micro_batching=state.micro_batching,
+        micro_batching=state.batching,
         score_in_first_update=setup.score_in_first_update,
         lockstep=state.backend.lockstep,
     )

@@ -337,7 +337,9 @@ def run_updates(
 def summarize(collected: dict[str, list[float]], updates: int, skipped: int) -> dict[str, float]:
     """The step's ``learner/*`` metrics from every micro-batch's values (every rank's)."""
     total_weight, cross_weight = collected.pop("grad_weight", None), collected.pop("cross_grad_weight", None)
-    if total_weight:  # the cross rows' share of the whole step's gradient weight, not a mean of per-micro-batch shares
+    if (
+        total_weight and cross_weight is not None
+    ):  # the cross rows' share of the whole step's gradient weight, not a mean of per-micro-batch shares
         collected["cross_grad_share"] = [sum(cross_weight) / sum(total_weight) if sum(total_weight) > 0 else 0.0]
     summary = {f"learner/{key}": sum(values) / len(values) for key, values in collected.items()}
     summary["learner/updates"] = updates

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+from typing import Any, cast
 
 import torch
 
@@ -84,7 +85,7 @@ def first_scored_column(response_mask: torch.Tensor) -> int:
 def _forward_parameters(cls: type) -> tuple[bool, bool]:
     """(takes ``logits_to_keep``, takes ``**kwargs``) of ``cls.forward``."""
     try:
-        parameters = inspect.signature(cls.forward).parameters.values()
+        parameters = inspect.signature(cast(Any, cls).forward).parameters.values()
     except (TypeError, ValueError):
         return False, False
     return any(p.name == "logits_to_keep" for p in parameters), any(p.kind is p.VAR_KEYWORD for p in parameters)
@@ -94,7 +95,7 @@ def accepts_logits_to_keep(model: torch.nn.Module) -> bool:
     """Whether ``model``'s forward takes transformers' ``logits_to_keep``, or passes its keyword
     arguments on (``**kwargs``: a PEFT or DeepSpeed wrapper) to a model it wraps that does."""
     for _ in range(4):
-        takes, passes_on = _forward_parameters(type(model))
+        takes, passes_on = _forward_parameters(type(model))  # type: ignore[arg-type]  # a class is hashable
         if takes:
             return True
         inner = next(
