@@ -4,7 +4,7 @@ Issue 41, item 5: `examples/quickstart.yaml` (its agents, data, algorithm and ch
 4) run by `hacrl run` twice, one after the other on the same machine: once uninterrupted, once
 with ``--preemptions`` (3) SIGTERMs, each once the slowest learner finished a seeded random step
 (distinct, not the last two) and a seeded random part of a step later, to the process of a
-random live worker, as the kubelet signals a pod's container (runtime/preemption.py: the worker
+random live worker, as the kubelet signals a pod's container (hacrl_core/preemption.py: the worker
 ends or abandons its step in flight, checkpoints its last finished step, exits 7, and `hacrl
 run` restarts it, counting no restart).
 

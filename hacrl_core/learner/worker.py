@@ -55,7 +55,7 @@ from hacrl_core.learner.step import StepSetup, learner_step, run_step
 from hacrl_core.learner.step_ports import StorePorts
 from hacrl_core.metrics import WorkerMetrics, store_retries
 from hacrl_core.models.loading import default_device
-from hacrl_core.runtime.preemption import LearnerStop, serve_count
+from hacrl_core.preemption import LearnerStop, serve_count
 from hacrl_core.tracking import open_tracking
 from hacrl_core.tracking.hub import TrackingHub
 from hacrl_core.worker_loop import StepSink, run_ended, step_ended
@@ -266,7 +266,7 @@ def run_learner_worker(context: WorkerContext, *, sampler: Sampler | None = None
     run = start_learner(context, colocated=sampler is not None)
     steps = context.spec.algorithm.steps
     away = False  # the steps before this one were recorded without the agent (``learner.team``)
-    # SIGTERM (runtime/preemption.py): a step waiting for data is abandoned, one training finishes,
+    # SIGTERM (hacrl_core/preemption.py): a step waiting for data is abandoned, one training finishes,
     # and the finished steps are checkpointed as the worker exits (``preempted_exit``).
     latest = partial(context.store.latest_checkpoint, context.agent_name)
     stop = LearnerStop(run.state.tracker, partial(checkpoint, context, run.state), latest)

@@ -24,12 +24,12 @@ from typing import Protocol
 from hacrl_core.context import RunDescription, WorkerContext, log
 from hacrl_core.data.base import Problem
 from hacrl_core.metrics import WorkerMetrics, store_retries
+from hacrl_core.preemption import PREEMPTION, serve_count
 from hacrl_core.rewards.remote import take_retries
 from hacrl_core.rewards.scoring import RewardItem
 from hacrl_core.rollout.engine import RolloutEngine, engine_for
 from hacrl_core.rollout.replicas import check_replica_prompts, replica_slice
 from hacrl_core.rollout.sampling import rollout_metrics, rollout_rows, sample_step, sampling_params, sampling_version
-from hacrl_core.runtime.preemption import PREEMPTION, serve_count
 from hacrl_core.store import TrajectoryStore
 from hacrl_core.store.membership import join_step, still_member, stint_start
 from hacrl_core.worker_loop import StepSink, run_ended, step_ended
@@ -255,7 +255,7 @@ def run_rollout_worker(context: WorkerContext) -> None:
     steps = context.spec.algorithm.steps
     away = False  # the steps before this one were recorded without the agent
     for step in range(steps if run.first_step is None else run.first_step, steps):
-        PREEMPTION.arm()  # a SIGTERM stops the worker here, after its last write (runtime/preemption.py)
+        PREEMPTION.arm()  # a SIGTERM stops the worker here, after its last write (hacrl_core/preemption.py)
         if not still_member(context.store, context.agent_name, step, context.current_team):
             if context.agent_name in context.current_team():
                 away = True  # recorded without it before it came back: on to the next step naming it

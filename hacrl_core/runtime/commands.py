@@ -71,10 +71,10 @@ def _worker(args: argparse.Namespace) -> int:
     except WorkerExit as refused:
         logging.getLogger("hacrl.worker").error("%s", refused)
         return refused.code
-    from hacrl_core.runtime.preemption import PREEMPTION, Preempted, preempted_exit
+    from hacrl_core.preemption import PREEMPTION, Preempted, preempted_exit
 
     try:
-        if ranks_from_env().world_size == 1:  # several ranks: SIGTERM's default (runtime/preemption.py)
+        if ranks_from_env().world_size == 1:  # several ranks: SIGTERM's default (hacrl_core/preemption.py)
             PREEMPTION.install()
         _hold_leases(context, args.role, replica)
         _run_role(context, args.role)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from hacrl_core.data.report import DatasetReport, read_datasets, train_set_refusal
 from hacrl_core.environment import torch_threads
+from hacrl_core.preemption import PREEMPTED_EXIT_CODE
 from hacrl_core.runtime.context_fit import overlong_prompts
 from hacrl_core.runtime.cpus import (
     THREADS_ENV,
@@ -41,12 +42,7 @@ from hacrl_core.runtime.refusals import installation_refusals, spec_refusals
 from hacrl_core.runtime.resume import ResumeRefused, check_datasets_unchanged, check_resume, record_datasets
 from hacrl_core.runtime.supervisor_watch import SUPERVISOR_PID_ENV
 from hacrl_core.runtime.workdir import WorkdirBusy, another_experiments, hold_workdir, release_workdir
-from hacrl_core.runtime.worker_failures import (
-    FINAL_EXIT_CODE,
-    PREEMPTED_EXIT_CODE,
-    RESTARTABLE_EXIT_CODE,
-    failure_line,
-)
+from hacrl_core.runtime.worker_failures import FINAL_EXIT_CODE, RESTARTABLE_EXIT_CODE, failure_line
 from hacrl_core.spec import (
     ROLLOUT_REPLICA_ENV,
     SPEC_DIGEST_ENV,
@@ -471,7 +467,7 @@ def wait_for_an_exit(processes: list, timeout: float) -> None:
 def stop_all(run: LocalRun, grace: float | None = None) -> None:
     """SIGTERM every worker, SIGKILL those still running after ``grace`` seconds (default the
     spec's ``checkpoint.gracePeriodSeconds``, as a pod gets): each ends its step in flight, or
-    abandons one that waits, and checkpoints its last finished step (runtime/preemption.py)."""
+    abandons one that waits, and checkpoints its last finished step (hacrl_core/preemption.py)."""
     if grace is None:
         grace = float(run.experiment.spec.checkpoint.grace_period_seconds)
     for worker in run.workers:

@@ -16,11 +16,7 @@ import sys
 RESTARTABLE_EXIT_CODE = 5
 #: A known error a restart would only meet again: reported by its line, never restarted.
 FINAL_EXIT_CODE = 6
-#: The worker stopped on SIGTERM (pod deleted, evicted, preempted, node drained; `hacrl run`
-#: stopped): it finished or abandoned its step in flight and checkpointed its last finished one
-#: (runtime/preemption.py). A preemption, not a failure: restarted, never counted against
-#: ``restartLimit`` (`hacrl run`'s supervisor, the operator's ``status.pods``).
-PREEMPTED_EXIT_CODE = 7
+#: 7, the worker stopped on SIGTERM: ``hacrl_core.preemption.PREEMPTED_EXIT_CODE`` (a lower layer: the workers raise it).
 #: How the worker's log marks the line (``known_failure``'s) that its supervisor reports.
 MARK = "worker stopped: "
 #: File-system errors no retry gets past, with what to do about each.

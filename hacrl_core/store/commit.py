@@ -74,7 +74,7 @@ def _read_json(store: ObjectStore, key: str) -> dict[str, Any] | None:
 
 
 #: Called before each sleep of a wait for a writer: a worker stopped on SIGTERM abandons a step
-#: that waits for data (runtime/preemption.py raises there).
+#: that waits for data (hacrl_core/preemption.py raises there).
 WAIT_HOOKS: list[Callable[[], None]] = []
 
 

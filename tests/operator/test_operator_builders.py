@@ -221,7 +221,7 @@ def test_pods_ask_autoscalers_not_to_evict_them_unless_the_template_says_so(role
 @pytest.mark.parametrize("role", builders.ROLES)
 def test_pods_get_the_spec_grace_period_to_checkpoint_on_sigterm(role: str) -> None:
     """checkpoint.gracePeriodSeconds (default 120) is the pod's terminationGracePeriodSeconds: the
-    time its worker has after SIGTERM to end its step in flight and checkpoint (runtime/preemption.py)."""
+    time its worker has after SIGTERM to end its step in flight and checkpoint (hacrl_core/preemption.py)."""
     assert (
         builders.build_pod(experiment(), "qwen-bpe", role, OWNER, CONFIG)["spec"]["terminationGracePeriodSeconds"]
         == 120

@@ -1,4 +1,4 @@
-"""A worker's SIGTERM (hacrl_core/runtime/preemption.py), in one process: when it stops the worker,
+"""A worker's SIGTERM (hacrl_core/preemption.py), in one process: when it stops the worker,
 what a learner puts back and checkpoints, and the record its restart serves as
 ``hacrl_preemptions_total``. The real processes: tests/reliability/test_run_faults.py
 (``test_sigterm_mid_step_resumes_from_the_step_it_stopped_at``) and the container e2e."""
@@ -15,11 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from hacrl_core import preemption
 from hacrl_core.algorithms import CapabilityTracker
 from hacrl_core.metrics import WorkerMetrics
-from hacrl_core.runtime import preemption
-from hacrl_core.runtime.preemption import LearnerStop, Preempted, Preemption
-from hacrl_core.runtime.worker_failures import PREEMPTED_EXIT_CODE
+from hacrl_core.preemption import PREEMPTED_EXIT_CODE, LearnerStop, Preempted, Preemption
 from hacrl_core.store import commit, open_trajectory_store
 
 

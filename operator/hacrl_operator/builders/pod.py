@@ -48,7 +48,7 @@ def base_pod_spec(
     image pull secrets and the spec's placement. Restarts are the operator's (``restartPolicy:
     Never``): a failed worker shows up as a Failed pod, which the operator replaces and counts
     against ``spec.restartLimit``. A stopped worker (SIGTERM) has ``checkpoint.gracePeriodSeconds``
-    to end its step in flight and checkpoint the last finished one (runtime/preemption.py)."""
+    to end its step in flight and checkpoint the last finished one (hacrl_core/preemption.py)."""
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": experiment.spec.checkpoint.grace_period_seconds,
