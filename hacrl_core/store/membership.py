@@ -29,11 +29,6 @@ from hacrl_core.store.trajectory_store import TrajectoryStore
 
 Team = Callable[[], Sequence[str]]
 
-# How long a record that is listed but not yet committed (its writer between the data and the
-# marker, or rewriting it) is waited for: a write is two requests, so a few seconds is ample; a
-# record that stays uncommitted longer was deleted (a resume reopening the step).
-RECORD_WRITE_WAIT_S = 10.0
-
 
 def read_members(store: TrajectoryStore, step: int, *, attempts: int = 20) -> list[str] | None:
     """The recorded members of ``step`` (None: not fixed yet). A record being rewritten by a
@@ -47,19 +42,6 @@ def read_members(store: TrajectoryStore, step: int, *, attempts: int = 20) -> li
                 raise
             time.sleep(0.05)
     return None
-
-
-def listed_members(store: TrajectoryStore, step: int, *, wait_s: float = RECORD_WRITE_WAIT_S) -> list[str] | None:
-    """The members of a step ``member_steps`` listed. Its record may be in the middle of being
-    written (the data is there, the commit marker not yet): wait for it rather than read the step
-    as one without a record, which made a starting worker join the step after it, while the
-    others waited for it at this one."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        found = read_members(store, step)
-        if found is not None or time.monotonic() >= deadline:
-            return found
-        time.sleep(0.05)
 
 
 def step_members(store: TrajectoryStore, step: int, team: Team) -> list[str]:
@@ -87,7 +69,11 @@ def join_step(store: TrajectoryStore, agent: str, start: int, steps: int, team: 
     suspended, and has nothing to do."""
     recorded = store.member_steps()
     for step in recorded:
-        if start <= step < steps and agent in (listed_members(store, step) or ()):
+        # A listed record without its commit marker: its writer is between the data and the
+        # marker, or stopped there (paused, killed). Fix the step as it would have (the same team
+        # from the same spec) rather than read it as unrecorded: the worker then joined the step
+        # after it, while the others waited for it at this one, for ever.
+        if start <= step < steps and agent in (read_members(store, step) or step_members(store, step, team)):
             return step
     step = max([start] + [s + 1 for s in recorded])
     while step < steps:
