@@ -42,16 +42,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from hacrl_core.exit_codes import PREEMPTED_EXIT_CODE
 from hacrl_core.store import layout
 
 log = logging.getLogger("hacrl.worker")
-
-#: The worker stopped on SIGTERM (pod deleted, evicted, preempted, node drained; `hacrl run`
-#: stopped): it finished or abandoned its step in flight and checkpointed its last finished one.
-#: A preemption, not a failure: restarted, never counted against ``restartLimit`` (`hacrl run`'s
-#: supervisor, the operator's ``status.pods``). Listed with the other exit codes in
-#: ``runtime.worker_failures``; defined here, below the runtime, because the workers read it.
-PREEMPTED_EXIT_CODE = 7
 
 __all__ = ["PREEMPTED_EXIT_CODE", "LearnerStop", "Preempted", "Preemption", "PREEMPTION"]
 

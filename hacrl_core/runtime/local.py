@@ -27,7 +27,7 @@ from pathlib import Path
 
 from hacrl_core.data.report import DatasetReport, read_datasets, train_set_refusal
 from hacrl_core.environment import torch_threads
-from hacrl_core.preemption import PREEMPTED_EXIT_CODE
+from hacrl_core.exit_codes import PREEMPTED_EXIT_CODE
 from hacrl_core.runtime.context_fit import overlong_prompts
 from hacrl_core.runtime.cpus import (
     THREADS_ENV,

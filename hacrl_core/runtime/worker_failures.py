@@ -11,12 +11,8 @@ from __future__ import annotations
 import errno
 import sys
 
-#: A known error a restart may get past (a reward server still down once its retries ran out):
-#: restarted within ``restartLimit``, then reported by its line.
-RESTARTABLE_EXIT_CODE = 5
-#: A known error a restart would only meet again: reported by its line, never restarted.
-FINAL_EXIT_CODE = 6
-#: 7, the worker stopped on SIGTERM: ``hacrl_core.preemption.PREEMPTED_EXIT_CODE`` (a lower layer: the workers raise it).
+from hacrl_core.exit_codes import FINAL_EXIT_CODE, RESTARTABLE_EXIT_CODE
+
 #: How the worker's log marks the line (``known_failure``'s) that its supervisor reports.
 MARK = "worker stopped: "
 #: File-system errors no retry gets past, with what to do about each.

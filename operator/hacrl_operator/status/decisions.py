@@ -6,7 +6,7 @@ one of them fails the experiment, applies none of the restarts.
 Each agent is its own failure domain: its restarts count against ``spec.restartLimit`` alone, and
 both its pods are decided in turn against the running count (two failures in one pass count two).
 A pod the cluster evicted or preempted (``PodView.disruption``), or whose worker stopped on SIGTERM
-(exit code ``hacrl_core.preemption.PREEMPTED_EXIT_CODE``: deleted, drained), is recreated without counting:
+(exit code ``hacrl_core.exit_codes.PREEMPTED_EXIT_CODE``: deleted, drained), is recreated without counting:
 the worker did nothing wrong. It counts one preemption (``agentProgress[].preemptions``) as its
 state first turns ``Disrupted``, or as a disrupted pod is seen gone. A pod left unscheduled longer than ``spec.scheduling.pendingTimeoutSeconds``
 turns from PodsPending into Unschedulable (a Warning as Ready's reason changes).

@@ -9,7 +9,7 @@ import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from hacrl_core.preemption import PREEMPTED_EXIT_CODE
+from hacrl_core.exit_codes import PREEMPTED_EXIT_CODE
 from hacrl_operator.builders import ALL_ROLES, LABEL_AGENT, LABEL_NODE, LABEL_REPLICA, LABEL_ROLE
 from hacrl_operator.status.clock import parse_time
 
