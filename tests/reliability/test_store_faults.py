@@ -281,9 +281,11 @@ WALL_CLOCK_CALLS = {
 }
 # Informational timestamps only, never compared: the heartbeat's `time`, when an owner record
 # or a lease was claimed (for people reading the store), and the timestamp MLflow's API requires
-# on each metric (the step number orders them; the tracker never reads the time back).
+# on each metric (the step number orders them; the tracker never reads the time back), and when a
+# worker was last stopped by SIGTERM (its preemption record: counted, never compared).
 ALLOWED_WALL_CLOCK = {
     ("hacrl_core/learner/sinks.py", "time.time"),
+    ("hacrl_core/preemption.py", "time.time"),
     ("hacrl_core/store/ownership.py", "datetime.now"),
     ("hacrl_core/tracking/backends.py", "time.time"),
 }
