@@ -69,6 +69,7 @@ import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -701,10 +702,9 @@ def phases_of(m: dict) -> dict[str, float]:
 # --------------------------------------------------------------------------- report
 
 
-def step_questions(args: argparse.Namespace, model: str, steps: int | None = None) -> list:
-    """The problems of the first ``steps`` (all) steps in step order, as our workers draw them."""
-    from hacrl_core.context import step_problems
-    from hacrl_core.data.report import open_dataset
+def probe_spec(args: argparse.Namespace, model: str) -> Any:
+    """The spec our workers would run for ``model`` with this benchmark's data settings: what
+    draws the steps' problems and renders their prompts."""
     from hacrl_core.spec import parse_experiment
 
     doc = experiment(
@@ -721,7 +721,15 @@ def step_questions(args: argparse.Namespace, model: str, steps: int | None = Non
         store_uri="file:///unused",
         eval_prompts=0,
     )
-    spec = parse_experiment(doc).spec
+    return parse_experiment(doc).spec
+
+
+def step_questions(args: argparse.Namespace, model: str, steps: int | None = None, spec: Any = None) -> list:
+    """The problems of the first ``steps`` (all) steps in step order, as our workers draw them."""
+    from hacrl_core.context import step_problems
+    from hacrl_core.data.report import open_dataset
+
+    spec = spec or probe_spec(args, model)
     source = open_dataset(spec.data, spec.data.train)
     return [
         p for step in range(args.steps if steps is None else steps) for p in step_problems(source, spec.algorithm, step)
@@ -732,32 +740,13 @@ def prompts_file(args: argparse.Namespace, model: str, model_dir: Path, template
     """The prompts of every step in step order, rendered as our rollout worker renders them."""
     from transformers import AutoTokenizer
 
-    from hacrl_core.context import step_problems
-    from hacrl_core.data.report import open_dataset
     from hacrl_core.data.templates import render_prompt
-    from hacrl_core.spec import parse_experiment
 
-    doc = experiment(
-        "probe",
-        [agent_entry("a0", model, args, 16)],
-        {
-            "name": "grpo",
-            "groupSize": args.group_size,
-            "promptsPerStep": args.prompts,
-            "miniBatchPrompts": args.prompts,
-            "steps": args.steps,
-            "seed": 0,
-        },
-        store_uri="file:///unused",
-        eval_prompts=0,
-    )
-    spec = parse_experiment(doc).spec
+    spec = probe_spec(args, model)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    source = open_dataset(spec.data, spec.data.train)
     lines = [
         json.dumps({"prompt": render_prompt(tokenizer, p.question, template or spec.data.template), "answer": p.answer})
-        for step in range(args.steps)
-        for p in step_problems(source, spec.algorithm, step)
+        for p in step_questions(args, model, spec=spec)
     ]
     path = args.work / f"prompts-{model_dir.name}-{zlib.crc32((template or '').encode()):08x}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
