@@ -233,6 +233,7 @@ def test_sigkilled_workers_at_random_points_resume_to_the_uninterrupted_result(
                 ),
                 RUN_TIMEOUT,
                 f"every learner past step {reached}",
+                interval=0.01,
             )
             # The target as the supervisor's table lists it, once its process is alive: right after
             # an earlier kill of the same worker the table still names the dead pid until the
@@ -398,12 +399,18 @@ def preemption_spec(directory: Path, name: str, store_uri: str, mode: str) -> Pa
     return write_spec(directory, document)
 
 
-def sigterm_while_others_held(workdir: Path, entry: dict[str, Any], workers: list[dict[str, Any]]) -> float:
+def sigterm_while_others_held(
+    workdir: Path, entry: dict[str, Any], workers: list[dict[str, Any]], steps_left: Any
+) -> float:
     """SIGTERM the worker's process alone (as the kubelet signals a container's PID 1) while every
     other worker is held: a learner's step then waits for their data, mid-step, whatever the
-    machine's speed. Returns the seconds it took to exit (it must, with the others still held)."""
+    machine's speed. ``steps_left()`` is read once the others are held: a worker that has already
+    finished its last step would exit 0, not as preempted, so the test says so rather than count a
+    preemption that could not happen. Returns the seconds it took to exit (it must, with the others
+    still held)."""
     with held([w["pid"] for w in workers if w["pid"] != entry["pid"]]):
         time.sleep(0.05)
+        assert steps_left(), f"the {entry['role']} worker of {entry['agent']} had finished before its SIGTERM"
         began = time.monotonic()
         os.kill(entry["pid"], signal.SIGTERM)
         wait_for(lambda: not pid_alive(entry["pid"]), 60, f"the {entry['role']} worker of {entry['agent']} to stop")
@@ -438,7 +445,10 @@ def test_sigterm_mid_step_resumes_from_the_step_it_stopped_at(
     store = open_run_store(uri, name, mode)
     process = start_run(preemption_spec(tmp_path, name, uri, mode), tmp_path, run_env(model_cache))
     learner_role = MODES[mode]["roles"][-1]
-    plan = [(1, "llama", learner_role), (3, "qwen", MODES[mode]["roles"][0])]
+    # The second stop comes when every learner is past step 2, not later: the others are held
+    # within a poll (10 ms) of that, so its target still has steps to run (a colocated worker runs
+    # at most one step ahead of its peer; at "past step 3" it could finish step 5 first and exit 0).
+    plan = [(1, "llama", learner_role), (2, "qwen", MODES[mode]["roles"][0])]
     stops = []
     try:
         for reached, agent, role in plan:
@@ -449,6 +459,7 @@ def test_sigterm_mid_step_resumes_from_the_step_it_stopped_at(
                 ),
                 RUN_TIMEOUT,
                 f"every learner past step {reached}",
+                interval=0.01,
             )
             found = wait_for(
                 lambda agent=agent, role=role: (
@@ -461,7 +472,12 @@ def test_sigterm_mid_step_resumes_from_the_step_it_stopped_at(
             assert found != "ended", f"the run ended before the SIGTERM of the {role} worker of {agent}"
             workers, entry = found
             progress = (store.read_progress(agent) or {}).get("step", 0)
-            seconds = sigterm_while_others_held(tmp_path / "work", entry, workers)
+            seconds = sigterm_while_others_held(
+                tmp_path / "work",
+                entry,
+                workers,
+                lambda agent=agent: (store.read_progress(agent) or {}).get("step", 0) < STEPS,
+            )
             stops.append((agent, role, progress, store.latest_checkpoint(agent), seconds))
         output = finish(process, f"the run with SIGTERMs {plan}")
     finally:
