@@ -74,6 +74,7 @@ class _Slot:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.waiting = False
+        self.began = 0.0  # time.monotonic() when the running reconcile took the lock
 
 
 class Reconciler:
@@ -103,6 +104,7 @@ class Reconciler:
         with slot.lock:
             with self._guard:
                 slot.waiting = False
+                slot.began = time.monotonic()
             outcome: Outcome | None = None
             try:
                 with self.metrics.track(trigger) as tracked:
@@ -112,11 +114,13 @@ class Reconciler:
                 self._settle(namespace, name, outcome)
             return outcome
 
-    def busy(self, namespace: str, name: str) -> bool:
-        """Whether a reconcile of the experiment is running now."""
+    def busy_for(self, namespace: str, name: str) -> float | None:
+        """Seconds the experiment's running reconcile has run, or None when none runs."""
         with self._guard:
             slot = self._slots.get((namespace, name))
-        return slot is not None and slot.lock.locked()
+            if slot is None or not slot.lock.locked():
+                return None
+            return time.monotonic() - slot.began
 
     def due(self, key: tuple[str, str]) -> bool:
         """Whether the periodic reconcile visits the experiment now (not while it rests)."""
