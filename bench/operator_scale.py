@@ -11,12 +11,16 @@
   S3 credentials in its environment; its resident memory is read from /proc (VmRSS) and its S3
   requests from its ``hacrl_operator_store_requests_total`` metric.
 
-Stages: the N experiments are POSTed at once (create -> pods: from each POST until its 8th pod
+Stages: ``--warmup`` experiments are created and deleted first (memory "start" before, "idle"
+after: the first reconciles' one-time cost is not counted as growth); the N experiments are POSTed at once (create -> pods: from each POST until its 8th pod
 exists, as the emulator records each pod's creation); the benchmark plays kubelet (every pod
 Running) and writes each agent's heartbeat to the store (phase Running); requests are counted
 over ``--window`` seconds; half the experiments finish (done heartbeats, phase Succeeded:
 memory "half finished"), then the rest; requests are counted over the window again; every
-experiment is deleted and memory read once the operator has forgotten them all.
+experiment is deleted and memory read once the operator has forgotten them all; then, for
+``--rounds`` > 1, N more are created and deleted under other names (memory "round 2 all pending" and
+"round 2 deleted"): a deleted round's memory reused, not added to, is what keeps a long-lived
+operator flat even where the allocator keeps its high-water mark.
 """
 
 from __future__ import annotations
@@ -67,6 +71,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--interval", type=float, default=10.0, help="HACRL_RECONCILE_INTERVAL (the chart's default)")
     p.add_argument("--window", type=float, default=30.0, help="seconds over which steady requests are counted")
     p.add_argument("--timeout", type=float, default=900.0, help="per stage")
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=20,
+        help="experiments created and deleted before the idle reading, so that 'fell back' is measured "
+        "past the one-time cost of the first reconciles (imports, caches, the S3 client's loader)",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="create -> pods -> delete the N experiments this many times; round 2 shows whether a "
+        "deleted round's memory is reused (flat) or added to (a leak)",
+    )
     p.add_argument("--work", type=Path, default=Path("/tmp/hacrl-bench/operator-scale"))
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument(
@@ -226,6 +244,43 @@ def counted(emulator: Any, operator: Operator) -> tuple[int, float, float, float
     return api, operator.metric("hacrl_operator_store_requests_total"), operator.cpu_seconds(), time.perf_counter()
 
 
+def create_all(api: EmulatorApi, names: list[str], args: argparse.Namespace, s3: Any) -> dict[str, float]:
+    """POST every experiment at once; when each was posted (time.perf_counter)."""
+    posted: dict[str, float] = {}
+    for name in names:
+        posted[name] = time.perf_counter()
+        api.call(
+            "POST",
+            f"{GROUP}/namespaces/{NS}/hacrlexperiments",
+            experiment_doc(name, args.agents, s3.bucket, s3.endpoint),
+        )
+    return posted
+
+
+def wait_pods(emulator: Any, names: list[str], args: argparse.Namespace, operator: Operator) -> float:
+    pods_per = 2 * args.agents
+    return wait(
+        lambda: all(len(emulator.pods_created.get(x, ())) >= pods_per for x in names),
+        args.timeout,
+        "every experiment's pods",
+        operator,
+        0.25,
+    )
+
+
+def delete_all(api: EmulatorApi, names: list[str], args: argparse.Namespace, operator: Operator) -> float:
+    """DELETE every experiment; seconds until the operator has forgotten them all."""
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda x: api.call("DELETE", f"{GROUP}/namespaces/{NS}/hacrlexperiments/{x}"), names))
+    return wait(
+        lambda: operator.metric("hacrl_operator_experiments") == 0,
+        args.timeout,
+        "experiments forgotten",
+        operator,
+        2.0,
+    )
+
+
 def run_scale(n: int, args: argparse.Namespace) -> dict[str, Any]:
     from tests.support.seaweed import start_seaweedfs
 
@@ -250,32 +305,23 @@ def run_scale(n: int, args: argparse.Namespace) -> dict[str, Any]:
             operator,
         )
         time.sleep(2)
+        memory["start"] = operator.rss_mib()
+        if args.warmup:
+            warm = [f"warm-{i:04d}" for i in range(args.warmup)]
+            create_all(api, warm, args, s3)
+            wait_pods(emulator, warm, args, operator)
+            delete_all(api, warm, args, operator)
+            time.sleep(args.interval)
         memory["idle"] = operator.rss_mib()
         names = [f"hx-{i:04d}" for i in range(n)]
         pods_per = 2 * args.agents
 
         # 1. create -> pods
         api0, store0, cpu0, t0 = counted(emulator, operator)
-        posted: dict[str, float] = {}
         began = time.perf_counter()
-        for name in names:
-            posted[name] = time.perf_counter()
-            api.call(
-                "POST",
-                f"{GROUP}/namespaces/{NS}/hacrlexperiments",
-                experiment_doc(name, args.agents, s3.bucket, s3.endpoint),
-            )
+        posted = create_all(api, names, args, s3)
         seconds["post"] = time.perf_counter() - began
-        seconds["all pods"] = (
-            wait(
-                lambda: all(len(emulator.pods_created.get(x, ())) >= pods_per for x in names),
-                args.timeout,
-                "every experiment's pods",
-                operator,
-                0.25,
-            )
-            + seconds["post"]
-        )
+        seconds["all pods"] = wait_pods(emulator, names, args, operator) + seconds["post"]
         to_pods = {x: sorted(emulator.pods_created[x])[pods_per - 1] - posted[x] for x in names}
         time.sleep(2)  # the reconciles that pod creation itself triggers settle
         api1, store1, cpu1, t1 = counted(emulator, operator)
@@ -329,18 +375,22 @@ def run_scale(n: int, args: argparse.Namespace) -> dict[str, Any]:
         print(f"  N={n}: finished window counted", flush=True)
 
         # 4. deleted
-        with ThreadPoolExecutor(8) as pool:
-            list(pool.map(lambda x: api.call("DELETE", f"{GROUP}/namespaces/{NS}/hacrlexperiments/{x}"), names))
-        seconds["forget all"] = wait(
-            lambda: operator.metric("hacrl_operator_experiments") == 0,
-            args.timeout,
-            "experiments forgotten",
-            operator,
-            2.0,
-        )
+        seconds["forget all"] = delete_all(api, names, args, operator)
         time.sleep(args.interval)
         memory["all deleted"] = operator.rss_mib()
         print(f"  N={n}: {fell_back(n, memory)}", flush=True)
+
+        # 5. the same N again, under other names: memory reused, or added to?
+        for round_ in range(2, args.rounds + 1):
+            again = [f"r{round_}-{i:04d}" for i in range(n)]
+            create_all(api, again, args, s3)
+            seconds[f"round {round_} all pods"] = wait_pods(emulator, again, args, operator)
+            time.sleep(2)
+            memory[f"round {round_} all pending"] = operator.rss_mib()
+            delete_all(api, again, args, operator)
+            time.sleep(args.interval)
+            memory[f"round {round_} deleted"] = operator.rss_mib()
+            print(f"  N={n}: {reused(memory, round_)}", flush=True)
         per_minute = 60.0 / args.window
         result = {
             "experiments": n,
@@ -348,6 +398,8 @@ def run_scale(n: int, args: argparse.Namespace) -> dict[str, Any]:
             "interval": args.interval,
             "window": args.window,
             "kubelet": args.kubelet,
+            "warmup": args.warmup,
+            "rounds": args.rounds,
             "create_to_pods": {
                 "p50": statistics.median(to_pods.values()),
                 "p99": sorted(to_pods.values())[max(0, int(0.99 * n) - 1)],
@@ -399,6 +451,16 @@ def fell_back(n: int, memory: dict[str, float]) -> str:
     )
 
 
+def reused(memory: dict[str, float], round_: int) -> str:
+    """Round ``round_`` against round 1: the same N again after a delete; flat if it needs no more."""
+    pending, deleted = memory[f"round {round_} all pending"], memory[f"round {round_} deleted"]
+    return (
+        f"round {round_} (the same N again after deleting all): {pending:.0f} MiB with every pod created "
+        f"(round 1: {memory['all pending']:.0f}), {deleted:.0f} MiB after deleting it "
+        f"(round 1: {memory['all deleted']:.0f}): {pending - memory['all pending']:+.0f} MiB against round 1"
+    )
+
+
 def _peak(operator: Operator) -> float:
     for line in Path(f"/proc/{operator.process.pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -425,6 +487,8 @@ def write(args: argparse.Namespace, runs: list[dict[str, Any]], began: float) ->
                 f"{m['all running']:.0f}",
                 f"{m['half finished']:.0f}",
                 f"{m['all deleted']:.0f}",
+                f"{m['round 2 all pending']:.0f}" if "round 2 all pending" in m else "-",
+                f"{m['round 2 deleted']:.0f}" if "round 2 deleted" in m else "-",
                 f"{r['peak_mib']:.0f}",
                 f"{r['cpu_cores']['create']:.2f}",
                 f"{r['cpu_cores']['running']:.3f}",
@@ -446,6 +510,8 @@ def write(args: argparse.Namespace, runs: list[dict[str, Any]], began: float) ->
             "all Running",
             "half finished",
             "after delete",
+            "round 2 with pods",
+            "after delete",
             "peak",
             "CPU cores creating",
             "Running",
@@ -455,6 +521,8 @@ def write(args: argparse.Namespace, runs: list[dict[str, Any]], began: float) ->
     )
     for r in runs:
         print(f"N={r['experiments']}: {fell_back(r['experiments'], r['memory_mib'])}")
+        for round_ in range(2, r.get("rounds", 1) + 1):
+            print(f"N={r['experiments']}: {reused(r['memory_mib'], round_)}")
         finished = r["requests_per_experiment"]["finished_per_minute"]
         print(
             f"N={r['experiments']}: a finished experiment costs {finished['api']:.2f} API and "
