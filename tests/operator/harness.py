@@ -817,6 +817,14 @@ class EmulatedCluster:
         """Play kubelet: set a pod's phase (and any other status fields)."""
         self.patch_status("pod", name, namespace, {"phase": phase, **extra})
 
+    def fail_pod(self, name: str, namespace: str, container: str, exit_code: int = 1, reason: str = "Error") -> None:
+        """Play kubelet: the pod Failed, its one container terminated with ``exit_code``."""
+        terminated = {"exitCode": exit_code, "reason": reason}
+        status = {"name": container, "ready": False, "restartCount": 0, "image": "x", "imageID": ""}
+        self.set_pod_phase(
+            name, namespace, "Failed", containerStatuses=[{**status, "state": {"terminated": terminated}}]
+        )
+
 
 class LogCapture(logging.Handler):
     """Collects the operator's and kopf's log records to assert that no handler raised."""

@@ -45,21 +45,7 @@ def test_every_operator_panel_has_data_while_an_experiment_runs(
         start = time.time()
         start_running(cluster, quickstart(restartLimit=2))
         failing = pod_name("quickstart", "llama-char", "learner")
-        cluster.set_pod_phase(
-            failing,
-            NS,
-            "Failed",
-            containerStatuses=[
-                {
-                    "name": "learner",
-                    "ready": False,
-                    "restartCount": 0,
-                    "image": "x",
-                    "imageID": "",
-                    "state": {"terminated": {"exitCode": 1, "reason": "Error"}},
-                }
-            ],
-        )
+        cluster.fail_pod(failing, NS, "learner")
         wait_for(lambda: agent(status_of(cluster), "llama-char").get("restarts") == 1, what="one restart")
         restarted = "sum(increase(hacrl_operator_pod_restarts_total[1h])) > 0"
         wait_for(

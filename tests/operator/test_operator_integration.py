@@ -340,6 +340,29 @@ def test_an_experiment_keeps_the_default_store_it_started_on_when_the_install_ch
         ] == "http://127.0.0.1:10"
 
 
+def refused_then_fixed(
+    cluster: EmulatedCluster, document: dict[str, Any], field: str, fix: dict[str, Any]
+) -> dict[str, Any]:
+    """Apply an invalid experiment: phase Failed (InvalidSpec naming ``field``), a Warning Event
+    naming it, no pod; then merge-patch ``fix`` into its spec and wait for its 4 pods. Returns the
+    Failed condition."""
+    create_namespace(cluster)
+    apply(cluster, document)
+    status = wait_for(lambda: status_of(cluster).get("phase") == "Failed" and status_of(cluster), what="phase Failed")
+    failed = condition(status, "Failed")
+    assert failed["reason"] == "InvalidSpec" and field in failed["message"], failed
+    events = wait_for(
+        lambda: [e for e in cluster.get("events", namespace=NS) if field in e["message"]],
+        what=f"an Event naming {field}",
+    )
+    assert any(e["type"] == "Warning" for e in events)
+    assert pods_of(cluster) == {}
+    patch = json.dumps({"spec": fix})
+    cluster.kubectl("patch", "hx", "quickstart", "-n", NS, "--type=merge", "-p", patch)
+    wait_for(lambda: len(pods_of(cluster)) == 4, what=f"pods once {field} is fixed")
+    return failed
+
+
 def test_without_a_default_store_an_experiment_without_store_is_refused_naming_spec_store(
     cluster: EmulatedCluster, op: OperatorHandle
 ) -> None:
@@ -347,29 +370,10 @@ def test_without_a_default_store_an_experiment_without_store_is_refused_naming_s
     file:// path inside each pod is no store its pods share) and the status and an Event say why
     and what to do; naming a store starts it."""
     op.expect_errors("invalid experiment spec")
-    create_namespace(cluster)
-    apply(cluster, without_store())
-    status = wait_for(lambda: status_of(cluster).get("phase") == "Failed" and status_of(cluster), what="phase Failed")
-    failed = condition(status, "Failed")
-    assert failed["reason"] == "InvalidSpec" and "spec.store: no store given" in failed["message"]
+    failed = refused_then_fixed(
+        cluster, without_store(), "spec.store: no store given", {"store": {"uri": "file://./runs"}}
+    )
     assert "defaultStore.uri" in failed["message"] and "minio.enabled=true" in failed["message"]
-    events = wait_for(
-        lambda: [e for e in cluster.get("events", namespace=NS) if "spec.store: no store given" in e["message"]],
-        what="an Event naming spec.store",
-    )
-    assert any(e["type"] == "Warning" for e in events)
-    assert pods_of(cluster) == {}
-    cluster.kubectl(
-        "patch",
-        "hx",
-        "quickstart",
-        "-n",
-        NS,
-        "--type=merge",
-        "-p",
-        json.dumps({"spec": {"store": {"uri": "file://./runs"}}}),
-    )
-    wait_for(lambda: len(pods_of(cluster)) == 4, what="pods once spec.store is given")
 
 
 # -- 2. status reasons ------------------------------------------------------------------------------
@@ -478,28 +482,7 @@ def test_invalid_spec_fails_with_the_field_path_then_recovers_when_fixed(
     op.expect_errors("invalid experiment spec")
     document = quickstart()
     document["spec"]["algorithm"]["groupSize"] = 1
-    create_namespace(cluster)
-    apply(cluster, document)
-    status = wait_for(lambda: status_of(cluster).get("phase") == "Failed" and status_of(cluster), what="phase Failed")
-    failed = condition(status, "Failed")
-    assert failed["reason"] == "InvalidSpec" and "spec.algorithm.groupSize" in failed["message"]
-    events = wait_for(
-        lambda: [e for e in cluster.get("events", namespace=NS) if "spec.algorithm.groupSize" in e["message"]],
-        what="an Event naming the field",
-    )
-    assert any(e["type"] == "Warning" for e in events)
-    assert pods_of(cluster) == {}
-    cluster.kubectl(
-        "patch",
-        "hx",
-        "quickstart",
-        "-n",
-        NS,
-        "--type=merge",
-        "-p",
-        json.dumps({"spec": {"algorithm": {"groupSize": 8}}}),
-    )
-    wait_for(lambda: len(pods_of(cluster)) == 4, what="pods after the fix")
+    refused_then_fixed(cluster, document, "spec.algorithm.groupSize", {"algorithm": {"groupSize": 8}})
     status = wait_for(
         lambda: status_of(cluster).get("phase") == "Pending" and status_of(cluster), what="phase Pending after the fix"
     )
@@ -762,21 +745,7 @@ def test_with_kueue_a_failed_pod_held_by_its_finalizer_is_replaced_under_the_oth
         "-p",
         json.dumps({"metadata": {"finalizers": ["kueue.x-k8s.io/managed"]}}),
     )
-    cluster.set_pod_phase(
-        failing,
-        NS,
-        "Failed",
-        containerStatuses=[
-            {
-                "name": "learner",
-                "ready": False,
-                "restartCount": 0,
-                "image": "x",
-                "imageID": "",
-                "state": {"terminated": {"exitCode": 1, "reason": "Error"}},
-            }
-        ],
-    )
+    cluster.fail_pod(failing, NS, "learner")
     replacement = wait_for(lambda: pods_of(cluster).get(failing + "-r"), what="the replacement under the other name")
     assert (
         replacement["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"]
@@ -835,21 +804,7 @@ def test_failed_pod_recreated_for_its_agent_only_up_to_the_restart_limit(
     failing = pod_name("quickstart", "llama-char", "learner")
 
     start = time.monotonic()
-    cluster.set_pod_phase(
-        failing,
-        NS,
-        "Failed",
-        containerStatuses=[
-            {
-                "name": "learner",
-                "ready": False,
-                "restartCount": 0,
-                "image": "x",
-                "imageID": "",
-                "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}},
-            }
-        ],
-    )
+    cluster.fail_pod(failing, NS, "learner", 137, "OOMKilled")
     wait_for(
         lambda: (pods_of(cluster).get(failing) or {}).get("metadata", {}).get("uid") not in (None, uids[failing]),
         what="failed pod recreated",
@@ -1093,21 +1048,7 @@ def test_a_learner_over_two_nodes_runs_two_pods_behind_a_headless_service_restar
     )
 
     uids = {name: p["metadata"]["uid"] for name, p in pods_of(cluster).items()}
-    cluster.set_pod_phase(
-        learners[1],
-        NS,
-        "Failed",
-        containerStatuses=[
-            {
-                "name": "learner",
-                "ready": False,
-                "restartCount": 0,
-                "image": "x",
-                "imageID": "",
-                "state": {"terminated": {"exitCode": 1, "reason": "Error"}},
-            }
-        ],
-    )
+    cluster.fail_pod(learners[1], NS, "learner")
     wait_for(
         lambda: all(
             (pods_of(cluster).get(n) or {}).get("metadata", {}).get("uid") not in (None, uids[n]) for n in learners
@@ -1201,21 +1142,7 @@ def test_a_rollout_with_two_replicas_runs_two_pods_each_replaced_alone(
     assert "agent llama-char rollout replica 1 pod disappeared" in lost["message"]
 
     uids = {name: p["metadata"]["uid"] for name, p in pods_of(cluster).items()}
-    cluster.set_pod_phase(
-        replicas[0],
-        NS,
-        "Failed",
-        containerStatuses=[
-            {
-                "name": "rollout",
-                "ready": False,
-                "restartCount": 0,
-                "image": "x",
-                "imageID": "",
-                "state": {"terminated": {"exitCode": 1, "reason": "Error"}},
-            }
-        ],
-    )
+    cluster.fail_pod(replicas[0], NS, "rollout")
     replaced_alone(replicas[0], 2)
     (failed,) = [e for e in cluster.get("events", namespace=NS) if e["reason"] == "PodFailed"]
     assert f"agent llama-char rollout replica 0 pod {replicas[0]} failed" in failed["message"]
