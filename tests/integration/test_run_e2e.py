@@ -103,20 +103,7 @@ def test_sigkilled_learner_resumes_with_no_lost_or_repeated_step(tmp_path, cache
     run ends with every step's shards once and monotonic checkpoints."""
     store_uri = (tmp_path / "store").as_uri()
     spec = write_spec(tmp_path, tiny_spec("e2e-kill", store_uri, steps=4, algorithm="naive", colocate=False))
-    process = start_run(spec, tmp_path, run_env(cache))
-    store = open_trajectory_store(store_uri, "e2e-kill")
-
-    held = hold_qwen_learner(tmp_path / "work")
-    try:
-        wait_for(lambda: (store.read_progress("llama") or {}).get("step", 0) >= 1, 300, "llama to finish a step")
-        kill_worker(tmp_path / "work", "llama", "learner")
-    finally:
-        release(held)
-    output, _ = process.communicate(timeout=600)
-    assert process.returncode == 0, output
-    assert "learner worker of llama exited with code -9; restarting" in output
-
-    assert_every_shard_once(store, 4, ["llama", "qwen"])
+    store = run_with_llama_learner_killed(tmp_path, cache, spec, store_uri, "e2e-kill")
     for agent in ("llama", "qwen"):
         assert store.read_progress(agent)["step"] == 4
         assert [store.read_metrics(step, agent)["step"] for step in range(4)] == [0, 1, 2, 3]
@@ -166,6 +153,25 @@ def kill_worker(workdir: Path, agent: str, role: str) -> None:
     """SIGKILL the ``role`` worker of ``agent`` (its process group), failing if it had exited."""
     entry = next(w for w in worker_table(workdir) if (w["agent"], w["role"]) == (agent, role))
     assert sigkill(entry["pid"]), f"the {role} worker of {agent} had exited before its SIGKILL"
+
+
+def run_with_llama_learner_killed(tmp_path: Path, cache: Path, spec: Path, store_uri: str, name: str):
+    """Run ``spec`` (4 steps) and SIGKILL llama's learner once it has finished a step, while it waits
+    at the next one (qwen's learner held): the run restarts it and ends with every step's shards
+    once. Returns the run's store."""
+    process = start_run(spec, tmp_path, run_env(cache))
+    store = open_trajectory_store(store_uri, name)
+    held = hold_qwen_learner(tmp_path / "work")
+    try:
+        wait_for(lambda: (store.read_progress("llama") or {}).get("step", 0) >= 1, 300, "llama to finish a step")
+        kill_worker(tmp_path / "work", "llama", "learner")
+    finally:
+        release(held)
+    output, _ = process.communicate(timeout=600)
+    assert process.returncode == 0, output
+    assert "learner worker of llama exited with code -9; restarting" in output
+    assert_every_shard_once(store, 4, ["llama", "qwen"])
+    return store
 
 
 def test_two_concurrent_runs_of_one_spec_the_newer_wins_and_no_step_is_lost_or_torn(tmp_path, cache):
@@ -407,20 +413,7 @@ def test_one_step_off_policy_run_samples_with_the_previous_weights_and_survives_
     spec = write_spec(
         tmp_path, tiny_spec("e2e-stale", store_uri, steps=4, algorithm="naive", extra_algorithm={"maxStaleness": 1})
     )
-    process = start_run(spec, tmp_path, run_env(cache))
-    store = open_trajectory_store(store_uri, "e2e-stale")
-
-    held = hold_qwen_learner(tmp_path / "work")
-    try:
-        wait_for(lambda: (store.read_progress("llama") or {}).get("step", 0) >= 1, 300, "llama to finish a step")
-        kill_worker(tmp_path / "work", "llama", "learner")
-    finally:
-        release(held)
-    output, _ = process.communicate(timeout=600)
-    assert process.returncode == 0, output
-    assert "learner worker of llama exited with code -9; restarting" in output
-
-    assert_every_shard_once(store, 4, ["llama", "qwen"])
+    store = run_with_llama_learner_killed(tmp_path, cache, spec, store_uri, "e2e-stale")
     for agent in ("llama", "qwen"):
         assert store.read_progress(agent)["step"] == 4
         for step in range(4):
