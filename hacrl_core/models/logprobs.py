@@ -59,12 +59,14 @@ def sequence_logprobs(
         use_cache=False,
         **({"logits_to_keep": keep} if accepts_logits_to_keep(model) else {}),
     ).logits
-    logits = logits[:, logits.shape[1] - keep :]  # a model without logits_to_keep returned every position
-    targets = input_ids[:, first:]
+    # A model without logits_to_keep returned every position. One slice and one split: slicing
+    # each chunk out of the logits apart would give each chunk a backward node that writes a
+    # zero-filled gradient of the whole logits, summed over the chunks (chunks x the logits' size).
+    logits = logits[:, logits.shape[1] - keep : -1]
+    targets = input_ids[:, first:].unsqueeze(-1).split(LOGIT_CHUNK_ROWS)
     pieces = []
-    for start in range(0, logits.shape[0], LOGIT_CHUNK_ROWS):
-        chunk = logits[start : start + LOGIT_CHUNK_ROWS, :-1].float()
-        target = targets[start : start + LOGIT_CHUNK_ROWS].unsqueeze(-1)
+    for rows, target in zip(logits.split(LOGIT_CHUNK_ROWS), targets):
+        chunk = rows.float()
         pieces.append(chunk.gather(-1, target).squeeze(-1) - torch.logsumexp(chunk, dim=-1))
     token_logprobs = torch.cat(pieces, dim=0)
     mask = response_mask[:, first:].to(token_logprobs.device).bool() & attention_mask[:, first:].bool()

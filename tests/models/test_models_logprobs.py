@@ -145,3 +145,51 @@ def test_no_response_token_scores_nothing(model, char_tokenizer) -> None:
     with torch.no_grad():
         got = sequence_logprobs(model, input_ids, attention, torch.zeros_like(response))
     assert got.shape == input_ids.shape and torch.all(got == 0)
+
+
+def _graph_nodes(output: torch.Tensor, name: str) -> int:
+    """How many nodes of ``output``'s autograd graph are named ``name``."""
+    seen, stack, count = set(), [output.grad_fn], 0
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        count += type(node).__name__ == name
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return count
+
+
+def test_row_chunks_give_the_per_chunk_slices_values_in_one_backward_node(model, char_tokenizer) -> None:
+    """More rows than ``LOGIT_CHUNK_ROWS``: the chunks are split off the logits in one node (a
+    slice per chunk made each chunk's backward write a gradient the size of all the logits, summed
+    over the chunks), with the log-probs and gradients of the per-chunk slices (the code before)
+    and the log-probs of one log_softmax over every row."""
+    from hacrl_core.models.logprobs import LOGIT_CHUNK_ROWS
+
+    rows = [ROWS[i % len(ROWS)] for i in range(2 * LOGIT_CHUNK_ROWS + 3)]
+    input_ids, attention, response = _batch(rows, char_tokenizer.pad_token_id, False)
+    weights = torch.linspace(0.5, 1.5, input_ids.numel()).view(input_ids.shape)
+    model.zero_grad(set_to_none=True)
+    got = sequence_logprobs(model, input_ids, attention, response)
+    (got * weights).sum().backward()
+    got_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=False).logits
+    pieces = []
+    for start in range(0, len(rows), LOGIT_CHUNK_ROWS):  # the per-chunk slices
+        chunk = logits[start : start + LOGIT_CHUNK_ROWS, :-1].float()
+        target = input_ids[start : start + LOGIT_CHUNK_ROWS, 1:].unsqueeze(-1)
+        pieces.append(chunk.gather(-1, target).squeeze(-1) - torch.logsumexp(chunk, dim=-1))
+    sliced = torch.cat([logits.new_zeros(len(rows), 1), torch.cat(pieces) * response[:, 1:]], dim=1)
+    (sliced * weights).sum().backward()
+    torch.testing.assert_close(got, sliced, atol=1e-6, rtol=1e-6)
+    for mine, before in zip(got_grads, (p.grad for p in model.parameters())):
+        torch.testing.assert_close(mine, before, atol=1e-6, rtol=1e-6)
+    with torch.no_grad():
+        one = torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, input_ids[:, 1:, None]).squeeze(-1)
+    torch.testing.assert_close(got[:, 1:], one * response[:, 1:], atol=1e-5, rtol=1e-5)
+    few = sequence_logprobs(model, *_batch(ROWS, char_tokenizer.pad_token_id, False))
+    assert _graph_nodes(got, "SliceBackward0") == _graph_nodes(few, "SliceBackward0")
+    assert _graph_nodes(got, "SplitBackward0") == 1
