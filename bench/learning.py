@@ -22,7 +22,11 @@ rewarded ``#### <answer>`` on one part of the task (problems with a ``*``, or wi
 only 10% of the other part, so each agent's verified rows show the other the convention where it
 lacks it; evaluated on the mixed held-out task (``--probe`` prints each part's accuracy). ``marker-gap``
 (not in the default): ``strong-char-m`` with ``weaker-char-m``, the same model and ``marker=0.3``
-after only 100 warm-start steps, a much weaker peer for HACPO's mechanisms to guard against. Every configuration of a team runs the same number of optimizer updates (same steps,
+after only 100 warm-start steps, a much weaker peer for HACPO's mechanisms to guard against. ``marker-mid``
+(not in the default): ``strong-char-m`` with ``mid-char-m``, the same model and ``marker=0.3`` after 325
+warm-start steps, a peer weaker in reward (capability ratio about 1.7) but near enough in policy that
+about a fifth of its rows pass the strong learner's clipping window; run it with ``--set miniBatchPrompts=4``
+(8 optimizer updates per step), so the rising floor of mechanism 4 has updates to rise over. Every configuration of a team runs the same number of optimizer updates (same steps,
 promptsPerStep and miniBatchPrompts) over the same seeds (``algorithm.seed``: data order,
 sampling; the initial models are the same for every run, so seeds measure RL noise only).
 
@@ -59,6 +63,13 @@ cut to fit a loaded 2-CPU machine (12 steps, 32 prompts per step, 300 held-out p
         --configs gspo,naive,hacpo,no-capability-advantage,no-discrepancy-coefficient,no-exponential-importance,no-stepwise-clipping \
         --ablation-teams marker-gap --ablation-seeds 5 --seeds 3 --steps 12 --eval-every 3 --eval-prompts 300 --prompts 32 \
         --probe --work /tmp/hacrl-bench/gap
+
+A middle regime for the mechanisms (a peer between those two; 8 optimizer updates per step):
+
+    python bench/learning.py --name mid --teams marker-mid \
+        --configs hacpo,no-capability-advantage,no-discrepancy-coefficient,no-exponential-importance,no-stepwise-clipping,gspo,naive \
+        --ablation-teams marker-mid --ablation-seeds 5 --seeds 5 --steps 10 --eval-every 2 --eval-prompts 300 --prompts 32 \
+        --set miniBatchPrompts=4 --work /tmp/hacrl-bench/mid
 
 Results: ``bench/results/learning.json`` (every run, every curve) and PNGs per team and agent
 (``docs/img/learning-<team>-<agent>.png``). Finished runs are cached under ``--work`` so an
@@ -127,6 +138,7 @@ TEAM_TAGS = {
     "marker-trio": "markt",
     "complementary": "comp",
     "marker-gap": "gap",
+    "marker-mid": "mid",
 }
 #: Three-agent teams -> the pairs their agents come from (HACPO in the trio is compared with HACPO in each).
 TRIOS = {
@@ -184,6 +196,9 @@ ADDSUB_CHAR = Agent("addsub-char", "llama-char", 500, "marker=0.1&marker_if=nomu
 #: A much weaker peer of the same family (100 warm-start steps, the same ``marker=0.3``): its rows
 #: teach the strong agent nothing it lacks, so what HACPO's mechanisms guard against is all there is.
 WEAKER_CHAR_MARKER = Agent("weaker-char-m", "llama-char", 100, "marker=0.3")
+#: A peer between the two (325 warm-start steps): weaker in reward (0.13 against 0.23 at the first step),
+#: near enough in policy that about 20% of its rows pass the strong learner's window (the 100-step peer: 0.05%).
+MID_CHAR_MARKER = Agent("mid-char-m", "llama-char", 325, "marker=0.3")
 TEAMS: dict[str, list[Agent]] = {
     "same-tokenizer": [WEAK_CHAR, STRONG_CHAR],
     "cross-tokenizer": [WEAK_CHAR, STRONG_BPE],
@@ -193,6 +208,7 @@ TEAMS: dict[str, list[Agent]] = {
     "marker-trio": [WEAK_CHAR_MARKER, STRONG_CHAR_MARKER, STRONG_BPE_MARKER],
     "complementary": [MUL_CHAR, ADDSUB_CHAR],
     "marker-gap": [WEAKER_CHAR_MARKER, STRONG_CHAR_MARKER],
+    "marker-mid": [MID_CHAR_MARKER, STRONG_CHAR_MARKER],
 }
 
 #: Two-sided 95% Student t quantiles by degrees of freedom (stdlib only; beyond 30, 1.96).
