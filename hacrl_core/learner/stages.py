@@ -117,13 +117,14 @@ def score_and_train(
         batch = forward_micro_batch(state, rows, chunk)
         old = batch.logp_new.detach()
         mask = batch.response.to(old.dtype)
-        chunk_mean: list[float] = []
-        chunk_tokens: list[torch.Tensor] = []
+        # The whole micro-batch at once: one reduction and one copy to the host, not a few
+        # tensor operations per row (128 rows: 10 ms of a 0.6 s step).
+        chunk_mean = ((old * mask).sum(-1) / mask.sum(-1).clamp(min=1)).tolist()
+        host = old.cpu()
         for j, i in enumerate(chunk):
-            chunk_tokens.append(old[j, : len(rows[i].input_ids)].cpu())
-            chunk_mean.append(float((old[j] * mask[j]).sum() / mask[j].sum().clamp(min=1)))
-            tokens[i], mean[i] = chunk_tokens[-1], chunk_mean[-1]
-        metrics = train_micro_batch(state, inputs, batch, chunk_mean, chunk_tokens, update_index=0, norm=norm)
+            tokens[i], mean[i] = host[j, : len(rows[i].input_ids)], chunk_mean[j]
+        # pi_old of these rows is their own forward pass, padding included (0 there as in logp_new).
+        metrics = train_micro_batch(state, inputs, batch, chunk_mean, old, update_index=0, norm=norm)
         if metrics is None:  # the update is skipped; the rows not reached still need their pi_old
             score_into(
                 state, rows, [i for later in chunks[done + 1 :] for i in later], plan.micro_batching, mean, tokens

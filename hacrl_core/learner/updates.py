@@ -186,20 +186,24 @@ def train_micro_batch(
     inputs: StepInputs,
     batch: MicroBatch,
     old_mean: Sequence[float],
-    old_tokens: Sequence[torch.Tensor | None],
+    old_tokens: Sequence[torch.Tensor | None] | torch.Tensor,
     *,
     update_index: int,
     norm: float,
 ) -> dict[str, float] | None:
     """``micro_batch_loss`` of a forward pass and its backward pass; the metrics, or None for a
     non-finite loss (the update is skipped: no backward, except the one a lockstep backend's
-    collectives need)."""
+    collectives need). ``old_tokens``: each row's per-token pi_old (None: unknown, 0), or the
+    micro-batch's as one tensor shaped as ``batch.logp_new``."""
     logp_new, device = batch.logp_new, state.device
     response_mask = batch.response.to(logp_new.dtype)
-    logp_old = torch.zeros_like(logp_new)
-    for j, tokens in enumerate(old_tokens):
-        if tokens is not None:
-            logp_old[j, : tokens.shape[0]] = tokens
+    if isinstance(old_tokens, torch.Tensor):
+        logp_old = old_tokens
+    else:
+        logp_old = torch.zeros_like(logp_new)
+        for j, tokens in enumerate(old_tokens):
+            if tokens is not None:
+                logp_old[j, : tokens.shape[0]] = tokens
     chunk = list(batch.chunk)
     is_own = torch.tensor([inputs.rows[i].is_own for i in chunk], device=device)
     ref_logp = None

@@ -265,3 +265,30 @@ def test_non_finite_weights_are_never_published(tmp_path: Path, model_dir: Path)
     ):
         publish_weights(context, state, 2)
     assert context.store.latest_weights_version("solo") == 1
+
+
+def test_a_micro_batch_pi_old_given_as_one_tensor_trains_as_per_row_tensors(tmp_path: Path, model_dir: Path) -> None:
+    """``train_micro_batch`` takes the micro-batch's per-token pi_old as one tensor (what
+    ``score_and_train`` passes: its own forward pass) or as a tensor per row: the same loss,
+    metrics and gradients, to the bit."""
+    from hacrl_core.learner.updates import forward_micro_batch, train_micro_batch
+
+    context = context_for(tmp_path, "grpo")
+    _, tokenizer = load_policy(model_dir)
+    inputs = inputs_of(context, step_rows(tokenizer))
+    chunk = plan_of(context, inputs.rows).micro_batches[0][0]
+    results = []
+    for as_tensor in (False, True):
+        state = initial_state(model_dir, context)
+        state.backend.zero_grad()
+        batch = forward_micro_batch(state, inputs.rows, chunk)
+        old = batch.logp_new.detach() - 0.01 * batch.response  # a ratio off 1, inside the clip
+        mean = ((old * batch.response).sum(-1) / batch.response.sum(-1)).tolist()
+        per_row = [old[j, : len(inputs.rows[i].input_ids)] for j, i in enumerate(chunk)]
+        metrics = train_micro_batch(
+            state, inputs, batch, mean, old if as_tensor else per_row, update_index=0, norm=inputs.loss_weight(chunk)
+        )
+        results.append((metrics, [p.grad.clone() for p in state.model.parameters()]))
+    (per_row_metrics, per_row_grads), (tensor_metrics, tensor_grads) = results
+    assert per_row_metrics == tensor_metrics and per_row_metrics["own_ratio_mean"] != 1.0
+    assert all(torch.equal(a, b) for a, b in zip(per_row_grads, tensor_grads))
