@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 #: script -> (JSON name, a column header its table must have)
 BENCHMARKS = {
     "learning": ("learning-quick", "shared used"),
-    "learner": ("learner-quick", "ratio (updates only)"),
+    "learner": ("learner-quick", "ratio (pi_old + updates)"),
     "pipeline": ("pipeline-quick", "overhead vs inproc"),
     "store": ("store-quick", "kB / 1000 rows"),
     "store_codecs": ("store-codecs-quick", "encode+decode vs store"),
