@@ -392,6 +392,16 @@ def plan(args: argparse.Namespace) -> list[tuple[str, str, int]]:
     return runs
 
 
+def updates_per_step(args: argparse.Namespace) -> int:
+    """Optimizer updates per step: promptsPerStep over miniBatchPrompts (half, unless ``--set`` names it)."""
+    mini_batch = max(1, args.prompts // 2)
+    for override in args.overrides:
+        field, _, value = override.partition("=")
+        if field == "miniBatchPrompts":
+            mini_batch = int(yaml.safe_load(value))
+    return math.ceil(args.prompts / mini_batch)
+
+
 def run_spec(args: argparse.Namespace, team: str, config: str, seed: int, store_dir: Path, name: str) -> dict[str, Any]:
     algorithm_name, g_mult, ablation = CONFIGS[config]
     algorithm: dict[str, Any] = {
@@ -661,7 +671,7 @@ def probe(args: argparse.Namespace, teams: list[str]) -> dict[str, dict[str, flo
     return found
 
 
-def draw(ax: Any, runs: list[dict[str, Any]], team: str, agent: str) -> None:
+def draw(ax: Any, runs: list[dict[str, Any]], team: str, agent: str, updates: int = 2) -> None:
     """Mean held-out accuracy curve and 95% band over seeds of each configuration, on ``ax``."""
     import numpy as np
 
@@ -683,20 +693,20 @@ def draw(ax: Any, runs: list[dict[str, Any]], team: str, agent: str) -> None:
             xs, mean, style, marker="o", ms=3, label=f"{config} (n={len(curves)})", lw=2 if config == "hacpo" else 1.2
         )
         ax.fill_between(xs, mean - np.nan_to_num(half), mean + np.nan_to_num(half), alpha=0.12)
-    ax.set_xlabel("training step (2 optimizer updates each)")
+    ax.set_xlabel(f"training step ({updates} optimizer updates each)")
     ax.set_ylabel("held-out greedy accuracy")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
 
 
-def plot(runs: list[dict[str, Any]], team: str, agent: str, path: Path) -> None:
+def plot(runs: list[dict[str, Any]], team: str, agent: str, path: Path, updates: int = 2) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    draw(ax, runs, team, agent)
+    draw(ax, runs, team, agent, updates)
     ax.set_title(f"{team}: {agent} (mean, 95% CI over seeds)", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -704,7 +714,7 @@ def plot(runs: list[dict[str, Any]], team: str, agent: str, path: Path) -> None:
     plt.close(fig)
 
 
-def plot_team(runs: list[dict[str, Any]], team: str, path: Path) -> None:
+def plot_team(runs: list[dict[str, Any]], team: str, path: Path, updates: int = 2) -> None:
     """One figure per regime: every agent of ``team`` side by side (a claim about every agent is read at once)."""
     import matplotlib
 
@@ -714,7 +724,7 @@ def plot_team(runs: list[dict[str, Any]], team: str, path: Path) -> None:
     agents = [a.name for a in TEAMS[team]]
     fig, axes = plt.subplots(1, len(agents), figsize=(5.2 * len(agents), 3.8), squeeze=False)
     for ax, agent in zip(axes[0], agents, strict=True):
-        draw(ax, runs, team, agent)
+        draw(ax, runs, team, agent, updates)
         ax.set_title(agent, fontsize=10)
     fig.suptitle(f"{team}: held-out accuracy (mean, 95% CI over seeds)", fontsize=10)
     fig.tight_layout()
@@ -822,7 +832,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     variant = f"; {args.name}: {' '.join(args.overrides)}" if args.name else ""
     print(
-        f"\nlearning{variant} (worked-chain arithmetic difficulty={DIFFICULTY}; {args.steps} steps x 2 updates, {args.prompts} prompts/step, "
+        f"\nlearning{variant} (worked-chain arithmetic difficulty={DIFFICULTY}; {args.steps} steps x {updates_per_step(args)} updates, {args.prompts} prompts/step, "
         f"G {args.group_size}, lr {args.lr}, {args.eval_prompts} eval problems; mean ± 95% CI over seeds)\n{text}\n\n"
         f"paired by seed (HACPO minus the other; ± 95% CI)\n{paired}"
     )
@@ -853,8 +863,14 @@ def main(argv: list[str] | None = None) -> int:
         variant_tag = f"{args.name}-" if args.name else ""
         for team in dict.fromkeys(r["team"] for r in runs):
             for agent in TEAMS[team]:
-                plot(runs, team, agent.name, args.img / f"learning-{variant_tag}{team}-{agent.name}.png")
-            plot_team(runs, team, args.img / f"learning-{variant_tag}{team}.png")
+                plot(
+                    runs,
+                    team,
+                    agent.name,
+                    args.img / f"learning-{variant_tag}{team}-{agent.name}.png",
+                    updates_per_step(args),
+                )
+            plot_team(runs, team, args.img / f"learning-{variant_tag}{team}.png", updates_per_step(args))
         print(f"wrote {args.img}/learning-*.png")
     # The last line, for a reader checking the claim on other seeds: HACPO minus GSPO per agent and seed.
     print(json.dumps({"paired": hacpo_minus_gspo}))
