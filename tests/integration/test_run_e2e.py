@@ -155,10 +155,12 @@ def kill_worker(workdir: Path, agent: str, role: str) -> None:
     assert sigkill(entry["pid"]), f"the {role} worker of {agent} had exited before its SIGKILL"
 
 
-def run_with_llama_learner_killed(tmp_path: Path, cache: Path, spec: Path, store_uri: str, name: str):
-    """Run ``spec`` (4 steps) and SIGKILL llama's learner once it has finished a step, while it waits
-    at the next one (qwen's learner held): the run restarts it and ends with every step's shards
-    once. Returns the run's store."""
+def run_with_llama_learner_killed(
+    tmp_path: Path, cache: Path, spec: Path, store_uri: str, name: str, steps: int = 4, timeout: float = 600
+):
+    """Run ``spec`` (of ``steps`` steps) and SIGKILL llama's learner once it has finished a step,
+    while it waits at the next one (qwen's learner held): the run restarts it and ends with every
+    step's shards once. Returns the run's store."""
     process = start_run(spec, tmp_path, run_env(cache))
     store = open_trajectory_store(store_uri, name)
     held = hold_qwen_learner(tmp_path / "work")
@@ -167,10 +169,10 @@ def run_with_llama_learner_killed(tmp_path: Path, cache: Path, spec: Path, store
         kill_worker(tmp_path / "work", "llama", "learner")
     finally:
         release(held)
-    output, _ = process.communicate(timeout=600)
+    output, _ = process.communicate(timeout=timeout)
     assert process.returncode == 0, output
     assert "learner worker of llama exited with code -9; restarting" in output
-    assert_every_shard_once(store, 4, ["llama", "qwen"])
+    assert_every_shard_once(store, steps, ["llama", "qwen"])
     return store
 
 

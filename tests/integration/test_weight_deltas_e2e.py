@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from hacrl_core.store import open_trajectory_store
 from hacrl_core.store.weight_chain import fetch_policy, get_meta
-from tests.integration.runs import run_env, start_run, tiny_spec, wait_for, write_spec
-from tests.integration.test_run_e2e import assert_every_shard_once, hold_qwen_learner, kill_worker, release
+from tests.integration.runs import tiny_spec, write_spec
+from tests.integration.test_run_e2e import run_with_llama_learner_killed
 
 pytestmark = pytest.mark.slow
 
@@ -23,19 +22,10 @@ def test_bf16_learners_publish_deltas_that_every_reader_rebuilds_after_a_killed_
     document = tiny_spec("e2e-deltas", store_uri, steps=5, algorithm="naive", colocate=False)
     for agent in document["spec"]["agents"]:  # bf16 publishes at the paper's lr: few elements change per step
         agent["learner"].update(lr=1e-6, dtype="bfloat16", fullPublishEvery=3)
-    process = start_run(write_spec(tmp_path, document), tmp_path, run_env(model_cache))
-    store = open_trajectory_store(store_uri, "e2e-deltas")
-    held = hold_qwen_learner(tmp_path / "work")
-    try:
-        wait_for(lambda: (store.read_progress("llama") or {}).get("step", 0) >= 1, 300, "llama to finish a step")
-        kill_worker(tmp_path / "work", "llama", "learner")  # its next publish has no local reference
-    finally:
-        release(held)
-    output, _ = process.communicate(timeout=900)
-    assert process.returncode == 0, output
-    assert "learner worker of llama exited with code -9; restarting" in output
-
-    assert_every_shard_once(store, 5, ["llama", "qwen"])
+    # Killed mid-run, the learner's next publish has no local reference to take a delta from.
+    store = run_with_llama_learner_killed(
+        tmp_path, model_cache, write_spec(tmp_path, document), store_uri, "e2e-deltas", steps=5, timeout=900
+    )
     for agent in ("llama", "qwen"):
         metas = [get_meta(store, agent, version) for version in range(6)]
         assert all(metas), (agent, metas)  # every version a chain's, none a plain directory
