@@ -24,7 +24,7 @@ lacks it; evaluated on the mixed held-out task (``--probe`` prints each part's a
 (not in the default): ``strong-char-m`` with ``weaker-char-m``, the same model and ``marker=0.3``
 after only 100 warm-start steps, a much weaker peer for HACPO's mechanisms to guard against. ``marker-mid``
 (not in the default): ``strong-char-m`` with ``mid-char-m``, the same model and ``marker=0.3`` after 325
-warm-start steps, a peer weaker in reward (capability ratio about 1.7) but near enough in policy that
+warm-start steps, a peer weaker in reward (capability ratio about 2) but near enough in policy that
 about a fifth of its rows pass the strong learner's clipping window; run it with ``--set miniBatchPrompts=4``
 (8 optimizer updates per step), so the rising floor of mechanism 4 has updates to rise over. Every configuration of a team runs the same number of optimizer updates (same steps,
 promptsPerStep and miniBatchPrompts) over the same seeds (``algorithm.seed``: data order,
@@ -68,7 +68,7 @@ A middle regime for the mechanisms (a peer between those two; 8 optimizer update
 
     python bench/learning.py --name mid --teams marker-mid \
         --configs hacpo,no-capability-advantage,no-discrepancy-coefficient,no-exponential-importance,no-stepwise-clipping,gspo,naive \
-        --ablation-teams marker-mid --ablation-seeds 5 --seeds 5 --steps 10 --eval-every 2 --eval-prompts 300 --prompts 32 \
+        --ablation-teams marker-mid --ablation-seeds 11 --seeds 11 --steps 10 --eval-every 2 --eval-prompts 300 --prompts 32 \
         --set miniBatchPrompts=4 --work /tmp/hacrl-bench/mid
 
 Results: ``bench/results/learning.json`` (every run, every curve) and PNGs per team and agent
